@@ -1,0 +1,168 @@
+//! Staging buffers: retained host memory from per-agent pools.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use kreplay_core::log::Level;
+
+use crate::ENGINE;
+use crate::boundary::guard;
+use crate::status::*;
+use crate::types::kreplay_agent_t;
+
+/// One region's host storage. Zero-initialise to get an empty buffer; read the fields, never write them.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct kreplay_staging_buffer_t {
+    /// The storage, or NULL when empty.
+    pub data: *mut c_void,
+    /// Bytes asked for.
+    pub size: usize,
+    /// Bytes usable (at least `size`).
+    pub capacity: usize,
+    /// The pool the storage belongs to.
+    pub agent: kreplay_agent_t,
+}
+
+const EMPTY: kreplay_staging_buffer_t =
+    kreplay_staging_buffer_t { data: std::ptr::null_mut(), size: 0, capacity: 0, agent: kreplay_agent_t { handle: 0 } };
+
+/// Gives back what `buffer` holds; true when it held nothing or was given back (then it is empty).
+fn release_into_pool(function: &str, buffer: &mut kreplay_staging_buffer_t) -> bool {
+    let Some(data) = NonNull::new(buffer.data.cast::<u8>()) else { return true };
+    match ENGINE.staging_release(buffer.agent.into(), data, buffer.capacity) {
+        Ok(()) => {
+            *buffer = EMPTY;
+            true
+        }
+        Err(kreplay_core::Error::Finalized) => false,
+        Err(_) => {
+            kreplay_core::log!(
+                Level::Error,
+                "{function}: buffer at {:#x} ({} bytes, agent {:#x}) was not lent by kreplay or was released \
+                 already; left untouched",
+                data.as_ptr() as usize,
+                buffer.capacity,
+                buffer.agent.handle
+            );
+            false
+        }
+    }
+}
+
+/// Releases what `buffer` holds, then takes storage for `size` bytes from `agent`'s pool: the smallest
+/// retained buffer whose capacity is in `[size, 2 * size]` (sizes up to 2 KiB come from shared slabs), otherwise
+/// new storage, mapped without zero-filling. `size` 0 or too large to map: `INVALID_ARGUMENT`, and `buffer` is
+/// unchanged. A failed mapping: `OUT_OF_HOST_MEMORY`, and `buffer` is left empty. The caller gives the storage
+/// back with `kreplay_staging_release` (or another acquire). Thread-safe for distinct buffers.
+///
+/// # Safety
+/// `buffer` must be NULL or point to a `kreplay_staging_buffer_t` that is zero-initialised or was last written
+/// by this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_staging_acquire(
+    buffer: *mut kreplay_staging_buffer_t,
+    agent: kreplay_agent_t,
+    size: usize,
+) -> kreplay_status_t {
+    guard("kreplay_staging_acquire", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        // SAFETY: NULL is checked; otherwise valid by the caller's contract.
+        let Some(buffer) = (unsafe { buffer.as_mut() }) else {
+            kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: buffer is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        };
+        if size == 0 || size > isize::MAX as usize {
+            kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: size {size} is zero or too large");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        if ENGINE.is_finalized() {
+            return KREPLAY_STATUS_FINALIZED;
+        }
+        if !release_into_pool("kreplay_staging_acquire", buffer) {
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        match ENGINE.staging_acquire(agent.into(), size) {
+            Ok(lease) => {
+                *buffer = kreplay_staging_buffer_t {
+                    data: lease.data.as_ptr().cast(),
+                    size: lease.size,
+                    capacity: lease.capacity,
+                    agent,
+                };
+                KREPLAY_STATUS_SUCCESS
+            }
+            Err(error) => {
+                kreplay_core::log!(
+                    Level::Warning,
+                    "kreplay_staging_acquire: {size} bytes for agent {:#x} could not be had ({error:?})",
+                    agent.handle
+                );
+                error.into()
+            }
+        }
+    })
+}
+
+/// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. Storage
+/// this library did not lend (or that came back already, through a copy of the struct) is logged and left
+/// alone. Thread-safe for distinct buffers.
+///
+/// # Safety
+/// `buffer` must be NULL or point to a valid `kreplay_staging_buffer_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_staging_release(buffer: *mut kreplay_staging_buffer_t) {
+    guard("kreplay_staging_release", (), || {
+        // SAFETY: NULL is checked; otherwise valid by the caller's contract.
+        if let Some(buffer) = unsafe { buffer.as_mut() } {
+            release_into_pool("kreplay_staging_release", buffer);
+        }
+    })
+}
+
+/// Capacity held idle in `agent`'s pool, in bytes: idle buffers and wholly idle slab chunks. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_retained_staging_bytes(agent: kreplay_agent_t) -> usize {
+    guard("kreplay_retained_staging_bytes", 0, || ENGINE.retained_staging_bytes(agent.into()))
+}
+
+/// Unmaps all of `agent`'s idle storage (unlocking page-locked storage first). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_staging_trim(agent: kreplay_agent_t) {
+    guard("kreplay_staging_trim", (), || ENGINE.staging_trim(agent.into()))
+}
+
+/// The library's own host mappings, process-wide.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct kreplay_host_memory_stats_t {
+    /// Successful mappings since the process started.
+    pub maps: usize,
+    /// Unmappings since the process started.
+    pub unmaps: usize,
+    /// Bytes mapped now (lent and retained).
+    pub mapped_bytes: usize,
+}
+
+/// Counters of the library's host mappings: with them a host (or a test) can check that nothing leaks and
+/// that steady-state dispatches make no mapping. Thread-safe.
+///
+/// # Safety
+/// `stats_out` must be NULL or valid for a write of `kreplay_host_memory_stats_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_host_memory_stats(stats_out: *mut kreplay_host_memory_stats_t) -> kreplay_status_t {
+    guard("kreplay_host_memory_stats", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if stats_out.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_host_memory_stats: stats_out is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        let stats = kreplay_core::host_memory::stats();
+        let stats = kreplay_host_memory_stats_t {
+            maps: stats.maps,
+            unmaps: stats.unmaps,
+            mapped_bytes: stats.mapped_bytes,
+        };
+        // SAFETY: non-null and writable by the caller's contract.
+        unsafe { stats_out.write(stats) };
+        KREPLAY_STATUS_SUCCESS
+    })
+}

@@ -1,0 +1,134 @@
+//! Allocation tracking: what the host's allocate and free wrappers report.
+
+use std::ffi::c_void;
+
+use kreplay_core::log::Level;
+
+use crate::ENGINE;
+use crate::boundary::guard;
+use crate::status::*;
+use crate::types::{kreplay_agent_t, write_out};
+
+/// Turns allocation recording on or off. While off, `kreplay_record_*` cost one relaxed atomic load and return
+/// `KREPLAY_STATUS_SUCCESS`, and snapshots are declined (`KREPLAY_DECLINE_NOT_CONFIGURED`). Turning it off
+/// forgets every tracked region, since frees made while off cannot be seen. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_tracking_enable(enabled: bool) {
+    guard("kreplay_tracking_enable", (), || ENGINE.set_tracking(enabled))
+}
+
+/// Whether allocations are being recorded. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_tracking_is_enabled() -> bool {
+    guard("kreplay_tracking_is_enabled", false, || ENGINE.tracking_enabled())
+}
+
+/// Records an allocation, after the runtime made it successfully. `alloc_flags` are the pool allocation flags it
+/// was made with: an executable allocation is filtered out before any query, other bits are ignored. The rest
+/// are classified with `ops.pointer_info` and tracked only when device memory, coarse-grained and not kernarg,
+/// tagged with the owner agent and a process-unique generation; not tracked is still `SUCCESS`.
+/// `CAPACITY_EXCEEDED` when the inventory is full, and `DEVICE_ERROR` when the pointer query fails: either way
+/// the allocation is remembered as lost and snapshots of its agent (all agents, when the owner is unknown) are
+/// declined until it is freed. Allocates nothing; thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_alloc", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        to_status(ENGINE.record_alloc(ptr as usize, size, alloc_flags))
+    })
+}
+
+/// Takes an allocation out of the inventory. Call it before the real free, so that no restore can write into
+/// memory already given back; if the real free then fails, record the allocation again with
+/// `kreplay_record_alloc`. Waits for a restore copying this region to finish. `NOT_FOUND` when untracked.
+/// Allocates nothing; thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_free", KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_free(ptr as usize)))
+}
+
+/// Records a virtual-memory mapping (`hsa_amd_vmem_map`), tracked and snapshotted like an allocation of
+/// `owner`. A mapping over part of a tracked one replaces that part. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_vmem_map(address: *mut c_void, size: usize, owner: kreplay_agent_t) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_vmem_map", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        to_status(ENGINE.record_vmem_map(address as usize, size, owner.into()))
+    })
+}
+
+/// Records an unmap (`hsa_amd_vmem_unmap`), before the real one. It may cover any part of one or more
+/// mappings: covered mappings are removed, partly covered ones trimmed or split. `NOT_FOUND` when it overlaps
+/// no tracked mapping. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_vmem_unmap(address: *mut c_void, size: usize) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_vmem_unmap", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        to_status(ENGINE.record_vmem_unmap(address as usize, size))
+    })
+}
+
+/// Teardown guard: from here on `kreplay_record_*`, `kreplay_snap`, restores and staging calls return
+/// `KREPLAY_STATUS_FINALIZED` (or do nothing) and touch no table. Call it from the host's finalization, before
+/// its static destructors run. Irreversible; thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_finalize() {
+    guard("kreplay_finalize", (), || {
+        ENGINE.finalize();
+        kreplay_core::log!(Level::Trace, "finalized");
+    })
+}
+
+/// What the inventory holds.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct kreplay_inventory_stats_t {
+    /// Regions tracked for the agent (allocations and mappings).
+    pub regions: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Capacity of the whole allocation table (build-time setting `KREPLAY_MAX_TRACKED_REGIONS`).
+    pub capacity: usize,
+    /// Allocations of the agent (or of an unknown owner) that could not be recorded and may still be live.
+    pub overflowed: usize,
+}
+
+/// Figures for one agent. `stats_out` is written only on success. Thread-safe.
+///
+/// # Safety
+/// `stats_out` must be NULL or valid for a write of `kreplay_inventory_stats_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_inventory_stats(
+    agent: kreplay_agent_t,
+    stats_out: *mut kreplay_inventory_stats_t,
+) -> kreplay_status_t {
+    guard("kreplay_inventory_stats", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if stats_out.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_inventory_stats: stats_out is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        match ENGINE.inventory_stats(agent.into()) {
+            Ok(stats) => {
+                let stats = kreplay_inventory_stats_t {
+                    regions: stats.regions,
+                    bytes: stats.bytes,
+                    capacity: stats.capacity,
+                    overflowed: stats.overflowed,
+                };
+                // SAFETY: non-null and writable by the caller's contract.
+                unsafe { write_out(stats_out, stats) };
+                KREPLAY_STATUS_SUCCESS
+            }
+            Err(error) => error.into(),
+        }
+    })
+}

@@ -1,0 +1,44 @@
+//! The replay gate: which submissions may be replayed at all.
+
+/// The gate's verdict. The discriminants are the C API's `kreplay_gate_t` values.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Gate {
+    /// Exactly one packet, and it is exactly one kernel dispatch: replay it.
+    Replay = 0,
+    /// More than one packet in the submission (or none).
+    MultiPacket = 1,
+    /// The one packet is not exactly one kernel dispatch.
+    NotADispatch = 2,
+    /// A graph launch is active: run once, unreplayed.
+    GraphLaunch = 3,
+}
+
+/// Decides whether a submission may be replayed. Graph launches are checked first: snapshot and restore
+/// around a graph's runtime-managed memory and ordering is undefined.
+pub const fn decide(packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
+    if graph_launch_active {
+        Gate::GraphLaunch
+    } else if packet_count != 1 {
+        Gate::MultiPacket
+    } else if dispatch_packet_count != 1 {
+        Gate::NotADispatch
+    } else {
+        Gate::Replay
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_packet_holding_one_dispatch_is_replayed() {
+        assert_eq!(decide(1, 1, false), Gate::Replay);
+        assert_eq!(decide(2, 1, false), Gate::MultiPacket);
+        assert_eq!(decide(0, 0, false), Gate::MultiPacket);
+        assert_eq!(decide(1, 0, false), Gate::NotADispatch);
+        assert_eq!(decide(1, 2, false), Gate::NotADispatch);
+        assert_eq!(decide(1, 1, true), Gate::GraphLaunch);
+    }
+}

@@ -1,0 +1,677 @@
+//! The inventory: every live device allocation and virtual-memory mapping the host has reported, keyed by
+//! base address, tagged with its owning agent and a process-unique generation.
+//!
+//! The record path (`record_alloc`, `record_free`) allocates nothing and makes no system call when the lock is
+//! free: allocations live in a fixed-capacity open-addressing table behind a spin reader-writer lock whose
+//! waiters back off to sleeping ([`crate::lock`]). Virtual-memory mappings live in a smaller table of their own,
+//! since an unmap may name any part of a mapping.
+//!
+//! Nothing is ever lost silently: an allocation that cannot be recorded (table full, or its pointer query
+//! failed) is remembered as *lost* until it is freed, and while any lost allocation of an agent (or of an
+//! unknown owner) may be live, [`Inventory::gather`] refuses that agent.
+
+use alloc::vec::Vec;
+use arrayvec::ArrayVec;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::lock::RwLock;
+use crate::types::Agent;
+
+/// Default number of live allocations the inventory holds, process-wide.
+pub const DEFAULT_CAPACITY: usize = 65_536;
+
+/// The build-time capacity: `KREPLAY_MAX_TRACKED_REGIONS` in the environment of the build (CMake option
+/// `KREPLAY_MAX_TRACKED_REGIONS`), else [`DEFAULT_CAPACITY`].
+pub const CAPACITY: usize = parse_capacity(option_env!("KREPLAY_MAX_TRACKED_REGIONS"), DEFAULT_CAPACITY);
+
+/// Slots of the open-addressing index for [`CAPACITY`] entries (load factor at most one half).
+pub const SLOTS: usize = slots_for(CAPACITY);
+
+/// Live virtual-memory mappings the inventory holds.
+pub const VMEM_CAPACITY: usize = 4096;
+
+/// Lost allocations remembered individually; past this, every agent is declined for the rest of the process.
+pub const LOST_CAPACITY: usize = 1024;
+
+/// The setting that raises the capacity, for messages.
+pub const CAPACITY_SETTING: &str = "KREPLAY_MAX_TRACKED_REGIONS (CMake option or build environment)";
+
+const fn parse_capacity(text: Option<&str>, default: usize) -> usize {
+    let Some(text) = text else { return default };
+    let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return default;
+    }
+    let mut value: usize = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let digit = bytes[i];
+        assert!(digit.is_ascii_digit(), "KREPLAY_MAX_TRACKED_REGIONS must be a decimal number");
+        value = value * 10 + (digit - b'0') as usize;
+        i += 1;
+    }
+    assert!(value >= 16 && value <= (1 << 26), "KREPLAY_MAX_TRACKED_REGIONS must be in [16, 2^26]");
+    value
+}
+
+/// Index slots for `capacity` entries: a power of two at least twice the capacity.
+pub const fn slots_for(capacity: usize) -> usize {
+    (capacity * 2).next_power_of_two()
+}
+
+/// How a region came to be tracked.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RegionKind {
+    /// A runtime allocation (`record_alloc`).
+    Allocation,
+    /// A virtual-memory mapping (`record_vmem_map`).
+    VmemMapping,
+}
+
+/// One tracked region.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Start address (device virtual address).
+    pub base: usize,
+    /// Size in bytes.
+    pub size: usize,
+    /// The owning agent.
+    pub agent: Agent,
+    /// Process-unique: a region freed and recorded again at the same address gets a new one.
+    pub generation: u64,
+    /// Allocation or mapping.
+    pub kind: RegionKind,
+}
+
+/// An allocation that could not be recorded and may still be live.
+#[derive(Copy, Clone, Debug)]
+struct Lost {
+    base: usize,
+    /// `None` when the owner could not be determined: then every agent is affected.
+    agent: Option<Agent>,
+}
+
+/// Why [`Inventory::insert`] could not record a region.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum InsertError {
+    /// The table is full; the allocation is remembered as lost.
+    Full,
+}
+
+/// Why [`Inventory::gather`] refused an agent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum GatherError {
+    /// A lost allocation of this agent (or of an unknown owner) may be live.
+    Overflow,
+    /// Host memory for the list could not be reserved.
+    OutOfMemory,
+}
+
+/// What [`Inventory::remove_vmem`] did.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnmapOutcome {
+    /// Mappings that overlapped the range.
+    pub touched: usize,
+    /// A split whose second half could not be stored; it is remembered as lost.
+    pub lost: bool,
+}
+
+/// Per-agent figures for `kreplay_inventory_stats`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentStats {
+    /// Tracked regions of the agent.
+    pub regions: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Capacity of the allocation table, process-wide.
+    pub capacity: usize,
+    /// Allocations of the agent (or of an unknown owner) that could not be recorded and may still be live.
+    pub overflowed: usize,
+}
+
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// A process-unique generation number.
+pub fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A fixed-capacity map from base address to [`Region`]: entries are dense (so per-agent iteration touches
+/// only live entries), and an open-addressing index with linear probing and backward-shift deletion finds
+/// them by base.
+///
+/// # Invariants
+/// - Every entry is pointed to by exactly one index slot, holding `entry index + 1`; other slots hold 0.
+/// - An entry's slot is reachable from its home slot by linear probing without crossing an empty slot.
+/// - No two entries have the same base.
+struct Table<const CAP: usize, const SLOTS: usize> {
+    entries: ArrayVec<Region, CAP>,
+    index: [u32; SLOTS],
+}
+
+impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
+    const MASK: usize = SLOTS - 1;
+    const SHIFT: u32 = 64 - SLOTS.trailing_zeros();
+
+    const fn new() -> Self {
+        assert!(SLOTS.is_power_of_two() && SLOTS >= 2 * CAP && CAP < u32::MAX as usize);
+        Table { entries: ArrayVec::new_const(), index: [0; SLOTS] }
+    }
+
+    /// Fibonacci hashing: spreads page- and cache-line-aligned addresses over the whole index.
+    #[inline]
+    fn home(base: usize) -> usize {
+        ((base as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> Self::SHIFT) as usize
+    }
+
+    /// The slot that points at the entry with this base.
+    fn slot_of(&self, base: usize) -> Option<usize> {
+        let mut slot = Self::home(base);
+        loop {
+            let at = self.index[slot];
+            if at == 0 {
+                return None;
+            }
+            if self.entries[at as usize - 1].base == base {
+                return Some(slot);
+            }
+            slot = (slot + 1) & Self::MASK;
+        }
+    }
+
+    fn get(&self, base: usize) -> Option<&Region> {
+        self.slot_of(base).map(|slot| &self.entries[self.index[slot] as usize - 1])
+    }
+
+    /// Inserts or replaces the entry with `region.base`. Returns the replaced entry.
+    fn insert(&mut self, region: Region) -> Result<Option<Region>, InsertError> {
+        let mut slot = Self::home(region.base);
+        loop {
+            let at = self.index[slot];
+            if at == 0 {
+                break;
+            }
+            let entry = &mut self.entries[at as usize - 1];
+            if entry.base == region.base {
+                return Ok(Some(core::mem::replace(entry, region)));
+            }
+            slot = (slot + 1) & Self::MASK;
+        }
+        self.entries.try_push(region).map_err(|_| InsertError::Full)?;
+        self.index[slot] = self.entries.len() as u32;
+        Ok(None)
+    }
+
+    fn remove(&mut self, base: usize) -> Option<Region> {
+        let slot = self.slot_of(base)?;
+        let at = self.index[slot] as usize - 1;
+        self.erase_slot(slot);
+        let last = self.entries.len() - 1;
+        let removed = self.entries.swap_remove(at);
+        if at != last {
+            // The former last entry now lives at `at`: repoint its slot.
+            let moved = self.entries[at].base;
+            let moved_slot = self.slot_of_index(moved, last + 1);
+            self.index[moved_slot] = at as u32 + 1;
+        }
+        Some(removed)
+    }
+
+    /// The slot holding `stored` (an index + 1) for an entry with this base.
+    fn slot_of_index(&self, base: usize, stored: usize) -> usize {
+        let mut slot = Self::home(base);
+        while self.index[slot] as usize != stored {
+            slot = (slot + 1) & Self::MASK;
+        }
+        slot
+    }
+
+    /// Empties `hole` and shifts later members of its probe run back so that every entry stays reachable.
+    fn erase_slot(&mut self, mut hole: usize) {
+        let mut slot = hole;
+        loop {
+            slot = (slot + 1) & Self::MASK;
+            let at = self.index[slot];
+            if at == 0 {
+                break;
+            }
+            let home = Self::home(self.entries[at as usize - 1].base);
+            // The entry may move into the hole when the hole lies on its probe path from home to slot.
+            if (hole.wrapping_sub(home) & Self::MASK) < (slot.wrapping_sub(home) & Self::MASK) {
+                self.index[hole] = at;
+                hole = slot;
+            }
+        }
+        self.index[hole] = 0;
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.index.fill(0);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Region> {
+        self.entries.iter()
+    }
+
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        let mut pointed = 0;
+        for (slot, &at) in self.index.iter().enumerate() {
+            if at == 0 {
+                continue;
+            }
+            pointed += 1;
+            let base = self.entries[at as usize - 1].base;
+            assert_eq!(self.slot_of(base), Some(slot), "entry {base:#x} is not reachable from its home");
+        }
+        assert_eq!(pointed, self.entries.len());
+    }
+}
+
+struct State<const CAP: usize, const SLOTS: usize> {
+    allocations: Table<CAP, SLOTS>,
+    mappings: ArrayVec<Region, VMEM_CAPACITY>,
+    lost: ArrayVec<Lost, LOST_CAPACITY>,
+    /// A lost allocation could not even be remembered: every agent is declined from now on.
+    lost_forgotten: bool,
+}
+
+/// The inventory. `CAP` and `SLOTS` are build-time constants ([`CAPACITY`], [`SLOTS`]); tests use small ones.
+pub struct Inventory<const CAP: usize = CAPACITY, const SLOTS: usize = { slots_for(CAPACITY) }> {
+    state: RwLock<State<CAP, SLOTS>>,
+}
+
+impl<const CAP: usize, const SLOTS: usize> Default for Inventory<CAP, SLOTS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
+    /// An empty inventory.
+    pub const fn new() -> Self {
+        Inventory {
+            state: RwLock::new(State {
+                allocations: Table::new(),
+                mappings: ArrayVec::new_const(),
+                lost: ArrayVec::new_const(),
+                lost_forgotten: false,
+            }),
+        }
+    }
+
+    /// The allocation table's capacity.
+    pub const fn capacity(&self) -> usize {
+        CAP
+    }
+
+    /// Records a classified allocation. On [`InsertError::Full`] the allocation is remembered as lost.
+    /// Returns the entry it replaced, if the host never reported that one's free.
+    pub fn insert(&self, base: usize, size: usize, agent: Agent) -> Result<Option<Region>, InsertError> {
+        let region = Region { base, size, agent, generation: next_generation(), kind: RegionKind::Allocation };
+        let mut state = self.state.write();
+        match state.allocations.insert(region) {
+            Ok(replaced) => Ok(replaced),
+            Err(error) => {
+                state.remember_lost(base, Some(agent));
+                Err(error)
+            }
+        }
+    }
+
+    /// Remembers an allocation whose owner could not be determined: every agent is declined until it is freed.
+    pub fn insert_unknown(&self, base: usize) {
+        self.state.write().remember_lost(base, None);
+    }
+
+    /// Takes the allocation at `base` out (or forgets it as lost). `None` when it was not known.
+    pub fn remove(&self, base: usize) -> Option<Option<Region>> {
+        let mut state = self.state.write();
+        if let Some(region) = state.allocations.remove(base) {
+            return Some(Some(region));
+        }
+        let position = state.lost.iter().position(|lost| lost.base == base)?;
+        state.lost.swap_remove(position);
+        Some(None)
+    }
+
+    /// Records a virtual-memory mapping. Any part of an existing mapping it overlaps is unmapped first (the
+    /// host missed that unmap).
+    pub fn insert_vmem(&self, base: usize, size: usize, agent: Agent) -> Result<(), InsertError> {
+        let region = Region { base, size, agent, generation: next_generation(), kind: RegionKind::VmemMapping };
+        let mut state = self.state.write();
+        state.unmap_range(base, size);
+        if state.mappings.try_push(region).is_err() {
+            state.remember_lost(base, Some(agent));
+            return Err(InsertError::Full);
+        }
+        Ok(())
+    }
+
+    /// Unmaps `[base, base + size)` from the tracked mappings: whole mappings are removed, partly covered
+    /// ones trimmed or split.
+    pub fn remove_vmem(&self, base: usize, size: usize) -> UnmapOutcome {
+        self.state.write().unmap_range(base, size)
+    }
+
+    /// Runs `f` with the live region at `base` if it still has `generation` and at least `min_size` bytes,
+    /// holding the read lock throughout so that no free can take the region out from under `f`.
+    pub fn with_live<R>(
+        &self,
+        base: usize,
+        kind: RegionKind,
+        generation: u64,
+        min_size: usize,
+        f: impl FnOnce(&Region) -> R,
+    ) -> Option<R> {
+        let state = self.state.read();
+        let region = match kind {
+            RegionKind::Allocation => state.allocations.get(base),
+            RegionKind::VmemMapping => state.mappings.iter().find(|r| r.base == base),
+        }?;
+        (region.generation == generation && region.size >= min_size).then(|| f(region))
+    }
+
+    /// Appends `agent`'s regions to `out` (allocations first, then mappings), reserving outside the lock.
+    pub fn gather(&self, agent: Agent, out: &mut Vec<Region>) -> Result<(), GatherError> {
+        let start = out.len();
+        let mut want = 0;
+        loop {
+            out.truncate(start);
+            if out.try_reserve(want).is_err() {
+                return Err(GatherError::OutOfMemory);
+            }
+            let state = self.state.read();
+            if state.is_overflowed(agent) {
+                return Err(GatherError::Overflow);
+            }
+            let mut complete = true;
+            for region in state.allocations.iter().chain(state.mappings.iter()) {
+                if region.agent != agent {
+                    continue;
+                }
+                if out.len() == out.capacity() {
+                    complete = false;
+                    break;
+                }
+                out.push(*region);
+            }
+            if complete {
+                return Ok(());
+            }
+            // More regions than reserved: size the reservation from the current total and try again.
+            want = state.allocations.len() + state.mappings.len();
+        }
+    }
+
+    /// Forgets everything: tracked regions and lost allocations. Returns how many regions were tracked.
+    pub fn clear(&self) -> usize {
+        let mut state = self.state.write();
+        let count = state.allocations.len() + state.mappings.len();
+        state.allocations.clear();
+        state.mappings.clear();
+        state.lost.clear();
+        state.lost_forgotten = false;
+        count
+    }
+
+    /// Figures for one agent.
+    pub fn stats(&self, agent: Agent) -> AgentStats {
+        let state = self.state.read();
+        let mut stats = AgentStats { capacity: CAP, ..AgentStats::default() };
+        for region in state.allocations.iter().chain(state.mappings.iter()).filter(|r| r.agent == agent) {
+            stats.regions += 1;
+            stats.bytes = stats.bytes.saturating_add(region.size);
+        }
+        stats.overflowed = state.lost.iter().filter(|lost| lost.agent.is_none_or(|a| a == agent)).count();
+        if state.lost_forgotten {
+            stats.overflowed = stats.overflowed.max(1);
+        }
+        stats
+    }
+
+    /// Whether snapshots of `agent` must be declined because an allocation may have been lost.
+    pub fn is_overflowed(&self, agent: Agent) -> bool {
+        self.state.read().is_overflowed(agent)
+    }
+
+    /// Total tracked allocations and mappings, all agents.
+    pub fn len(&self) -> usize {
+        let state = self.state.read();
+        state.allocations.len() + state.mappings.len()
+    }
+
+    /// Whether nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        self.state.read().allocations.check_invariants();
+    }
+}
+
+impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
+    fn remember_lost(&mut self, base: usize, agent: Option<Agent>) {
+        if self.lost.try_push(Lost { base, agent }).is_err() {
+            self.lost_forgotten = true;
+        }
+    }
+
+    fn is_overflowed(&self, agent: Agent) -> bool {
+        self.lost_forgotten || self.lost.iter().any(|lost| lost.agent.is_none_or(|a| a == agent))
+    }
+
+    fn unmap_range(&mut self, base: usize, size: usize) -> UnmapOutcome {
+        let end = base.saturating_add(size);
+        let mut outcome = UnmapOutcome::default();
+        let mut i = 0;
+        while i < self.mappings.len() {
+            let region = self.mappings[i];
+            let region_end = region.base + region.size;
+            if region_end <= base || region.base >= end {
+                i += 1;
+                continue;
+            }
+            outcome.touched += 1;
+            let keeps_head = region.base < base;
+            let keeps_tail = region_end > end;
+            match (keeps_head, keeps_tail) {
+                (false, false) => {
+                    self.mappings.swap_remove(i);
+                    continue;
+                }
+                (true, false) => self.mappings[i].size = base - region.base,
+                (false, true) => {
+                    self.mappings[i].base = end;
+                    self.mappings[i].size = region_end - end;
+                }
+                (true, true) => {
+                    self.mappings[i].size = base - region.base;
+                    let tail = Region { base: end, size: region_end - end, ..region };
+                    if self.mappings.try_push(tail).is_err() {
+                        self.remember_lost(end, Some(region.agent));
+                        outcome.lost = true;
+                    }
+                }
+            }
+            i += 1;
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const A: Agent = Agent(0xA);
+    const B: Agent = Agent(0xB);
+
+    #[test]
+    fn the_table_matches_a_model_under_random_inserts_and_removes() {
+        // A tiny index forces long probe runs and wrap-around, which backward-shift deletion must get right.
+        let mut table: Table<48, 128> = Table::new();
+        let mut model = HashMap::new();
+        let mut seed = 0x1234_5678_u64;
+        for step in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let base = ((seed % 96) as usize + 1) * 4096;
+            if seed & 0x100 == 0 {
+                let region =
+                    Region { base, size: step, agent: A, generation: step as u64, kind: RegionKind::Allocation };
+                match table.insert(region) {
+                    Ok(_) => {
+                        model.insert(base, step);
+                    }
+                    Err(InsertError::Full) => assert_eq!(model.len(), 48),
+                }
+            } else {
+                assert_eq!(table.remove(base).map(|r| r.size), model.remove(&base));
+            }
+            if step % 97 == 0 {
+                table.check_invariants();
+            }
+            assert_eq!(table.len(), model.len());
+        }
+        for (base, size) in model {
+            assert_eq!(table.get(base).map(|r| r.size), Some(size));
+        }
+    }
+
+    #[test]
+    fn a_full_table_reports_and_remembers_the_lost_allocation_until_it_is_freed() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        for i in 0..16 {
+            inventory.insert(0x1000 * (i + 1), 64, A).unwrap();
+        }
+        assert_eq!(inventory.insert(0x100_0000, 64, A), Err(InsertError::Full));
+        assert!(inventory.is_overflowed(A));
+        assert!(!inventory.is_overflowed(B), "another agent's snapshots are unaffected");
+        assert_eq!(inventory.stats(A).overflowed, 1);
+        let mut out = Vec::new();
+        assert_eq!(inventory.gather(A, &mut out), Err(GatherError::Overflow));
+        assert_eq!(inventory.remove(0x100_0000), Some(None), "freeing the lost allocation is not NOT_FOUND");
+        assert!(!inventory.is_overflowed(A));
+        inventory.gather(A, &mut out).unwrap();
+        assert_eq!(out.len(), 16);
+        inventory.check_invariants();
+    }
+
+    #[test]
+    fn an_allocation_of_unknown_owner_declines_every_agent_until_freed() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.insert_unknown(0x5000);
+        assert!(inventory.is_overflowed(A) && inventory.is_overflowed(B));
+        inventory.remove(0x5000);
+        assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
+    }
+
+    #[test]
+    fn a_reused_address_gets_a_new_generation() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.insert(0x4000, 128, A).unwrap();
+        let first = inventory.with_live(0x4000, RegionKind::Allocation, 0, 0, |_| ()).is_none();
+        assert!(first, "generation 0 is never handed out");
+        let mut out = Vec::new();
+        inventory.gather(A, &mut out).unwrap();
+        let old = out[0].generation;
+        inventory.remove(0x4000).unwrap();
+        inventory.insert(0x4000, 128, A).unwrap();
+        out.clear();
+        inventory.gather(A, &mut out).unwrap();
+        assert_ne!(out[0].generation, old);
+        assert!(inventory.with_live(0x4000, RegionKind::Allocation, old, 128, |_| ()).is_none());
+        assert!(inventory.with_live(0x4000, RegionKind::Allocation, out[0].generation, 128, |_| ()).is_some());
+        assert!(inventory.with_live(0x4000, RegionKind::Allocation, out[0].generation, 129, |_| ()).is_none());
+    }
+
+    #[test]
+    fn gather_returns_only_the_agents_regions() {
+        let inventory: Inventory<64, 128> = Inventory::new();
+        for i in 0..40 {
+            inventory.insert(0x10_0000 + i * 0x1000, 16, if i % 4 == 0 { A } else { B }).unwrap();
+        }
+        inventory.insert_vmem(0x9000_0000, 0x10000, A).unwrap();
+        let mut out = Vec::new();
+        inventory.gather(A, &mut out).unwrap();
+        assert_eq!(out.len(), 11);
+        assert!(out.iter().all(|r| r.agent == A));
+        assert_eq!(out.iter().filter(|r| r.kind == RegionKind::VmemMapping).count(), 1);
+    }
+
+    #[test]
+    fn partial_unmaps_trim_and_split_mappings() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.insert_vmem(0x10000, 0x10000, A).unwrap();
+        // Middle: split into [0x10000, 0x14000) and [0x18000, 0x20000).
+        assert_eq!(inventory.remove_vmem(0x14000, 0x4000).touched, 1);
+        let mut out = Vec::new();
+        inventory.gather(A, &mut out).unwrap();
+        out.sort_by_key(|r| r.base);
+        let ranges: Vec<_> = out.iter().map(|r| (r.base, r.size)).collect();
+        assert_eq!(ranges, [(0x10000, 0x4000), (0x18000, 0x8000)]);
+        // Head of the second piece, then the tail of the first.
+        inventory.remove_vmem(0x18000, 0x1000);
+        inventory.remove_vmem(0x13000, 0x1000);
+        out.clear();
+        inventory.gather(A, &mut out).unwrap();
+        out.sort_by_key(|r| r.base);
+        let ranges: Vec<_> = out.iter().map(|r| (r.base, r.size)).collect();
+        assert_eq!(ranges, [(0x10000, 0x3000), (0x19000, 0x7000)]);
+        // A range covering everything removes both.
+        assert_eq!(inventory.remove_vmem(0, 0x100000).touched, 2);
+        assert!(inventory.is_empty());
+        assert_eq!(inventory.remove_vmem(0, 0x100000).touched, 0);
+    }
+
+    #[test]
+    fn concurrent_inserts_and_removes_keep_the_table_consistent() {
+        let inventory: &'static Inventory<4096, 8192> = Box::leak(Box::new(Inventory::new()));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let agent = Agent(t);
+                    for round in 0..200 {
+                        for i in 0..64 {
+                            let base = ((t as usize) << 32) | ((i + 1) << 12);
+                            inventory.insert(base, round + 1, agent).unwrap();
+                        }
+                        for i in (0..64).step_by(2) {
+                            let base = ((t as usize) << 32) | ((i + 1) << 12);
+                            assert!(inventory.remove(base).is_some());
+                        }
+                        for i in (0..64).step_by(2) {
+                            let base = ((t as usize) << 32) | ((i + 1) << 12);
+                            assert!(inventory.remove(base).is_none());
+                        }
+                        for i in (1..64).step_by(2) {
+                            let base = ((t as usize) << 32) | ((i + 1) << 12);
+                            assert!(inventory.remove(base).is_some());
+                        }
+                    }
+                    for i in 0..10 {
+                        inventory.insert(((t as usize) << 32) | ((i + 1) << 12), 8, agent).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        inventory.check_invariants();
+        assert_eq!(inventory.len(), 40);
+        for t in 0..4 {
+            assert_eq!(inventory.stats(Agent(t)).regions, 10);
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! Snapshot (device to host) and restore (host to device).
+//!
+//! A snapshot captures, for one agent, every tracked region and every module-scope variable the host's
+//! module scan reports, into one block of retained staging (regions packed at cache-line alignment, so tiny
+//! variables cost neither a mapping nor a page each, and page-locking is one call). It is complete or it is
+//! declined: any failure releases what was taken and leaves device memory untouched.
+//!
+//! Restore re-validates each tracked region under the inventory's read lock (same base, same generation, at
+//! least the captured size) and copies while still holding it, so a free that the host recorded before the
+//! real free can never be followed by a write into that memory.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::alloc::Layout;
+
+use crate::clock;
+use crate::engine::Engine;
+use crate::error::{DeclineReason, Error, Result};
+use crate::inventory::{CAPACITY_SETTING, GatherError, Region, RegionKind};
+use crate::log::Level;
+use crate::ops::DeviceOps;
+use crate::staging::Lease;
+use crate::types::{Agent, DisplayName, ModuleVariable};
+
+/// Captured regions start at multiples of this many bytes in the staging block.
+pub const STAGING_ALIGN: usize = 64;
+/// Module variables above this size are not captured (their writes leak across passes, with a warning).
+pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
+/// New staging blocks get this much headroom (1/8), so a footprint that grows a little reuses its block.
+const HEADROOM_DIVISOR: usize = 8;
+/// Skipped regions logged one by one per restore; the rest are summed up in one line.
+const SKIP_LOG_LIMIT: usize = 8;
+
+/// Where a captured range came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Source {
+    /// A tracked allocation or mapping, valid only while it keeps this generation.
+    Tracked { kind: RegionKind, generation: u64 },
+    /// A module-scope variable: part of a loaded executable, always written back.
+    ModuleVariable,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Entry {
+    address: usize,
+    size: usize,
+    offset: usize,
+    source: Source,
+}
+
+/// Sizes and phase timings of a capture.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The agent captured.
+    pub agent: Agent,
+    /// Tracked allocations and mappings captured.
+    pub regions: usize,
+    /// Module-scope variables captured.
+    pub module_variables: usize,
+    /// Bytes captured, both kinds.
+    pub bytes: usize,
+    /// Time to list the agent's tracked regions.
+    pub inventory_ns: u64,
+    /// Time of the module scan.
+    pub module_scan_ns: u64,
+    /// Time to take (and, the first time, map and page-lock) staging.
+    pub staging_ns: u64,
+    /// Time of the device-to-host copies.
+    pub copy_ns: u64,
+}
+
+/// What a restore did. Module variables count like regions.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Regions and module variables written back.
+    pub restored: usize,
+    /// Tracked regions freed, shrunk or reallocated since the snapshot: not written.
+    pub skipped: usize,
+    /// Copies that failed.
+    pub failed: usize,
+    /// Bytes written back.
+    pub bytes: usize,
+}
+
+/// A complete capture of one agent's device memory. Dropping it returns its staging to the agent's pool.
+pub struct Snapshot<'e, O: DeviceOps> {
+    engine: &'e Engine<O>,
+    storage: Option<Lease>,
+    entries: Vec<Entry>,
+    info: SnapshotInfo,
+}
+
+impl<O: DeviceOps> Snapshot<'_, O> {
+    /// Sizes and timings of the capture.
+    pub fn info(&self) -> SnapshotInfo {
+        self.info
+    }
+
+    fn staging(&self) -> *mut u8 {
+        self.storage.as_ref().map_or(core::ptr::null_mut(), |lease| lease.data.as_ptr())
+    }
+}
+
+impl<O: DeviceOps> Drop for Snapshot<'_, O> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.storage.take() {
+            if self.engine.pools.release(lease.agent, lease.data, lease.capacity).is_err() {
+                crate::log!(Level::Error, "agent {:#x}: a snapshot's staging was not lent by its pool", lease.agent.0);
+            }
+        }
+    }
+}
+
+/// Allocates a box without aborting when the allocator fails (stable Rust has no `Box::try_new`).
+fn try_box<T>(value: T) -> Option<Box<T>> {
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        return Some(Box::new(value));
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc::alloc::alloc(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: 1. `ptr` is a fresh allocation of `T`'s layout from the global allocator, so writing a `T` there is
+    // valid; 2. `Box::from_raw` then owns memory allocated exactly as `Box` itself would allocate it.
+    unsafe {
+        ptr.write(value);
+        Some(Box::from_raw(ptr))
+    }
+}
+
+impl<O: DeviceOps> Engine<O> {
+    /// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture
+    /// ends, the agent's idle staging that this snapshot did not take is unmapped, so host memory held between
+    /// dispatches is bounded by the last snapshot's footprint.
+    pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
+        if self.is_finalized() {
+            return Err(DeclineReason::Finalized);
+        }
+        let result = self.capture(agent);
+        self.staging_trim(agent);
+        if let Err(reason) = result {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: snapshot declined: {}; the dispatch runs once, unreplayed",
+                agent.0,
+                reason.describe()
+            );
+        }
+        result
+    }
+
+    fn capture(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
+        let ops = self.ops().map_err(|_| DeclineReason::NotConfigured)?;
+        if !self.tracking_enabled() {
+            crate::log!(Level::Warning, "agent {:#x}: tracking is off, so allocations are not recorded", agent.0);
+            return Err(DeclineReason::NotConfigured);
+        }
+        let policy = self.policy();
+        let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
+
+        // Inventory.
+        let start = clock::now_ns();
+        let mut regions: Vec<Region> = Vec::new();
+        self.inventory.gather(agent, &mut regions).map_err(|error| match error {
+            GatherError::Overflow => {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: an allocation of this agent could not be recorded (inventory full or its pointer \
+                     query failed) and may be live; raise {}",
+                    agent.0,
+                    CAPACITY_SETTING
+                );
+                DeclineReason::InventoryOverflow
+            }
+            GatherError::OutOfMemory => DeclineReason::MetadataMemory,
+        })?;
+        let mut entries: Vec<Entry> = Vec::new();
+        entries.try_reserve_exact(regions.len() + 64).map_err(|_| DeclineReason::MetadataMemory)?;
+        let mut total = 0usize;
+        for region in &regions {
+            let offset = total;
+            total = place(total, region.size).ok_or(DeclineReason::HostBudget)?;
+            entries.push(Entry {
+                address: region.base,
+                size: region.size,
+                offset,
+                source: Source::Tracked { kind: region.kind, generation: region.generation },
+            });
+        }
+        drop(regions);
+        info.inventory_ns = clock::since(start);
+
+        // Module scan, at capture time: constant memory may be filled after the executable loads.
+        let start = clock::now_ns();
+        let mut out_of_memory = false;
+        let mut too_large = false;
+        let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
+            if !keep_module_variable(agent, variable) {
+                return true;
+            }
+            if entries.len() == entries.capacity() && entries.try_reserve(entries.len()).is_err() {
+                out_of_memory = true;
+                return false;
+            }
+            let offset = total;
+            match place(total, variable.size) {
+                Some(end) => total = end,
+                None => {
+                    too_large = true;
+                    return false;
+                }
+            }
+            entries.push(Entry {
+                address: variable.address,
+                size: variable.size,
+                offset,
+                source: Source::ModuleVariable,
+            });
+            true
+        });
+        if let Err(error) = scan {
+            crate::log!(Level::Warning, "agent {:#x}: the module scan failed ({error:?})", agent.0);
+            return Err(DeclineReason::ModuleScanIncomplete);
+        }
+        if out_of_memory {
+            return Err(DeclineReason::MetadataMemory);
+        }
+        if too_large {
+            return Err(DeclineReason::HostBudget);
+        }
+        info.module_scan_ns = clock::since(start);
+
+        if policy.max_snapshot_bytes != 0 && total > policy.max_snapshot_bytes {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: the snapshot needs {total} bytes of host memory, above max_snapshot_bytes = {}",
+                agent.0,
+                policy.max_snapshot_bytes
+            );
+            return Err(DeclineReason::HostBudget);
+        }
+
+        // Staging: one block for everything.
+        let start = clock::now_ns();
+        let mut snapshot = Snapshot { engine: self, storage: None, entries, info };
+        if total > 0 {
+            let reserve = total.saturating_add(total / HEADROOM_DIVISOR);
+            let mut lease = self.pools.acquire_block(agent, total, reserve).map_err(|error| {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: {total} bytes of staging could not be mapped ({error:?})",
+                    agent.0
+                );
+                DeclineReason::StagingMemory
+            })?;
+            if policy.pin_staging && !lease.locked && ops.can_lock_host() {
+                match ops.host_lock(lease.data.as_ptr(), lease.capacity) {
+                    Ok(()) => self.pools.set_locked(&mut lease, true),
+                    Err(error) => crate::log!(
+                        Level::Warning,
+                        "agent {:#x}: page-locking {} bytes of staging failed ({error:?}); copies use pageable memory",
+                        agent.0,
+                        lease.capacity
+                    ),
+                }
+            }
+            snapshot.storage = Some(lease);
+        }
+        snapshot.info.staging_ns = clock::since(start);
+
+        // Device-to-host copies. A tracked region is copied under the read lock, so it cannot be freed
+        // mid-copy; one freed since the inventory was listed is simply left out.
+        let start = clock::now_ns();
+        let staging = snapshot.staging();
+        let mut dropped = false;
+        for entry in snapshot.entries.iter_mut() {
+            // SAFETY: `offset + size <= total <= capacity` of the staging block (see `place`).
+            let dst = unsafe { staging.add(entry.offset) };
+            let copy = || {
+                // SAFETY: `dst` is `size` writable bytes of staging; `address` is a live tracked region or module
+                // variable of at least `size` bytes (checked under the lock for tracked regions).
+                unsafe { ops.copy(dst, entry.address as *const u8, entry.size) }
+            };
+            let result = match entry.source {
+                Source::Tracked { kind, generation } => {
+                    match self.inventory.with_live(entry.address, kind, generation, entry.size, |_| copy()) {
+                        Some(result) => result,
+                        None => {
+                            entry.size = 0;
+                            dropped = true;
+                            continue;
+                        }
+                    }
+                }
+                Source::ModuleVariable => copy(),
+            };
+            if let Err(error) = result {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: copying {} bytes at {:#x} to the host failed ({error:?})",
+                    agent.0,
+                    entry.size,
+                    entry.address
+                );
+                return Err(DeclineReason::CopyFailed);
+            }
+        }
+        if dropped {
+            snapshot.entries.retain(|entry| entry.size != 0);
+        }
+        snapshot.info.copy_ns = clock::since(start);
+        for entry in &snapshot.entries {
+            match entry.source {
+                Source::Tracked { .. } => snapshot.info.regions += 1,
+                Source::ModuleVariable => snapshot.info.module_variables += 1,
+            }
+            snapshot.info.bytes += entry.size;
+        }
+        let info = snapshot.info;
+        let boxed = try_box(snapshot).ok_or(DeclineReason::MetadataMemory)?;
+        crate::log!(
+            Level::Info,
+            "agent {:#x}: snapshot of {} regions and {} module variables, {} bytes; inventory {} us, module scan {} us, \
+             staging {} us, copy {} us ({:.2} GB/s)",
+            agent.0,
+            info.regions,
+            info.module_variables,
+            info.bytes,
+            info.inventory_ns / 1000,
+            info.module_scan_ns / 1000,
+            info.staging_ns / 1000,
+            info.copy_ns / 1000,
+            gigabytes_per_second(info.bytes, info.copy_ns)
+        );
+        Ok(boxed)
+    }
+
+    /// Writes every captured region back. Tracked regions freed, shrunk or reallocated since the snapshot are
+    /// skipped; module variables are always written; every region is attempted. `PartialRestore` when any copy
+    /// failed: the host must not run another pass.
+    pub fn restore(&self, snapshot: &Snapshot<'_, O>) -> (RestoreReport, Result<()>) {
+        let mut report = RestoreReport::default();
+        if let Err(error) = self.check_live() {
+            return (report, Err(error));
+        }
+        let ops = match self.ops() {
+            Ok(ops) => ops,
+            Err(error) => return (report, Err(error)),
+        };
+        let agent = snapshot.info.agent;
+        let start = clock::now_ns();
+        let staging = snapshot.staging();
+        for entry in &snapshot.entries {
+            // SAFETY: `offset + size` lies within the staging block, which the snapshot owns.
+            let src = unsafe { staging.add(entry.offset) }.cast_const();
+            let copy = || {
+                // SAFETY: `src` is `size` bytes of captured contents; `address` is a module variable or a tracked
+                // region re-validated under the read lock, still live with at least `size` bytes.
+                unsafe { ops.copy(entry.address as *mut u8, src, entry.size) }
+            };
+            let result = match entry.source {
+                Source::Tracked { kind, generation } => {
+                    match self.inventory.with_live(entry.address, kind, generation, entry.size, |_| copy()) {
+                        Some(result) => result,
+                        None => {
+                            report.skipped += 1;
+                            if report.skipped <= SKIP_LOG_LIMIT {
+                                crate::log!(
+                                    Level::Warning,
+                                    "agent {:#x}: region at {:#x} ({} bytes) was freed, shrunk or reallocated since \
+                                     the snapshot; not restored",
+                                    agent.0,
+                                    entry.address,
+                                    entry.size
+                                );
+                            }
+                            continue;
+                        }
+                    }
+                }
+                Source::ModuleVariable => copy(),
+            };
+            match result {
+                Ok(()) => {
+                    report.restored += 1;
+                    report.bytes += entry.size;
+                }
+                Err(error) => {
+                    report.failed += 1;
+                    crate::log!(
+                        Level::Error,
+                        "agent {:#x}: restoring {} bytes at {:#x} failed ({error:?}); no further pass may run",
+                        agent.0,
+                        entry.size,
+                        entry.address
+                    );
+                }
+            }
+        }
+        let elapsed = clock::since(start);
+        if report.skipped > SKIP_LOG_LIMIT {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: {} regions in all were freed or reallocated since the snapshot and not restored",
+                agent.0,
+                report.skipped
+            );
+        }
+        crate::log!(
+            Level::Info,
+            "agent {:#x}: restore of {} bytes in {} regions ({} skipped, {} failed) took {} us ({:.2} GB/s)",
+            agent.0,
+            report.bytes,
+            report.restored,
+            report.skipped,
+            report.failed,
+            elapsed / 1000,
+            gigabytes_per_second(report.bytes, elapsed)
+        );
+        let status = if report.failed == 0 { Ok(()) } else { Err(Error::PartialRestore) };
+        (report, status)
+    }
+}
+
+/// The end of a range of `size` bytes placed at the next aligned offset from `end`; `None` on overflow.
+fn place(end: usize, size: usize) -> Option<usize> {
+    end.checked_next_multiple_of(STAGING_ALIGN)?.checked_add(size).filter(|&end| end <= isize::MAX as usize)
+}
+
+fn keep_module_variable(agent: Agent, variable: &ModuleVariable<'_>) -> bool {
+    if variable.address == 0 || variable.size == 0 {
+        return false;
+    }
+    // HIP emits a one-byte `__hip_cuid_*` marker per compilation unit; kernels never write it.
+    if variable.size == 1 && variable.name.is_some_and(|name| name.starts_with(b"__hip_cuid_")) {
+        return false;
+    }
+    if variable.size > MAX_MODULE_VARIABLE_BYTES {
+        crate::log!(
+            Level::Warning,
+            "agent {:#x}: module variable {} at {:#x} is {} bytes, above the 1 GiB cap: it is not captured, and a \
+             kernel's writes to it will leak across passes",
+            agent.0,
+            DisplayName(variable.name),
+            variable.address,
+            variable.size
+        );
+        return false;
+    }
+    true
+}
+
+fn gigabytes_per_second(bytes: usize, ns: u64) -> f64 {
+    if ns == 0 { 0.0 } else { bytes as f64 / ns as f64 }
+}

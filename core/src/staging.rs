@@ -1,0 +1,557 @@
+//! Staging pools: per-agent host memory that holds captured contents, retained across dispatches so that the
+//! per-dispatch cost is the copy and nothing else.
+//!
+//! - Storage comes from [`crate::host_memory`] (anonymous mmap) and is never zero-filled by the library.
+//! - Reuse is best fit within `[size, 2 * size]`, so a small request cannot take a buffer that a later,
+//!   larger one would have to map again.
+//! - An agent's pool never hands storage to another agent.
+//! - Requests of at most [`SMALL_MAX`] bytes are served from per-agent slabs: a 64 KiB chunk is cut into
+//!   slots of one size class, so hundreds of tiny module variables cost neither a system call nor a page each.
+//! - The pools live in a static that is never destroyed: a buffer released during the host's static
+//!   destruction still has a pool to go back to.
+//!
+//! Everything is in fixed-capacity tables behind per-agent spin mutexes. Nothing here knows about devices:
+//! page-locked blocks are unlocked through a callback the caller supplies.
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arrayvec::ArrayVec;
+
+use crate::error::{Error, Result};
+use crate::host_memory;
+use crate::lock::Mutex;
+use crate::types::Agent;
+
+/// Agents (GPUs, or GPU partitions) that can have a pool.
+pub const MAX_AGENTS: usize = 64;
+/// Page-backed blocks (idle or lent) one agent's pool keeps track of.
+pub const BLOCKS_PER_AGENT: usize = 1024;
+/// The largest request served from a slab.
+pub const SMALL_MAX: usize = 2048;
+const SMALL_CLASSES: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
+const CHUNKS_PER_CLASS: usize = 32;
+const MAX_SLOTS_PER_CHUNK: usize = 512;
+const CHUNK_BYTES: usize = 64 << 10;
+
+/// Host storage lent by a pool. It must go back through [`Pools::release`] (or the snapshot that owns it).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Start of the storage.
+    pub data: NonNull<u8>,
+    /// Bytes asked for.
+    pub size: usize,
+    /// Bytes usable (at least `size`).
+    pub capacity: usize,
+    /// The pool it came from.
+    pub agent: Agent,
+    /// Whether the storage is page-locked (it stays so while retained).
+    pub locked: bool,
+}
+
+/// A page-backed mapping known to a pool.
+#[derive(Copy, Clone, Debug)]
+struct Block {
+    ptr: usize,
+    capacity: usize,
+    locked: bool,
+    lent: bool,
+}
+
+/// One mapping cut into equal slots.
+///
+/// # Invariants
+/// Bit `i` of `free` is set exactly when slot `i` (at `base + i * class size`) is idle; `idle` counts the set
+/// bits; bits at or above `slots` are never set.
+#[derive(Copy, Clone, Debug)]
+struct Chunk {
+    base: usize,
+    free: [u64; MAX_SLOTS_PER_CHUNK / 64],
+    slots: u16,
+    idle: u16,
+}
+
+impl Chunk {
+    fn new(base: usize, slots: usize) -> Self {
+        let mut free = [0u64; MAX_SLOTS_PER_CHUNK / 64];
+        for (word, bits) in free.iter_mut().enumerate() {
+            let first = word * 64;
+            *bits = match slots.saturating_sub(first) {
+                0 => 0,
+                n if n >= 64 => u64::MAX,
+                n => (1u64 << n) - 1,
+            };
+        }
+        Chunk { base, free, slots: slots as u16, idle: slots as u16 }
+    }
+
+    fn take(&mut self) -> Option<usize> {
+        let word = self.free.iter().position(|&w| w != 0)?;
+        let bit = self.free[word].trailing_zeros() as usize;
+        self.free[word] &= !(1u64 << bit);
+        self.idle -= 1;
+        Some(word * 64 + bit)
+    }
+
+    /// Returns slot `slot`; false when it was already idle (a double release).
+    fn give_back(&mut self, slot: usize) -> bool {
+        let (word, bit) = (slot / 64, slot % 64);
+        if slot >= self.slots as usize || self.free[word] & (1u64 << bit) != 0 {
+            return false;
+        }
+        self.free[word] |= 1u64 << bit;
+        self.idle += 1;
+        true
+    }
+
+    fn is_idle(&self) -> bool {
+        self.idle == self.slots
+    }
+}
+
+const fn class_index(size: usize) -> usize {
+    let mut i = 0;
+    while SMALL_CLASSES[i] < size {
+        i += 1;
+    }
+    i
+}
+
+const fn slots_per_chunk(class_size: usize) -> usize {
+    let slots = CHUNK_BYTES / class_size;
+    if slots > MAX_SLOTS_PER_CHUNK { MAX_SLOTS_PER_CHUNK } else { slots }
+}
+
+struct AgentPool {
+    blocks: ArrayVec<Block, BLOCKS_PER_AGENT>,
+    slabs: [ArrayVec<Chunk, CHUNKS_PER_CLASS>; SMALL_CLASSES.len()],
+}
+
+impl AgentPool {
+    const fn new() -> Self {
+        AgentPool { blocks: ArrayVec::new_const(), slabs: [const { ArrayVec::new_const() }; SMALL_CLASSES.len()] }
+    }
+
+    /// The smallest idle block with capacity in `[size, 2 * size]`.
+    fn best_fit(&self, size: usize) -> Option<usize> {
+        let limit = size.saturating_mul(2);
+        let mut best: Option<(usize, usize)> = None;
+        for (i, block) in self.blocks.iter().enumerate() {
+            if !block.lent && block.capacity >= size && block.capacity <= limit {
+                if best.is_none_or(|(_, capacity)| block.capacity < capacity) {
+                    best = Some((i, block.capacity));
+                }
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    fn retained_bytes(&self) -> usize {
+        let blocks: usize = self.blocks.iter().filter(|b| !b.lent).map(|b| b.capacity).sum();
+        let slabs: usize = self
+            .slabs
+            .iter()
+            .zip(SMALL_CLASSES)
+            .map(|(chunks, class)| {
+                chunks.iter().filter(|c| c.is_idle()).map(|c| c.slots as usize * class).sum::<usize>()
+            })
+            .sum();
+        blocks + slabs
+    }
+}
+
+struct PoolSlot {
+    agent: AtomicU64,
+    claimed: AtomicBool,
+    pool: Mutex<AgentPool>,
+}
+
+impl PoolSlot {
+    const fn new() -> Self {
+        PoolSlot { agent: AtomicU64::new(0), claimed: AtomicBool::new(false), pool: Mutex::new(AgentPool::new()) }
+    }
+}
+
+/// Memory to give back to the system, collected under a pool's lock and unmapped outside it.
+struct Victim {
+    ptr: NonNull<u8>,
+    len: usize,
+    locked: bool,
+}
+
+const TRIM_BATCH: usize = 64;
+
+/// The staging pools of every agent.
+pub struct Pools {
+    slots: [PoolSlot; MAX_AGENTS],
+    claiming: Mutex<()>,
+}
+
+impl Default for Pools {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Pools {
+    /// Empty pools.
+    pub const fn new() -> Self {
+        Pools { slots: [const { PoolSlot::new() }; MAX_AGENTS], claiming: Mutex::new(()) }
+    }
+
+    fn find(&self, agent: Agent) -> Option<&PoolSlot> {
+        self.slots
+            .iter()
+            .find(|slot| slot.claimed.load(Ordering::Acquire) && slot.agent.load(Ordering::Relaxed) == agent.0)
+    }
+
+    fn find_or_claim(&self, agent: Agent) -> Result<&PoolSlot> {
+        if let Some(slot) = self.find(agent) {
+            return Ok(slot);
+        }
+        let _claiming = self.claiming.lock();
+        if let Some(slot) = self.find(agent) {
+            return Ok(slot);
+        }
+        let slot = self.slots.iter().find(|slot| !slot.claimed.load(Ordering::Acquire)).ok_or_else(|| {
+            crate::log!(
+                crate::log::Level::Error,
+                "agent {:#x}: no staging pool left (at most {} agents)",
+                agent.0,
+                MAX_AGENTS
+            );
+            Error::CapacityExceeded
+        })?;
+        slot.agent.store(agent.0, Ordering::Relaxed);
+        slot.claimed.store(true, Ordering::Release);
+        Ok(slot)
+    }
+
+    /// Storage for `size` bytes from `agent`'s pool: a slab slot for small requests, else the best-fitting
+    /// retained block, else a new mapping.
+    pub fn acquire(&self, agent: Agent, size: usize) -> Result<Lease> {
+        if size == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        if size <= SMALL_MAX {
+            if let Some(lease) = self.acquire_small(agent, size)? {
+                return Ok(lease);
+            }
+        }
+        self.acquire_block(agent, size, size)
+    }
+
+    /// A page-backed block of at least `size` bytes. A new mapping gets `reserve` (at least `size`) bytes,
+    /// so that a footprint that grows a little can still reuse it later.
+    pub fn acquire_block(&self, agent: Agent, size: usize, reserve: usize) -> Result<Lease> {
+        if size == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        let reserve = reserve.max(size);
+        let len = host_memory::mapping_len(reserve)
+            .filter(|&len| len <= isize::MAX as usize)
+            .ok_or(Error::InvalidArgument)?;
+        let slot = self.find_or_claim(agent)?;
+        {
+            let mut pool = slot.pool.lock();
+            if let Some(i) = pool.best_fit(size) {
+                let block = &mut pool.blocks[i];
+                block.lent = true;
+                return Ok(Lease {
+                    data: NonNull::new(block.ptr as *mut u8).ok_or(Error::Internal)?,
+                    size,
+                    capacity: block.capacity,
+                    agent,
+                    locked: block.locked,
+                });
+            }
+        }
+        let data = host_memory::map(len)?;
+        let block = Block { ptr: data.as_ptr() as usize, capacity: len, locked: false, lent: true };
+        let mut pool = slot.pool.lock();
+        if pool.blocks.try_push(block).is_err() {
+            drop(pool);
+            // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
+            unsafe { host_memory::unmap(data, len) };
+            crate::log!(
+                crate::log::Level::Warning,
+                "agent {:#x}: staging pool tracks {} blocks already; release or trim some",
+                agent.0,
+                BLOCKS_PER_AGENT
+            );
+            return Err(Error::CapacityExceeded);
+        }
+        Ok(Lease { data, size, capacity: len, agent, locked: false })
+    }
+
+    /// `Ok(None)` when the slab for this class is full and the request should take a block instead.
+    fn acquire_small(&self, agent: Agent, size: usize) -> Result<Option<Lease>> {
+        let class = class_index(size);
+        let class_size = SMALL_CLASSES[class];
+        let slot = self.find_or_claim(agent)?;
+        let lease = |base: usize, index: usize| Lease {
+            // SAFETY: chunk bases come from successful mappings and are never null.
+            data: unsafe { NonNull::new_unchecked((base + index * class_size) as *mut u8) },
+            size,
+            capacity: class_size,
+            agent,
+            locked: false,
+        };
+        {
+            let mut pool = slot.pool.lock();
+            for chunk in pool.slabs[class].iter_mut() {
+                if let Some(index) = chunk.take() {
+                    return Ok(Some(lease(chunk.base, index)));
+                }
+            }
+            if pool.slabs[class].is_full() {
+                return Ok(None);
+            }
+        }
+        let slots = slots_per_chunk(class_size);
+        let len = slots * class_size;
+        let data = host_memory::map(len)?;
+        let mut chunk = Chunk::new(data.as_ptr() as usize, slots);
+        let index = chunk.take().ok_or(Error::Internal)?;
+        let mut pool = slot.pool.lock();
+        if pool.slabs[class].try_push(chunk).is_err() {
+            // Another thread filled the class meanwhile.
+            drop(pool);
+            // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
+            unsafe { host_memory::unmap(data, len) };
+            return Ok(None);
+        }
+        Ok(Some(lease(data.as_ptr() as usize, index)))
+    }
+
+    /// Returns storage to its agent's pool. `NotFound` (and nothing changes) when the storage is not lent by
+    /// that pool: never lent, released already, or released to the wrong agent.
+    pub fn release(&self, agent: Agent, data: NonNull<u8>, capacity: usize) -> Result<()> {
+        let slot = self.find(agent).ok_or(Error::NotFound)?;
+        let addr = data.as_ptr() as usize;
+        let mut pool = slot.pool.lock();
+        if capacity <= SMALL_MAX {
+            let class = class_index(capacity.max(1));
+            let class_size = SMALL_CLASSES[class];
+            if class_size == capacity {
+                for chunk in pool.slabs[class].iter_mut() {
+                    let end = chunk.base + chunk.slots as usize * class_size;
+                    if addr >= chunk.base && addr < end && (addr - chunk.base) % class_size == 0 {
+                        return if chunk.give_back((addr - chunk.base) / class_size) {
+                            Ok(())
+                        } else {
+                            Err(Error::NotFound)
+                        };
+                    }
+                }
+            }
+        }
+        let block = pool.blocks.iter_mut().find(|b| b.ptr == addr && b.capacity == capacity && b.lent);
+        match block {
+            Some(block) => {
+                block.lent = false;
+                Ok(())
+            }
+            None => Err(Error::NotFound),
+        }
+    }
+
+    /// Records that a lent block is now page-locked (or no longer), so that it is unlocked before unmapping.
+    pub fn set_locked(&self, lease: &mut Lease, locked: bool) {
+        lease.locked = locked;
+        if let Some(slot) = self.find(lease.agent) {
+            let addr = lease.data.as_ptr() as usize;
+            if let Some(block) = slot.pool.lock().blocks.iter_mut().find(|b| b.ptr == addr) {
+                block.locked = locked;
+            }
+        }
+    }
+
+    /// Unmaps all of `agent`'s idle storage, calling `unlock` first for page-locked blocks.
+    pub fn trim(&self, agent: Agent, unlock: &mut dyn FnMut(NonNull<u8>, usize)) {
+        let Some(slot) = self.find(agent) else { return };
+        loop {
+            let mut victims: ArrayVec<Victim, TRIM_BATCH> = ArrayVec::new();
+            {
+                let mut pool = slot.pool.lock();
+                let mut i = 0;
+                while i < pool.blocks.len() && !victims.is_full() {
+                    let block = pool.blocks[i];
+                    if block.lent {
+                        i += 1;
+                        continue;
+                    }
+                    pool.blocks.swap_remove(i);
+                    if let Some(ptr) = NonNull::new(block.ptr as *mut u8) {
+                        victims.push(Victim { ptr, len: block.capacity, locked: block.locked });
+                    }
+                }
+                for (class, chunks) in pool.slabs.iter_mut().enumerate() {
+                    let len = slots_per_chunk(SMALL_CLASSES[class]) * SMALL_CLASSES[class];
+                    let mut i = 0;
+                    while i < chunks.len() && !victims.is_full() {
+                        if !chunks[i].is_idle() {
+                            i += 1;
+                            continue;
+                        }
+                        let chunk = chunks.swap_remove(i);
+                        if let Some(ptr) = NonNull::new(chunk.base as *mut u8) {
+                            victims.push(Victim { ptr, len, locked: false });
+                        }
+                    }
+                }
+            }
+            if victims.is_empty() {
+                return;
+            }
+            for victim in victims {
+                if victim.locked {
+                    unlock(victim.ptr, victim.len);
+                }
+                // SAFETY: the victim was an idle mapping of this pool, removed from it under the lock, so nothing
+                // else can reach it; ptr and len are exactly what `map` returned.
+                unsafe { host_memory::unmap(victim.ptr, victim.len) };
+            }
+        }
+    }
+
+    /// Bytes of idle storage `agent`'s pool holds: idle blocks and wholly idle slab chunks (what a trim unmaps).
+    pub fn retained_bytes(&self, agent: Agent) -> usize {
+        self.find(agent).map_or(0, |slot| slot.pool.lock().retained_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pools are megabytes of fixed tables: each test gets its own static rather than a stack copy.
+    macro_rules! pools {
+        () => {{
+            static POOLS: Pools = Pools::new();
+            &POOLS
+        }};
+    }
+
+    fn no_unlock() -> impl FnMut(NonNull<u8>, usize) {
+        |_, _| panic!("nothing here is page-locked")
+    }
+
+    #[test]
+    fn a_fresh_block_is_sized_to_the_request_writable_and_nothing_is_retained() {
+        let pools = pools!();
+        let agent = Agent(1);
+        let lease = pools.acquire(agent, 100_000).unwrap();
+        assert_eq!(lease.size, 100_000);
+        assert!(lease.capacity >= 100_000);
+        // SAFETY: the lease is `capacity` writable bytes.
+        unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, lease.capacity) };
+        assert_eq!(pools.retained_bytes(agent), 0);
+        pools.release(agent, lease.data, lease.capacity).unwrap();
+        assert_eq!(pools.retained_bytes(agent), lease.capacity);
+        pools.trim(agent, &mut no_unlock());
+        assert_eq!(pools.retained_bytes(agent), 0);
+    }
+
+    #[test]
+    fn reuse_is_best_fit_within_twice_the_request() {
+        let pools = pools!();
+        let agent = Agent(2);
+        let big = pools.acquire(agent, 100 << 10).unwrap();
+        pools.release(agent, big.data, big.capacity).unwrap();
+        let small = pools.acquire(agent, 40 << 10).unwrap();
+        assert_ne!(small.data, big.data, "a 40 KiB request must not take a 100 KiB block");
+        let fits = pools.acquire(agent, 60 << 10).unwrap();
+        assert_eq!(fits.data, big.data, "a 60 KiB request takes the 100 KiB block");
+        for lease in [small, fits] {
+            pools.release(agent, lease.data, lease.capacity).unwrap();
+        }
+        pools.trim(agent, &mut no_unlock());
+    }
+
+    #[test]
+    fn tiny_requests_share_a_chunk_and_are_reused_without_mapping() {
+        let pools = pools!();
+        let agent = Agent(3);
+        let first: Vec<_> = (1..=256).map(|size| pools.acquire(agent, size).unwrap()).collect();
+        for lease in &first {
+            pools.release(agent, lease.data, lease.capacity).unwrap();
+        }
+        let first: std::collections::HashSet<_> = first.iter().map(|lease| lease.data).collect();
+        for round in 0..1000 {
+            let size = round % 256 + 1;
+            let lease = pools.acquire(agent, size).unwrap();
+            assert!(lease.capacity >= size && lease.capacity <= 256.max(2 * size).max(16));
+            assert!(first.contains(&lease.data), "a steady-state tiny request got storage that was not retained");
+            pools.release(agent, lease.data, lease.capacity).unwrap();
+        }
+        assert!(pools.retained_bytes(agent) > 0);
+        pools.trim(agent, &mut no_unlock());
+        assert_eq!(pools.retained_bytes(agent), 0);
+    }
+
+    #[test]
+    fn double_and_foreign_releases_are_refused() {
+        let pools = pools!();
+        let (a, b) = (Agent(4), Agent(5));
+        let small = pools.acquire(a, 10).unwrap();
+        let large = pools.acquire(a, 1 << 20).unwrap();
+        let _ = pools.acquire(b, 10).unwrap();
+        assert_eq!(pools.release(b, small.data, small.capacity), Err(Error::NotFound));
+        pools.release(a, small.data, small.capacity).unwrap();
+        assert_eq!(pools.release(a, small.data, small.capacity), Err(Error::NotFound));
+        pools.release(a, large.data, large.capacity).unwrap();
+        assert_eq!(pools.release(a, large.data, large.capacity), Err(Error::NotFound));
+        pools.trim(a, &mut no_unlock());
+    }
+
+    #[test]
+    fn pools_are_per_agent() {
+        let pools = pools!();
+        let (a, b) = (Agent(6), Agent(7));
+        let lease = pools.acquire(a, 1 << 20).unwrap();
+        pools.release(a, lease.data, lease.capacity).unwrap();
+        let other = pools.acquire(b, 1 << 20).unwrap();
+        assert_ne!(other.data, lease.data);
+        assert_eq!(pools.retained_bytes(a), lease.capacity);
+        pools.release(b, other.data, other.capacity).unwrap();
+        pools.trim(a, &mut no_unlock());
+        pools.trim(b, &mut no_unlock());
+    }
+
+    #[test]
+    fn locked_blocks_are_unlocked_before_they_are_unmapped() {
+        let pools = pools!();
+        let agent = Agent(8);
+        let mut lease = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
+        pools.set_locked(&mut lease, true);
+        pools.release(agent, lease.data, lease.capacity).unwrap();
+        let again = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
+        assert!(again.locked, "a retained block stays locked");
+        pools.release(agent, again.data, again.capacity).unwrap();
+        let mut unlocked = Vec::new();
+        pools.trim(agent, &mut |ptr, len| unlocked.push((ptr, len)));
+        assert_eq!(unlocked, [(lease.data, lease.capacity)]);
+    }
+
+    #[test]
+    fn zero_and_overflowing_sizes_are_invalid() {
+        let pools = pools!();
+        assert_eq!(pools.acquire(Agent(9), 0), Err(Error::InvalidArgument));
+        assert_eq!(pools.acquire(Agent(9), usize::MAX), Err(Error::InvalidArgument));
+    }
+
+    #[test]
+    fn more_agents_than_pools_is_capacity_exceeded() {
+        let pools = pools!();
+        let mut leases = Vec::new();
+        for agent in 0..MAX_AGENTS as u64 {
+            leases.push(pools.acquire(Agent(1000 + agent), 16).unwrap());
+        }
+        assert_eq!(pools.acquire(Agent(5000), 16), Err(Error::CapacityExceeded));
+        for lease in leases {
+            pools.release(lease.agent, lease.data, lease.capacity).unwrap();
+            pools.trim(lease.agent, &mut no_unlock());
+        }
+    }
+}
