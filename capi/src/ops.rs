@@ -95,12 +95,7 @@ pub struct kreplay_device_ops_t {
     /// Visits every module-scope variable visible to the agent in the loaded executables. Any failure to
     /// enumerate an executable or symbol must be returned as an error: the snapshot is then declined.
     pub iterate_module_variables: Option<
-        unsafe extern "C" fn(
-            *mut c_void,
-            kreplay_agent_t,
-            kreplay_module_variable_visitor_t,
-            *mut c_void,
-        ) -> RawStatus,
+        unsafe extern "C" fn(*mut c_void, kreplay_agent_t, kreplay_module_variable_visitor_t, *mut c_void) -> RawStatus,
     >,
     /// Optional (NULL when unsupported): page-locks host memory for faster transfers.
     pub host_lock: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> RawStatus>,
@@ -309,10 +304,10 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
             );
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
-        to_status(ENGINE.set_policy(Policy {
-            pin_staging: policy.pin_staging,
-            max_snapshot_bytes: policy.max_snapshot_bytes,
-        }))
+        to_status(
+            ENGINE
+                .set_policy(Policy { pin_staging: policy.pin_staging, max_snapshot_bytes: policy.max_snapshot_bytes }),
+        )
     })
 }
 

@@ -267,7 +267,11 @@ unsafe extern "C" fn sim_copy(_: *mut c_void, dst: *mut c_void, src: *const c_vo
     RawStatus(KREPLAY_STATUS_SUCCESS as u32)
 }
 
-unsafe extern "C" fn sim_pointer_info(_: *mut c_void, ptr: *const c_void, info: *mut kreplay_pointer_info_t) -> RawStatus {
+unsafe extern "C" fn sim_pointer_info(
+    _: *mut c_void,
+    ptr: *const c_void,
+    info: *mut kreplay_pointer_info_t,
+) -> RawStatus {
     let state = state();
     if state.faults.fail_pointer_info {
         return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
@@ -298,8 +302,7 @@ unsafe extern "C" fn sim_iterate(
     visit_data: *mut c_void,
 ) -> RawStatus {
     bump(&COUNTERS.module_scans, 1);
-    let variables: Vec<Variable> =
-        state().variables.iter().filter(|v| v.agent == agent.handle).cloned().collect();
+    let variables: Vec<Variable> = state().variables.iter().filter(|v| v.agent == agent.handle).cloned().collect();
     for variable in &variables {
         {
             let mut state = state();

@@ -156,11 +156,8 @@ pub unsafe extern "C" fn kreplay_host_memory_stats(stats_out: *mut kreplay_host_
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
         let stats = kreplay_core::host_memory::stats();
-        let stats = kreplay_host_memory_stats_t {
-            maps: stats.maps,
-            unmaps: stats.unmaps,
-            mapped_bytes: stats.mapped_bytes,
-        };
+        let stats =
+            kreplay_host_memory_stats_t { maps: stats.maps, unmaps: stats.unmaps, mapped_bytes: stats.mapped_bytes };
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { stats_out.write(stats) };
         KREPLAY_STATUS_SUCCESS

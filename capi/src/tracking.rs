@@ -55,7 +55,11 @@ pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
 /// Records a virtual-memory mapping (`hsa_amd_vmem_map`), tracked and snapshotted like an allocation of
 /// `owner`. A mapping over part of a tracked one replaces that part. Thread-safe.
 #[unsafe(no_mangle)]
-pub extern "C" fn kreplay_record_vmem_map(address: *mut c_void, size: usize, owner: kreplay_agent_t) -> kreplay_status_t {
+pub extern "C" fn kreplay_record_vmem_map(
+    address: *mut c_void,
+    size: usize,
+    owner: kreplay_agent_t,
+) -> kreplay_status_t {
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }

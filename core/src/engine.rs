@@ -171,7 +171,10 @@ impl<O: DeviceOps> Engine<O> {
         }
         self.check_live()?;
         if address == 0 || size == 0 || address.checked_add(size).is_none() {
-            crate::log!(Level::Warning, "record_vmem_map({address:#x}, {size}): null address, zero or overflowing size");
+            crate::log!(
+                Level::Warning,
+                "record_vmem_map({address:#x}, {size}): null address, zero or overflowing size"
+            );
             return Err(Error::InvalidArgument);
         }
         self.inventory.insert_vmem(address, size, owner).map_err(|InsertError::Full| {
@@ -193,7 +196,10 @@ impl<O: DeviceOps> Engine<O> {
         }
         self.check_live()?;
         if address == 0 || size == 0 || address.checked_add(size).is_none() {
-            crate::log!(Level::Warning, "record_vmem_unmap({address:#x}, {size}): null address, zero or overflowing size");
+            crate::log!(
+                Level::Warning,
+                "record_vmem_unmap({address:#x}, {size}): null address, zero or overflowing size"
+            );
             return Err(Error::InvalidArgument);
         }
         let outcome = self.inventory.remove_vmem(address, size);

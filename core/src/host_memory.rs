@@ -64,11 +64,8 @@ pub fn set_huge_pages(enabled: bool) {
 /// The length a mapping of at least `len` bytes really gets: whole pages, and whole huge pages for large ones.
 /// `None` when rounding overflows.
 pub fn mapping_len(len: usize) -> Option<usize> {
-    let granule = if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) {
-        HUGE_PAGE_SIZE
-    } else {
-        page_size()
-    };
+    let granule =
+        if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
     len.checked_next_multiple_of(granule)
 }
 

@@ -636,7 +636,8 @@ mod tests {
 
     #[test]
     fn concurrent_inserts_and_removes_keep_the_table_consistent() {
-        let inventory: &'static Inventory<4096, 8192> = Box::leak(Box::new(Inventory::new()));
+        static INVENTORY: Inventory<4096, 8192> = Inventory::new();
+        let inventory = &INVENTORY;
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 std::thread::spawn(move || {

@@ -29,6 +29,9 @@ pub mod snapshot;
 pub mod staging;
 pub mod types;
 
+#[cfg(test)]
+mod testing;
+
 pub use engine::Engine;
 pub use error::{DeclineReason, Error, Result};
 pub use ops::DeviceOps;

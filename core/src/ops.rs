@@ -19,11 +19,7 @@ pub trait DeviceOps: Clone + Send + Sync {
 
     /// Calls `visit` for every module-scope variable visible to `agent`, until it returns false. Any failure
     /// to enumerate an executable or a symbol must be returned as an error.
-    fn iterate_module_variables(
-        &self,
-        agent: Agent,
-        visit: &mut dyn FnMut(&ModuleVariable<'_>) -> bool,
-    ) -> Result<()>;
+    fn iterate_module_variables(&self, agent: Agent, visit: &mut dyn FnMut(&ModuleVariable<'_>) -> bool) -> Result<()>;
 
     /// Whether [`DeviceOps::host_lock`] and [`DeviceOps::host_unlock`] are available.
     fn can_lock_host(&self) -> bool;

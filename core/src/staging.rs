@@ -137,10 +137,9 @@ impl AgentPool {
         let limit = size.saturating_mul(2);
         let mut best: Option<(usize, usize)> = None;
         for (i, block) in self.blocks.iter().enumerate() {
-            if !block.lent && block.capacity >= size && block.capacity <= limit {
-                if best.is_none_or(|(_, capacity)| block.capacity < capacity) {
-                    best = Some((i, block.capacity));
-                }
+            let fits = !block.lent && block.capacity >= size && block.capacity <= limit;
+            if fits && best.is_none_or(|(_, capacity)| block.capacity < capacity) {
+                best = Some((i, block.capacity));
             }
         }
         best.map(|(i, _)| i)
