@@ -52,7 +52,7 @@ pub struct Lease {
 /// A page-backed mapping known to a pool.
 #[derive(Copy, Clone, Debug)]
 struct Block {
-    ptr: usize,
+    ptr: NonNull<u8>,
     capacity: usize,
     locked: bool,
     lent: bool,
@@ -65,14 +65,14 @@ struct Block {
 /// bits; bits at or above `slots` are never set.
 #[derive(Copy, Clone, Debug)]
 struct Chunk {
-    base: usize,
+    base: NonNull<u8>,
     free: [u64; MAX_SLOTS_PER_CHUNK / 64],
     slots: u16,
     idle: u16,
 }
 
 impl Chunk {
-    fn new(base: usize, slots: usize) -> Self {
+    fn new(base: NonNull<u8>, slots: usize) -> Self {
         let mut free = [0u64; MAX_SLOTS_PER_CHUNK / 64];
         for (word, bits) in free.iter_mut().enumerate() {
             let first = word * 64;
@@ -158,6 +158,10 @@ impl AgentPool {
         blocks + slabs
     }
 }
+
+// SAFETY: the pointers in a pool are addresses of mappings the pool owns; they are only read or written under
+// the slot's mutex, and the memory behind them is handed out only through leases.
+unsafe impl Send for AgentPool {}
 
 struct PoolSlot {
     agent: AtomicU64,
@@ -257,7 +261,7 @@ impl Pools {
                 let block = &mut pool.blocks[i];
                 block.lent = true;
                 return Ok(Lease {
-                    data: NonNull::new(block.ptr as *mut u8).ok_or(Error::Internal)?,
+                    data: block.ptr,
                     size,
                     capacity: block.capacity,
                     agent,
@@ -266,7 +270,7 @@ impl Pools {
             }
         }
         let data = host_memory::map(len)?;
-        let block = Block { ptr: data.as_ptr() as usize, capacity: len, locked: false, lent: true };
+        let block = Block { ptr: data, capacity: len, locked: false, lent: true };
         let mut pool = slot.pool.lock();
         if pool.blocks.try_push(block).is_err() {
             drop(pool);
@@ -288,9 +292,10 @@ impl Pools {
         let class = class_index(size);
         let class_size = SMALL_CLASSES[class];
         let slot = self.find_or_claim(agent)?;
-        let lease = |base: usize, index: usize| Lease {
-            // SAFETY: chunk bases come from successful mappings and are never null.
-            data: unsafe { NonNull::new_unchecked((base + index * class_size) as *mut u8) },
+        let lease = |base: NonNull<u8>, index: usize| Lease {
+            // SAFETY: `index < slots`, so the slot lies inside the chunk's mapping, and a pointer into a mapping
+            // is never null.
+            data: unsafe { base.add(index * class_size) },
             size,
             capacity: class_size,
             agent,
@@ -310,7 +315,7 @@ impl Pools {
         let slots = slots_per_chunk(class_size);
         let len = slots * class_size;
         let data = host_memory::map(len)?;
-        let mut chunk = Chunk::new(data.as_ptr() as usize, slots);
+        let mut chunk = Chunk::new(data, slots);
         let index = chunk.take().ok_or(Error::Internal)?;
         let mut pool = slot.pool.lock();
         if pool.slabs[class].try_push(chunk).is_err() {
@@ -320,7 +325,7 @@ impl Pools {
             unsafe { host_memory::unmap(data, len) };
             return Ok(None);
         }
-        Ok(Some(lease(data.as_ptr() as usize, index)))
+        Ok(Some(lease(data, index)))
     }
 
     /// Returns storage to its agent's pool. `NotFound` (and nothing changes) when the storage is not lent by
@@ -334,9 +339,10 @@ impl Pools {
             let class_size = SMALL_CLASSES[class];
             if class_size == capacity {
                 for chunk in pool.slabs[class].iter_mut() {
-                    let end = chunk.base + chunk.slots as usize * class_size;
-                    if addr >= chunk.base && addr < end && (addr - chunk.base) % class_size == 0 {
-                        return if chunk.give_back((addr - chunk.base) / class_size) {
+                    let start = chunk.base.as_ptr() as usize;
+                    let end = start + chunk.slots as usize * class_size;
+                    if addr >= start && addr < end && (addr - start) % class_size == 0 {
+                        return if chunk.give_back((addr - start) / class_size) {
                             Ok(())
                         } else {
                             Err(Error::NotFound)
@@ -345,7 +351,7 @@ impl Pools {
                 }
             }
         }
-        let block = pool.blocks.iter_mut().find(|b| b.ptr == addr && b.capacity == capacity && b.lent);
+        let block = pool.blocks.iter_mut().find(|b| b.ptr == data && b.capacity == capacity && b.lent);
         match block {
             Some(block) => {
                 block.lent = false;
@@ -359,8 +365,7 @@ impl Pools {
     pub fn set_locked(&self, lease: &mut Lease, locked: bool) {
         lease.locked = locked;
         if let Some(slot) = self.find(lease.agent) {
-            let addr = lease.data.as_ptr() as usize;
-            if let Some(block) = slot.pool.lock().blocks.iter_mut().find(|b| b.ptr == addr) {
+            if let Some(block) = slot.pool.lock().blocks.iter_mut().find(|b| b.ptr == lease.data) {
                 block.locked = locked;
             }
         }
@@ -381,9 +386,7 @@ impl Pools {
                         continue;
                     }
                     pool.blocks.swap_remove(i);
-                    if let Some(ptr) = NonNull::new(block.ptr as *mut u8) {
-                        victims.push(Victim { ptr, len: block.capacity, locked: block.locked });
-                    }
+                    victims.push(Victim { ptr: block.ptr, len: block.capacity, locked: block.locked });
                 }
                 for (class, chunks) in pool.slabs.iter_mut().enumerate() {
                     let len = slots_per_chunk(SMALL_CLASSES[class]) * SMALL_CLASSES[class];
@@ -394,9 +397,7 @@ impl Pools {
                             continue;
                         }
                         let chunk = chunks.swap_remove(i);
-                        if let Some(ptr) = NonNull::new(chunk.base as *mut u8) {
-                            victims.push(Victim { ptr, len, locked: false });
-                        }
+                        victims.push(Victim { ptr: chunk.base, len, locked: false });
                     }
                 }
             }
