@@ -521,7 +521,7 @@ mod tests {
         let mut table: Table<48, 128> = Table::new();
         let mut model = HashMap::new();
         let mut seed = 0x1234_5678_u64;
-        for step in 0..20_000 {
+        for step in 0..if cfg!(miri) { 2_000 } else { 20_000 } {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
@@ -642,7 +642,7 @@ mod tests {
             .map(|t| {
                 std::thread::spawn(move || {
                     let agent = Agent(t);
-                    for round in 0..200 {
+                    for round in 0..if cfg!(miri) { 4 } else { 200 } {
                         for i in 0..64 {
                             let base = ((t as usize) << 32) | ((i + 1) << 12);
                             inventory.insert(base, round + 1, agent).unwrap();

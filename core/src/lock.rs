@@ -146,6 +146,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "measures thread CPU time, which Miri does not model")]
     fn a_writer_waits_for_a_long_read_without_spinning_a_core_then_proceeds() {
         let lock = Arc::new(RwLock::new(0u64));
         let reading = Arc::new(AtomicBool::new(false));

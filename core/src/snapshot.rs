@@ -683,7 +683,7 @@ mod tests {
                     std::thread::yield_now();
                 }
             });
-            for _ in 0..50 {
+            for _ in 0..if cfg!(miri) { 3 } else { 50 } {
                 let (report, status) = engine.restore(&snapshot);
                 status.unwrap();
                 assert_eq!(report.restored + report.skipped, 64);

@@ -7,8 +7,45 @@ use crate::error::{Error, Result};
 use crate::ops::DeviceOps;
 use crate::types::{Agent, GlobalFlags, ModuleVariable, PointerInfo, PointerType};
 
+/// Memory owned by the mock through a raw pointer (from `Box::into_raw`), so that the addresses handed to the
+/// engine keep their provenance when the bookkeeping moves around.
+pub(crate) struct Storage {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Storage {
+    fn new(fill: u8, len: usize) -> Self {
+        let ptr = Box::into_raw(vec![fill; len].into_boxed_slice()).cast::<u8>();
+        Storage { ptr, len }
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    fn fill(&mut self, value: u8) {
+        // SAFETY: `ptr` owns `len` bytes (see `new`).
+        unsafe { std::ptr::write_bytes(self.ptr, value, self.len) };
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` are exactly the boxed slice leaked in `new`, dropped once.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+// SAFETY: `Storage` owns its memory exclusively, like the `Box<[u8]>` it came from.
+unsafe impl Send for Storage {}
+
 pub(crate) struct Region {
-    pub storage: Box<[u8]>,
+    pub storage: Storage,
     pub agent: Agent,
     pub kind: PointerType,
     pub flags: GlobalFlags,
@@ -18,7 +55,7 @@ pub(crate) struct Region {
 pub(crate) struct Variable {
     pub agent: Agent,
     pub name: &'static [u8],
-    pub storage: Box<[u8]>,
+    pub storage: Storage,
 }
 
 #[derive(Default)]
@@ -52,7 +89,7 @@ impl MockDevice {
     }
 
     pub fn alloc_kind(&self, agent: Agent, size: usize, fill: u8, kind: PointerType, flags: GlobalFlags) -> usize {
-        let storage = vec![fill; size].into_boxed_slice();
+        let storage = Storage::new(fill, size);
         let base = storage.as_ptr() as usize;
         self.state().regions.push(Region { storage, agent, kind, flags, live: true });
         base
@@ -66,7 +103,7 @@ impl MockDevice {
     }
 
     pub fn add_variable(&self, agent: Agent, name: &'static [u8], size: usize, fill: u8) -> usize {
-        let storage = vec![fill; size].into_boxed_slice();
+        let storage = Storage::new(fill, size);
         let address = storage.as_ptr() as usize;
         self.state().variables.push(Variable { agent, name, storage });
         address
