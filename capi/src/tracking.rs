@@ -27,9 +27,10 @@ pub extern "C" fn kreplay_tracking_is_enabled() -> bool {
 /// was made with: an executable allocation is filtered out before any query, other bits are ignored. The rest
 /// are classified with `ops.pointer_info` and tracked only when device memory, coarse-grained and not kernarg,
 /// tagged with the owner agent and a process-unique generation; not tracked is still `SUCCESS`.
-/// `CAPACITY_EXCEEDED` when the inventory is full, and `DEVICE_ERROR` when the pointer query fails: either way
-/// the allocation is remembered as lost and snapshots of its agent (all agents, when the owner is unknown) are
-/// declined until it is freed. Allocates nothing; thread-safe.
+/// `CAPACITY_EXCEEDED` when the inventory is full, `DEVICE_ERROR` when the pointer query fails, and
+/// `NOT_CONFIGURED` when no device ops are installed: in each case the allocation is remembered as lost and
+/// snapshots of its agent (all agents, when the owner is unknown) are declined until it is freed. Allocates
+/// nothing; thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
     if !ENGINE.tracking_enabled() {

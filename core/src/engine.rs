@@ -108,7 +108,16 @@ impl<O: DeviceOps> Engine<O> {
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
             return Ok(());
         }
-        let ops = self.ops()?;
+        let Ok(ops) = self.ops() else {
+            // Tracking is on but nothing can classify the allocation: it must not vanish silently.
+            self.inventory.insert_unknown(ptr);
+            crate::log!(
+                Level::Warning,
+                "record_alloc: no device ops are configured to classify {ptr:#x} ({size} bytes); snapshots of every \
+                 agent are declined until it is freed"
+            );
+            return Err(Error::NotConfigured);
+        };
         let info = match ops.pointer_info(ptr as *const u8) {
             Ok(info) => info,
             Err(error) => {

@@ -611,10 +611,16 @@ mod tests {
     }
 
     #[test]
-    fn an_unconfigured_engine_declines() {
+    fn an_unconfigured_engine_declines_and_remembers_what_it_could_not_classify() {
         static ENGINE: Engine<MockDevice> = Engine::new();
         ENGINE.set_tracking(true);
         assert_eq!(ENGINE.snap(A).err(), Some(DeclineReason::NotConfigured));
+        assert_eq!(ENGINE.record_alloc(0x1000, 64, 0), Err(Error::NotConfigured));
+        let device = MockDevice::default();
+        ENGINE.configure(device).unwrap();
+        assert_eq!(ENGINE.snap(A).err(), Some(DeclineReason::InventoryOverflow), "an unclassified allocation is live");
+        ENGINE.record_free(0x1000).unwrap();
+        assert!(ENGINE.snap(A).is_ok());
     }
 
     #[test]
