@@ -1,0 +1,169 @@
+/* kreplay HSA adapter: connects a host's intercepted HSA API tables (hsa/hsa_api_trace.h) to kreplay.
+ *
+ * A tool that intercepts ROCr through its API tables (rocprofiler-sdk, or any HSA tools library) needs four
+ * things to use kreplay: the allocation entry points wrapped so that kreplay's inventory sees every device
+ * allocation, a kreplay_device_ops_t built from the runtime's own (un-wrapped) functions, somewhere for
+ * kreplay's messages to go, and a finalize call at teardown. This header is those four steps. The adapter
+ * calls nothing of ROCr except through the function pointers the host hands in; it does not link
+ * libhsa-runtime64.
+ *
+ * Typical sequence (see docs/integration.md, "rocprofiler-sdk: step by step"):
+ *
+ *   // In the tool's table registration, library instance 0, before the tables are used:
+ *   kreplay::hsa::set_log_sink(my_sink, KREPLAY_LOG_INFO);
+ *   kreplay::hsa::install(core_table, amd_ext_table, lib_instance);      // live tables: wrappers go in
+ *   kreplay::hsa::configure(&saved_core, &saved_amd_ext, &options);      // captured, un-wrapped copies
+ *   // When the kernel-replay service is configured:
+ *   kreplay_tracking_enable(true);
+ *   // Around the passes of one dispatch: kreplay_replay_gate, kreplay_snap, kreplay_restore, ...
+ *   // At the tool's fini:
+ *   kreplay::hsa::finalize();
+ *
+ * Every function here is thread-safe. None throws: failures are returned as status values. */
+
+#ifndef KREPLAY_HSA_HPP
+#define KREPLAY_HSA_HPP
+
+#include <hsa/hsa.h>
+#include <kreplay.h>
+
+#include <cstddef>
+#include <cstdint>
+
+/* The API tables of hsa/hsa_api_trace.h. Declared here rather than included, because that header needs
+ * AMD_INTERNAL_BUILD defined to find its siblings in an installed include tree; code that fills or reads
+ * the tables includes it itself. */
+struct CoreApiTable;
+struct AmdExtTable;
+
+namespace kreplay::hsa {
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Installing the allocation wrappers
+ * ------------------------------------------------------------------------------------------------------- */
+
+/* The outcome of install(). Values are explicit and never reused. */
+enum install_status_t : int {
+  /* The wrappers are in the tables; the previous entries were saved and are called by the wrappers. */
+  INSTALL_SUCCESS = 0,
+  /* library_instance was not 0: nothing was touched. A later instance's live table already holds the
+   * wrappers that instance 0 installed (the runtime copies the table to each tools library in turn), so
+   * saving its entries as "next" would make the wrappers call themselves. */
+  INSTALL_REFUSED_NOT_FIRST_INSTANCE = 1,
+  /* An earlier install() succeeded in this process: nothing was touched, for the same reason. */
+  INSTALL_REFUSED_ALREADY_INSTALLED = 2,
+  /* A table was NULL, reported a size (version.minor_id) too small to hold the entries to wrap, or one of
+   * those entries was NULL: nothing was touched. */
+  INSTALL_REFUSED_INVALID_TABLE = 3,
+};
+
+/* A static, NUL-terminated name for status; never NULL, also for unknown values. */
+const char* install_status_string(install_status_t status);
+
+/* Saves the current entries of hsa_memory_allocate, hsa_memory_free (core table), hsa_amd_memory_pool_allocate
+ * and hsa_amd_memory_pool_free (AMD extension table) -- and, in a build whose headers declare them and with a
+ * runtime whose table holds them, hsa_amd_vmem_map and hsa_amd_vmem_unmap -- then writes wrappers in their
+ * place. The wrappers call the saved entries and feed kreplay's inventory:
+ *   - an allocation that succeeded is recorded with kreplay_record_alloc, with the pool allocation flags
+ *     (hsa_memory_allocate has none: 0);
+ *   - a free is recorded with kreplay_record_free before the saved free runs; if that free fails, the
+ *     allocation is recorded again;
+ *   - a map that succeeded is recorded with kreplay_record_vmem_map and the owner of the memory handle's pool;
+ *     an unmap is recorded with kreplay_record_vmem_unmap before the saved unmap runs.
+ * Recording costs one relaxed atomic load while kreplay_tracking_enable(true) has not been called.
+ *
+ * core and amd_ext are the host's live tables, the ones the runtime dispatches through. Only library
+ * instance 0 installs, and only once per process (see install_status_t). The wrappers stay for the life of
+ * the process: there is no uninstall, because other tools may have copied the table entries since, and
+ * after finalize() the wrappers only forward. Call it from the table registration, before other threads use
+ * the tables. */
+install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t library_instance);
+
+/* Whether this build of the adapter has the vmem wrappers compiled in (the ROCr headers it was built against
+ * declare hsa_amd_vmem_map/unmap and hsa_amd_vmem_get_alloc_properties_from_handle). */
+bool vmem_wrappers_compiled();
+
+/* Whether install() put the vmem wrappers in (compiled in, and the runtime's table holds the entries). */
+bool vmem_wrappers_installed();
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Configuring kreplay's device operations
+ * ------------------------------------------------------------------------------------------------------- */
+
+/* Called once per loaded executable; return HSA_STATUS_SUCCESS to continue, anything else to stop. */
+typedef hsa_status_t (*executable_visitor_t)(hsa_executable_t executable, void* visit_data);
+
+/* Enumerates the host's loaded executables, calling visit(executable, visit_data) for each, and returns
+ * HSA_STATUS_SUCCESS after a complete walk, or the first status other than HSA_STATUS_SUCCESS that visit
+ * returned (or its own error). It has the shape of hsa_ven_amd_loader_iterate_executables plus a user_data
+ * argument, so a host with its own code-object registry can walk that instead. It is called from whichever
+ * thread runs kreplay_snap. */
+typedef hsa_status_t (*executable_iterator_t)(void* user_data, executable_visitor_t visit, void* visit_data);
+
+typedef struct configure_options_t {
+  /* sizeof(configure_options_t) as the caller compiled it. */
+  std::size_t struct_size;
+  /* The host's executable enumeration; NULL: the AMD loader extension's hsa_ven_amd_loader_iterate_executables,
+   * looked up through the core table's hsa_system_get_major_extension_table the first time a snapshot
+   * needs it (the runtime must be initialised by then). */
+  executable_iterator_t iterate_executables;
+  /* Passed back as iterate_executables' first argument. */
+  void* iterate_executables_data;
+} configure_options_t;
+
+/* Builds a kreplay_device_ops_t from the given tables and installs it with kreplay_configure. Pass the
+ * host's captured copies of the tables as the runtime gave them -- not the live tables holding install()'s
+ * wrappers, nor other tools' -- so that kreplay's own copies and queries are neither traced nor recorded. The
+ * entries are copied out: the tables need not outlive the call. The ops:
+ *   copy                      hsa_memory_copy (blocking, any direction);
+ *   pointer_info              hsa_amd_pointer_info: type, global flags, agentOwner, agentBaseAddress,
+ *                             sizeInBytes. When the runtime returns a pointer-info struct too short to hold
+ *                             global_flags (or the headers lack the field), coarse or fine grain is derived
+ *                             from the owner's device type through hsa_agent_get_info: memory owned by a GPU
+ *                             counts as coarse-grained, memory owned by a CPU as fine-grained;
+ *   iterate_module_variables  the executables from options->iterate_executables (or the loader extension),
+ *                             each walked with hsa_executable_iterate_agent_symbols for the agent; for every
+ *                             variable symbol its address, size, name and segment/constness are read with
+ *                             hsa_executable_symbol_get_info. Any failed query fails the whole scan, so the
+ *                             snapshot is declined (KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) rather than taken
+ *                             without a variable. Executables with a zero handle (slots of destroyed ones
+ *                             that some ROCr versions report) are skipped;
+ *   host_lock / host_unlock   hsa_amd_memory_lock with no agent list (ROCr then makes the memory accessible to
+ *                             every agent, since kreplay's op names none) and hsa_amd_memory_unlock. Only used
+ *                             when the policy asks for pinned staging (kreplay_policy_t::pin_staging).
+ * options may be NULL (all defaults). Returns KREPLAY_STATUS_INVALID_ARGUMENT when a table is NULL or too
+ * short, a required entry is NULL, or options->struct_size is too small; KREPLAY_STATUS_OUT_OF_HOST_MEMORY
+ * when the adapter's small context cannot be allocated; otherwise what kreplay_configure returns. A later
+ * call replaces the ops (the previous context is kept alive on purpose: a snapshot may still be using it). */
+kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext, const configure_options_t* options);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Logging
+ * ------------------------------------------------------------------------------------------------------- */
+
+/* Receives one message: length bytes, NUL-terminated, without a trailing newline, valid only during the
+ * call. Called from any thread; it must not call back into kreplay. */
+typedef void (*log_sink_t)(kreplay_log_level_t level, const char* message, std::size_t length);
+
+/* Routes kreplay's messages and the adapter's own at or below max_level to sink (kreplay_set_logger with
+ * forward_log). NULL sink: back to the defaults, ERROR and WARNING lines on stderr. */
+void set_log_sink(log_sink_t sink, kreplay_log_level_t max_level);
+
+/* A kreplay_log_fn that delivers to the sink set with set_log_sink (user_data is ignored), or writes ERROR and
+ * WARNING to stderr when none is set. set_log_sink installs it; a host that calls kreplay_set_logger itself
+ * can pass it directly. */
+void forward_log(void* user_data, kreplay_log_level_t level, const char* message, std::size_t length);
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Teardown
+ * ------------------------------------------------------------------------------------------------------- */
+
+/* Call from the host's finalization, before its static destructors run (rocprofiler-sdk: its fini, where
+ * the registration's fini status becomes non-zero). Runs kreplay_finalize, after which the installed wrappers
+ * only forward to the runtime: a free arriving from another library's teardown touches no kreplay state.
+ * Irreversible. */
+void finalize();
+
+}  // namespace kreplay::hsa
+
+#endif  // KREPLAY_HSA_HPP

@@ -1,0 +1,379 @@
+// The fake ROCr behind the HSA adapter's tests (see fake_hsa.hpp).
+#include "fake_hsa.hpp"
+
+#include <hsa/hsa_ven_amd_loader.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace fake {
+
+state_t state;
+agents_t agents;
+pools_t pools;
+hsa_region_t gpu_region;
+std::vector<executable_t> executables;
+int host_iterator_calls = 0;
+hsa_status_t host_iterator_result = HSA_STATUS_SUCCESS;
+
+namespace {
+
+struct allocation_t {
+  char* base;
+  std::size_t size;
+  hsa_amd_memory_pool_t pool;
+};
+
+struct locked_t {
+  void* ptr;
+  std::size_t size;
+};
+
+std::vector<allocation_t> allocations;
+std::vector<locked_t> locked;
+std::uint64_t next_symbol_handle = 0;
+
+struct pool_desc_t {
+  hsa_amd_memory_pool_t pool;
+  hsa_agent_t owner;
+  std::uint32_t global_flags;
+};
+
+// Rebuilt by reset() from the agent and pool handles.
+std::vector<pool_desc_t> pool_descs;
+
+const pool_desc_t* find_pool(hsa_amd_memory_pool_t pool) {
+  for (const auto& desc : pool_descs) {
+    if (desc.pool.handle == pool.handle) return &desc;
+  }
+  return nullptr;
+}
+
+hsa_status_t allocate(hsa_amd_memory_pool_t pool, std::size_t size, void** ptr) {
+  if (ptr == nullptr || size == 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  if (find_pool(pool) == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
+  auto* base = static_cast<char*>(std::calloc(1, size));
+  if (base == nullptr) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  allocations.push_back({base, size, pool});
+  *ptr = base;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t release(void* ptr) {
+  auto it = std::find_if(allocations.begin(), allocations.end(), [ptr](const allocation_t& a) { return a.base == ptr; });
+  if (it == allocations.end()) return HSA_STATUS_ERROR_INVALID_ALLOCATION;
+  if (state.fail_next_frees > 0) {
+    --state.fail_next_frees;
+    return HSA_STATUS_ERROR;
+  }
+  if (state.on_free != nullptr) state.on_free(ptr);
+  // Poison before giving the memory back, so a late restore would at least be visible under a debugger.
+  std::memset(it->base, 0xDD, it->size);
+  std::free(it->base);
+  allocations.erase(it);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_memory_allocate(hsa_region_t region, std::size_t size, void** ptr) {
+  ++state.memory_allocate_calls;
+  if (region.handle != gpu_region.handle) return HSA_STATUS_ERROR_INVALID_REGION;
+  return allocate(pools.gpu_coarse, size, ptr);
+}
+
+hsa_status_t fake_memory_free(void* ptr) {
+  ++state.memory_free_calls;
+  return release(ptr);
+}
+
+hsa_status_t fake_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, std::uint32_t /*flags*/, void** ptr) {
+  ++state.pool_allocate_calls;
+  return allocate(pool, size, ptr);
+}
+
+hsa_status_t fake_pool_free(void* ptr) {
+  ++state.pool_free_calls;
+  return release(ptr);
+}
+
+hsa_status_t fake_memory_copy(void* dst, const void* src, std::size_t size) {
+  ++state.copy_calls;
+  if (dst == nullptr || src == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  std::memmove(dst, src, size);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_pointer_info(const void* ptr, hsa_amd_pointer_info_t* info, void* (*/*alloc*/)(std::size_t),
+                               std::uint32_t* /*num_agents*/, hsa_agent_t** /*accessible*/) {
+  ++state.pointer_info_calls;
+  if (info == nullptr || ptr == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  if (state.fail_pointer_info) return HSA_STATUS_ERROR;
+  const auto* at = static_cast<const char*>(ptr);
+  const std::uint32_t short_size = static_cast<std::uint32_t>(offsetof(hsa_amd_pointer_info_t, global_flags));
+  if (state.short_pointer_info) info->size = std::min(info->size, short_size);
+  for (const auto& a : allocations) {
+    if (at >= a.base && at < a.base + a.size) {
+      const pool_desc_t* desc = find_pool(a.pool);
+      info->type = HSA_EXT_POINTER_TYPE_HSA;
+      info->agentBaseAddress = a.base;
+      info->hostBaseAddress = a.base;
+      info->sizeInBytes = a.size;
+      info->userData = nullptr;
+      info->agentOwner = desc->owner;
+      if (!state.short_pointer_info) info->global_flags = desc->global_flags;
+      return HSA_STATUS_SUCCESS;
+    }
+  }
+  info->type = HSA_EXT_POINTER_TYPE_UNKNOWN;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute, void* value) {
+  if (attribute != HSA_AGENT_INFO_DEVICE) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  hsa_device_type_t type;
+  if (agent.handle == agents.cpu.handle) {
+    type = HSA_DEVICE_TYPE_CPU;
+  } else if (agent.handle == agents.gpu.handle || agent.handle == agents.gpu2.handle) {
+    type = HSA_DEVICE_TYPE_GPU;
+  } else {
+    return HSA_STATUS_ERROR_INVALID_AGENT;
+  }
+  std::memcpy(value, &type, sizeof type);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_iterate_agents(hsa_status_t (*callback)(hsa_agent_t, void*), void* data) {
+  for (hsa_agent_t agent : {agents.cpu, agents.gpu, agents.gpu2}) {
+    hsa_status_t status = callback(agent, data);
+    if (status != HSA_STATUS_SUCCESS) return status;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_agent_iterate_memory_pools(hsa_agent_t agent, hsa_status_t (*callback)(hsa_amd_memory_pool_t, void*),
+                                             void* data) {
+  for (const auto& desc : pool_descs) {
+    if (desc.owner.handle != agent.handle) continue;
+    hsa_status_t status = callback(desc.pool, data);
+    if (status != HSA_STATUS_SUCCESS) return status;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_memory_pool_get_info(hsa_amd_memory_pool_t pool, hsa_amd_memory_pool_info_t attribute,
+                                       void* value) {
+  const pool_desc_t* desc = find_pool(pool);
+  if (desc == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
+  if (attribute != HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  std::memcpy(value, &desc->global_flags, sizeof desc->global_flags);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_memory_lock(void* host_ptr, std::size_t size, hsa_agent_t* agent_list, int num_agent,
+                              void** agent_ptr) {
+  ++state.lock_calls;
+  if (agent_list != nullptr || num_agent != 0) ++state.lock_calls_with_agents;
+  if (host_ptr == nullptr || size == 0 || agent_ptr == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  locked.push_back({host_ptr, size});
+  ++state.locked_ranges;
+  *agent_ptr = host_ptr;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_memory_unlock(void* host_ptr) {
+  ++state.unlock_calls;
+  auto it = std::find_if(locked.begin(), locked.end(), [host_ptr](const locked_t& l) { return l.ptr == host_ptr; });
+  if (it == locked.end()) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  locked.erase(it);
+  --state.locked_ranges;
+  return HSA_STATUS_SUCCESS;
+}
+
+executable_t* find_executable(hsa_executable_t executable) {
+  if (executable.handle == 0) return nullptr;
+  for (auto& e : executables) {
+    if (e.handle == executable.handle) return &e;
+  }
+  return nullptr;
+}
+
+const symbol_t* find_symbol(hsa_executable_symbol_t symbol) {
+  for (const auto& e : executables) {
+    for (const auto& s : e.symbols) {
+      if (s.handle == symbol.handle) return &s;
+    }
+  }
+  return nullptr;
+}
+
+hsa_status_t fake_iterate_agent_symbols(hsa_executable_t executable, hsa_agent_t agent,
+                                        hsa_status_t (*callback)(hsa_executable_t, hsa_agent_t,
+                                                                 hsa_executable_symbol_t, void*),
+                                        void* data) {
+  executable_t* e = find_executable(executable);
+  if (e == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+  if (e->fail_iteration) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  for (const auto& s : e->symbols) {
+    if (s.agent.handle != agent.handle) continue;
+    hsa_status_t status = callback(executable, agent, hsa_executable_symbol_t{s.handle}, data);
+    if (status != HSA_STATUS_SUCCESS) return status;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+template <typename T>
+hsa_status_t put(void* value, T v) {
+  std::memcpy(value, &v, sizeof v);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_symbol_get_info(hsa_executable_symbol_t symbol, hsa_executable_symbol_info_t attribute,
+                                  void* value) {
+  const symbol_t* s = find_symbol(symbol);
+  if (s == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL;
+  if (s->fail_attribute == static_cast<int>(attribute)) return HSA_STATUS_ERROR;
+  switch (attribute) {
+    case HSA_EXECUTABLE_SYMBOL_INFO_TYPE: return put(value, s->kind);
+    case HSA_EXECUTABLE_SYMBOL_INFO_NAME_LENGTH: return put(value, static_cast<std::uint32_t>(s->name.size()));
+    case HSA_EXECUTABLE_SYMBOL_INFO_NAME:
+      std::memcpy(value, s->name.data(), s->name.size());  // no terminator, as ROCr
+      return HSA_STATUS_SUCCESS;
+    default: break;
+  }
+  if (s->kind != HSA_SYMBOL_KIND_VARIABLE) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  switch (attribute) {
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS:
+      return put(value, static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s->address)));
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE: return put(value, s->size);
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SEGMENT: return put(value, s->segment);
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_IS_CONST: return put(value, s->is_const);
+    case HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ALLOCATION: return put(value, HSA_VARIABLE_ALLOCATION_AGENT);
+    default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
+}
+
+hsa_status_t loader_iterate_executables(hsa_status_t (*callback)(hsa_executable_t, void*), void* data) {
+  for (const auto& e : executables) {
+    if (e.handle == 0) ++state.null_executables_reported;
+    hsa_status_t status = callback(hsa_executable_t{e.handle}, data);
+    if (status != HSA_STATUS_SUCCESS) return status;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_get_major_extension_table(std::uint16_t extension, std::uint16_t version_major,
+                                            std::size_t table_length, void* table) {
+  ++state.loader_table_requests;
+  if (state.fail_loader_table) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+  if (extension != HSA_EXTENSION_AMD_LOADER || version_major != 1 || table == nullptr) {
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
+  hsa_ven_amd_loader_1_03_pfn_t loader;
+  std::memset(&loader, 0, sizeof loader);
+  loader.hsa_ven_amd_loader_iterate_executables = &loader_iterate_executables;
+  std::memcpy(table, &loader, std::min(table_length, sizeof loader));
+  return HSA_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+void reset(std::uint64_t base) {
+  for (auto& a : allocations) std::free(a.base);
+  allocations.clear();
+  locked.clear();
+  for (auto& e : executables) {
+    for (auto& s : e.symbols) std::free(s.address);
+  }
+  executables.clear();
+  state = state_t{};
+  agents = {hsa_agent_t{base + 0x100}, hsa_agent_t{base + 0x200}, hsa_agent_t{base + 0x300}};
+  pools = {hsa_amd_memory_pool_t{base + 0x1001}, hsa_amd_memory_pool_t{base + 0x1002},
+           hsa_amd_memory_pool_t{base + 0x1003}, hsa_amd_memory_pool_t{base + 0x1004},
+           hsa_amd_memory_pool_t{base + 0x1005}};
+  gpu_region = hsa_region_t{base + 0x2001};
+  pool_descs = {
+      {pools.gpu_coarse, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED},
+      {pools.gpu_fine, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
+      {pools.gpu2_coarse, agents.gpu2, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED},
+      {pools.cpu_kernarg, agents.cpu,
+       HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT | HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
+      {pools.cpu_fine, agents.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
+  };
+  next_symbol_handle = base + 0x10000;
+  // The slot of a destroyed executable, reported first by the loader iteration.
+  executables.push_back(executable_t{0, {}, false});
+  host_iterator_calls = 0;
+  host_iterator_result = HSA_STATUS_SUCCESS;
+}
+
+void fill_tables(CoreApiTable* core, AmdExtTable* amd_ext) {
+  std::memset(core, 0, sizeof *core);
+  std::memset(amd_ext, 0, sizeof *amd_ext);
+  core->version.major_id = HSA_CORE_API_TABLE_MAJOR_VERSION;
+  core->version.minor_id = sizeof(CoreApiTable);
+  amd_ext->version.major_id = HSA_AMD_EXT_API_TABLE_MAJOR_VERSION;
+  amd_ext->version.minor_id = sizeof(AmdExtTable);
+  core->hsa_memory_allocate_fn = &fake_memory_allocate;
+  core->hsa_memory_free_fn = &fake_memory_free;
+  core->hsa_memory_copy_fn = &fake_memory_copy;
+  core->hsa_agent_get_info_fn = &fake_agent_get_info;
+  core->hsa_iterate_agents_fn = &fake_iterate_agents;
+  core->hsa_executable_iterate_agent_symbols_fn = &fake_iterate_agent_symbols;
+  core->hsa_executable_symbol_get_info_fn = &fake_symbol_get_info;
+  core->hsa_system_get_major_extension_table_fn = &fake_get_major_extension_table;
+  amd_ext->hsa_amd_memory_pool_allocate_fn = &fake_pool_allocate;
+  amd_ext->hsa_amd_memory_pool_free_fn = &fake_pool_free;
+  amd_ext->hsa_amd_pointer_info_fn = &fake_pointer_info;
+  amd_ext->hsa_amd_memory_lock_fn = &fake_memory_lock;
+  amd_ext->hsa_amd_memory_unlock_fn = &fake_memory_unlock;
+  amd_ext->hsa_amd_agent_iterate_memory_pools_fn = &fake_agent_iterate_memory_pools;
+  amd_ext->hsa_amd_memory_pool_get_info_fn = &fake_memory_pool_get_info;
+}
+
+std::size_t add_standard_executable(hsa_agent_t agent, const std::string& suffix) {
+  auto variable = [&](const std::string& name, std::uint32_t size, hsa_variable_segment_t segment, bool is_const) {
+    // The zero-size one still gets a real byte, so that nothing would crash if it were (wrongly) copied.
+    void* storage = std::calloc(1, size == 0 ? 1 : size);
+    return symbol_t{++next_symbol_handle, HSA_SYMBOL_KIND_VARIABLE, name, storage, size, segment, is_const, agent, -1};
+  };
+  executable_t e{next_symbol_handle + 0x100000 + executables.size(), {}, false};
+  e.symbols.push_back(
+      symbol_t{++next_symbol_handle, HSA_SYMBOL_KIND_KERNEL, "kernel" + suffix, nullptr, 0,
+               HSA_VARIABLE_SEGMENT_GLOBAL, false, agent, -1});
+  e.symbols.push_back(variable("counter" + suffix, 64, HSA_VARIABLE_SEGMENT_GLOBAL, false));  // __device__
+  e.symbols.push_back(variable("lut" + suffix, 32, HSA_VARIABLE_SEGMENT_READONLY, true));     // __constant__
+  e.symbols.push_back(variable("__hip_cuid_" + suffix, 1, HSA_VARIABLE_SEGMENT_GLOBAL, false));
+  e.symbols.push_back(variable("empty" + suffix, 0, HSA_VARIABLE_SEGMENT_GLOBAL, false));
+  e.symbols.push_back(variable("flaky" + suffix, 16, HSA_VARIABLE_SEGMENT_GLOBAL, false));
+  executables.push_back(e);
+  return executables.size() - 1;
+}
+
+symbol_t& symbol(std::size_t executable, const std::string& name) {
+  for (auto& s : executables.at(executable).symbols) {
+    if (s.name == name) return s;
+  }
+  std::fprintf(stderr, "fake: no symbol %s\n", name.c_str());
+  std::abort();
+}
+
+hsa_status_t host_iterate_executables(void* user_data, kreplay::hsa::executable_visitor_t visit, void* visit_data) {
+  ++host_iterator_calls;
+  HSA_TEST_CHECK(user_data == &host_iterator_calls);
+  if (host_iterator_result != HSA_STATUS_SUCCESS) return host_iterator_result;
+  for (const auto& e : executables) {
+    if (e.handle == 0) continue;  // a host registry holds only live executables
+    hsa_status_t status = visit(hsa_executable_t{e.handle}, visit_data);
+    if (status != HSA_STATUS_SUCCESS) return status;
+  }
+  return HSA_STATUS_SUCCESS;
+}
+
+std::size_t live_allocations() { return allocations.size(); }
+
+kreplay_inventory_stats_t stats(hsa_agent_t agent) {
+  kreplay_inventory_stats_t out{};
+  HSA_TEST_CHECK(kreplay_inventory_stats(k(agent), &out) == KREPLAY_STATUS_SUCCESS);
+  return out;
+}
+
+}  // namespace fake

@@ -1,0 +1,128 @@
+// A fake ROCr for the HSA adapter's tests: CoreApiTable / AmdExtTable instances whose entries allocate host
+// memory standing in for device memory, answer hsa_amd_pointer_info from that bookkeeping, copy with memcpy,
+// and expose executables with variable symbols. No GPU, no libhsa-runtime64.
+//
+// Topology: one CPU agent and two GPU agents, with handles chosen by each test (the kreplay library is a
+// process-wide singleton, and every test executable gets its own handles). Pools: a coarse-grained and a
+// fine-grained pool per GPU, a kernarg pool and a fine-grained pool on the CPU; one hsa_region_t for
+// hsa_memory_allocate on the first GPU (coarse-grained).
+#ifndef KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
+#define KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
+
+#ifndef AMD_INTERNAL_BUILD
+#define AMD_INTERNAL_BUILD 1  // hsa_api_trace.h finds its siblings by relative path only with this
+#endif
+#include <hsa/hsa_api_trace.h>
+#include <kreplay.h>
+
+#include <kreplay/hsa.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define HSA_TEST_CHECK(cond)                                                               \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);        \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+namespace fake {
+
+struct agents_t {
+  hsa_agent_t cpu;
+  hsa_agent_t gpu;
+  hsa_agent_t gpu2;
+};
+
+struct pools_t {
+  hsa_amd_memory_pool_t gpu_coarse;
+  hsa_amd_memory_pool_t gpu_fine;
+  hsa_amd_memory_pool_t gpu2_coarse;
+  hsa_amd_memory_pool_t cpu_kernarg;
+  hsa_amd_memory_pool_t cpu_fine;
+};
+
+struct symbol_t {
+  std::uint64_t handle;
+  hsa_symbol_kind_t kind;
+  std::string name;
+  void* address;  // owned by the fake (NULL for the zero-size one)
+  std::uint32_t size;
+  hsa_variable_segment_t segment;
+  bool is_const;
+  hsa_agent_t agent;
+  // When it equals the attribute queried, hsa_executable_symbol_get_info fails for this symbol.
+  int fail_attribute;
+};
+
+struct executable_t {
+  std::uint64_t handle;  // 0: a destroyed executable's slot, as ROCr's loader reports it
+  std::vector<symbol_t> symbols;
+  bool fail_iteration;   // hsa_executable_iterate_agent_symbols fails
+};
+
+// Counters and fault knobs; tests read and set them directly.
+struct state_t {
+  // calls that reached the fake (through whatever wrappers sit in front)
+  int memory_allocate_calls = 0;
+  int memory_free_calls = 0;
+  int pool_allocate_calls = 0;
+  int pool_free_calls = 0;
+  int pointer_info_calls = 0;
+  int copy_calls = 0;
+  int lock_calls = 0;
+  int lock_calls_with_agents = 0;  // lock calls that named agents (the adapter should name none)
+  int unlock_calls = 0;
+  int locked_ranges = 0;           // locked now
+  int loader_table_requests = 0;
+  int null_executables_reported = 0;
+  // faults
+  int fail_next_frees = 0;            // the next n frees (either API) fail and free nothing
+  bool fail_pointer_info = false;      // every hsa_amd_pointer_info fails
+  bool short_pointer_info = false;     // act as a runtime whose pointer-info struct ends before global_flags
+  bool fail_loader_table = false;      // hsa_system_get_major_extension_table fails
+  // called inside a free, before the memory is given back (the allocation is still live)
+  void (*on_free)(void* ptr) = nullptr;
+};
+
+extern state_t state;
+extern agents_t agents;
+extern pools_t pools;
+extern hsa_region_t gpu_region;
+extern std::vector<executable_t> executables;
+
+// Sets the agent handles (pools, regions and symbol handles are derived from base) and clears everything.
+void reset(std::uint64_t base);
+
+// Fills tables as a runtime would: every entry the adapter may use points at the fake, version.minor_id is
+// sizeof(table).
+void fill_tables(CoreApiTable* core, AmdExtTable* amd_ext);
+
+// Adds a loaded executable with the standard set of symbols for agent (see fake_hsa.cpp), returns its index.
+std::size_t add_standard_executable(hsa_agent_t agent, const std::string& suffix);
+
+// The symbol named name in executable index (aborts when absent).
+symbol_t& symbol(std::size_t executable, const std::string& name);
+
+// An executable iterator for configure_options_t that walks executables (host-registry style); counts calls.
+hsa_status_t host_iterate_executables(void* user_data, kreplay::hsa::executable_visitor_t visit, void* visit_data);
+extern int host_iterator_calls;
+extern hsa_status_t host_iterator_result;  // returned instead of walking when not HSA_STATUS_SUCCESS
+
+// Live allocations of the fake, for checks.
+std::size_t live_allocations();
+
+// kreplay_inventory_stats for agent, asserting success.
+kreplay_inventory_stats_t stats(hsa_agent_t agent);
+
+inline kreplay_agent_t k(hsa_agent_t agent) { return kreplay_agent_t{agent.handle}; }
+
+}  // namespace fake
+
+#endif  // KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
