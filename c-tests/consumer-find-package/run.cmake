@@ -1,0 +1,69 @@
+# Test script (cmake -P) for kreplay_find_package_after_install: installs the kreplay build into a prefix
+# inside the build tree, then configures, builds and runs the project in this folder against it with
+# find_package(kreplay).
+#
+# Arguments: -DKREPLAY_BUILD_DIR= -DKREPLAY_VERSION= -DWORK_DIR= -DGENERATOR= -DMAKE_PROGRAM= -DC_COMPILER=
+#            -DBUILD_TYPE=
+cmake_minimum_required(VERSION 3.21)
+
+foreach(argument IN ITEMS KREPLAY_BUILD_DIR KREPLAY_VERSION WORK_DIR GENERATOR C_COMPILER BUILD_TYPE)
+  if(NOT DEFINED ${argument} OR "${${argument}}" STREQUAL "")
+    message(FATAL_ERROR "consumer-find-package/run.cmake: -D${argument}=... is required")
+  endif()
+endforeach()
+
+function(run_step description)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT result EQUAL 0)
+    message(FATAL_ERROR "${description} failed (${result}):\n${output}")
+  endif()
+  set(step_output "${output}" PARENT_SCOPE)
+endfunction()
+
+set(prefix "${WORK_DIR}/prefix")
+set(build_dir "${WORK_DIR}/build")
+file(REMOVE_RECURSE "${prefix}" "${build_dir}")
+
+run_step("cmake --install" "${CMAKE_COMMAND}" --install "${KREPLAY_BUILD_DIR}" --prefix "${prefix}"
+         --config "${BUILD_TYPE}")
+foreach(file IN ITEMS include/kreplay.h lib/libkreplay.a lib/cmake/kreplay/kreplayConfig.cmake
+                      lib/cmake/kreplay/kreplayConfigVersion.cmake)
+  # GNUInstallDirs may choose lib64 on some distributions.
+  string(REPLACE "lib/" "lib*/" pattern "${file}")
+  file(GLOB found "${prefix}/${pattern}")
+  if(NOT found)
+    message(FATAL_ERROR "cmake --install did not install ${file}")
+  endif()
+endforeach()
+
+# The package must be relocatable: nothing in it may point back into the build or source tree.
+file(GLOB_RECURSE config_files "${prefix}/lib*/cmake/kreplay/*.cmake")
+foreach(config IN LISTS config_files)
+  file(READ "${config}" text)
+  string(FIND "${text}" "${KREPLAY_BUILD_DIR}" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "${config} refers to the build tree ${KREPLAY_BUILD_DIR}")
+  endif()
+endforeach()
+
+set(configure_args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${build_dir}" -G "${GENERATOR}"
+  "-DCMAKE_C_COMPILER=${C_COMPILER}" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
+  "-DCMAKE_PREFIX_PATH=${prefix}" "-DEXPECTED_VERSION=${KREPLAY_VERSION}"
+  # Only the prefix above may satisfy find_package, never a kreplay installed elsewhere on the machine.
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
+if(MAKE_PROGRAM)
+  list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+run_step("configuring the find_package consumer" "${CMAKE_COMMAND}" ${configure_args})
+run_step("building the find_package consumer" "${CMAKE_COMMAND}" --build "${build_dir}" --config "${BUILD_TYPE}")
+
+file(GLOB_RECURSE app "${build_dir}/find_package_app")
+if(NOT app)
+  message(FATAL_ERROR "find_package_app was not built")
+endif()
+list(GET app 0 app)
+run_step("running the find_package consumer" "${app}")
+message(STATUS "${step_output}")
+if(NOT step_output MATCHES "find_package consumer: all checks passed")
+  message(FATAL_ERROR "the find_package consumer did not report success:\n${step_output}")
+endif()
