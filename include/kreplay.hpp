@@ -1,0 +1,234 @@
+/* kreplay: C++17 RAII layer over the C API in kreplay.h.
+ *
+ * Header-only. The names match the types a profiler such as rocprofiler-sdk already uses for kernel replay
+ * (staging_buffer_t, device_snapshot_t, snap, restore), so it can stand in for them. Every function is
+ * noexcept because the C API never throws: failures come back as values (a bool, a status, a decline
+ * reason). Neither exceptions nor RTTI are needed; the header builds with -fno-exceptions -fno-rtti. */
+
+#ifndef KREPLAY_HPP
+#define KREPLAY_HPP
+
+#include <cstddef>
+
+#include "kreplay.h"
+
+namespace kreplay {
+
+/// Host storage for one region's saved contents, lent by the agent's staging pool.
+///
+/// Move-only: a move hands the storage to the destination and leaves the source empty, so the storage goes
+/// back to its pool exactly once, from whichever object holds it last (its destructor, `release()`, a move
+/// assignment over it, or its next `acquire`). The storage is not zero-filled. Not thread-safe: one object
+/// must not be used from two threads at once (distinct objects may be).
+class staging_buffer_t {
+ public:
+  /// An empty buffer: `data()` is NULL and `size()` is 0.
+  staging_buffer_t() noexcept = default;
+
+  /// Takes the storage of `other`, which becomes empty.
+  staging_buffer_t(staging_buffer_t&& other) noexcept : buffer_(other.buffer_) { other.buffer_ = empty_raw(); }
+
+  /// Returns this buffer's storage to its pool, then takes the storage of `other`, which becomes empty.
+  /// Moving a buffer onto itself changes nothing.
+  staging_buffer_t& operator=(staging_buffer_t&& other) noexcept {
+    if (this != &other) {
+      release();
+      buffer_ = other.buffer_;
+      other.buffer_ = empty_raw();
+    }
+    return *this;
+  }
+
+  staging_buffer_t(const staging_buffer_t&) = delete;
+  staging_buffer_t& operator=(const staging_buffer_t&) = delete;
+
+  /// Returns the storage to its agent's pool.
+  ~staging_buffer_t() { release(); }
+
+  /// Returns what the buffer holds, then takes storage for `size` bytes from `agent`'s pool. True on
+  /// success; on failure the buffer is empty (or unchanged, for an invalid size). `acquire_status` says why.
+  bool acquire(kreplay_agent_t agent, std::size_t size) noexcept {
+    return acquire_status(agent, size) == KREPLAY_STATUS_SUCCESS;
+  }
+
+  /// `acquire`, returning the status of `kreplay_staging_acquire` (e.g. `KREPLAY_STATUS_OUT_OF_HOST_MEMORY`).
+  kreplay_status_t acquire_status(kreplay_agent_t agent, std::size_t size) noexcept {
+    return kreplay_staging_acquire(&buffer_, agent, size);
+  }
+
+  /// Returns the storage to its agent's pool now; the buffer becomes empty. Empty: nothing happens.
+  void release() noexcept { kreplay_staging_release(&buffer_); }
+
+  /// The storage, or NULL when empty; `size()` bytes are usable (`capacity()` in fact).
+  char* data() noexcept { return static_cast<char*>(buffer_.data); }
+
+  /// The storage, or NULL when empty.
+  const char* data() const noexcept { return static_cast<const char*>(buffer_.data); }
+
+  /// Bytes asked for by the last successful `acquire`; 0 when empty.
+  std::size_t size() const noexcept { return buffer_.size; }
+
+  /// Bytes the storage really has (at least `size()`); 0 when empty.
+  std::size_t capacity() const noexcept { return buffer_.capacity; }
+
+  /// True when the buffer holds no storage.
+  bool empty() const noexcept { return buffer_.data == nullptr; }
+
+  /// The pool the storage belongs to (meaningful only when not empty).
+  kreplay_agent_t agent() const noexcept { return buffer_.agent; }
+
+  /// The C view of the buffer, for code that calls the C API directly; read it, never write it.
+  const kreplay_staging_buffer_t& raw() const noexcept { return buffer_; }
+
+ private:
+  static constexpr kreplay_staging_buffer_t empty_raw() noexcept {
+    return kreplay_staging_buffer_t{nullptr, 0, 0, kreplay_agent_t{0}};
+  }
+
+  kreplay_staging_buffer_t buffer_ = empty_raw();
+};
+
+/// Capacity held idle in `agent`'s staging pool, in bytes.
+inline std::size_t retained_staging_bytes(kreplay_agent_t agent) noexcept {
+  return kreplay_retained_staging_bytes(agent);
+}
+
+/// A snapshot of one agent's device memory, or the reason there is none.
+///
+/// Move-only owner of a `kreplay_snapshot_t*`: a move hands the snapshot to the destination and leaves the
+/// source without one (`ok == false`, `reason == KREPLAY_DECLINE_NONE`), so it is freed exactly once, by the
+/// last owner's destructor, `reset()` or a move assignment over it.
+struct device_snapshot_t {
+  /// True when a snapshot was taken: the dispatch may be replayed, restoring it before every pass after the
+  /// first.
+  bool ok = false;
+
+  /// Why `snap` declined (`KREPLAY_DECLINE_NONE` when `ok`, or when `status` is not `DECLINED`).
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+
+  /// What `kreplay_snap` returned: `SUCCESS`, `DECLINED`, or an error such as `INTERNAL_ERROR`.
+  kreplay_status_t status = KREPLAY_STATUS_DECLINED;
+
+  /// No snapshot.
+  device_snapshot_t() noexcept = default;
+
+  /// Takes ownership of `snapshot` (which may be NULL): `ok` is true exactly when it is not NULL.
+  explicit device_snapshot_t(kreplay_snapshot_t* snapshot) noexcept
+      : ok(snapshot != nullptr),
+        status(snapshot != nullptr ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DECLINED),
+        snapshot_(snapshot) {}
+
+  /// Takes the snapshot of `other`, which is left without one.
+  device_snapshot_t(device_snapshot_t&& other) noexcept
+      : ok(other.ok), reason(other.reason), status(other.status), snapshot_(other.snapshot_) {
+    other.forget();
+  }
+
+  /// Frees this object's snapshot, then takes the one of `other`, which is left without one. Moving an object
+  /// onto itself changes nothing.
+  device_snapshot_t& operator=(device_snapshot_t&& other) noexcept {
+    if (this != &other) {
+      reset();
+      ok = other.ok;
+      reason = other.reason;
+      status = other.status;
+      snapshot_ = other.snapshot_;
+      other.forget();
+    }
+    return *this;
+  }
+
+  device_snapshot_t(const device_snapshot_t&) = delete;
+  device_snapshot_t& operator=(const device_snapshot_t&) = delete;
+
+  /// Frees the snapshot; its staging goes back to the agent's pool.
+  ~device_snapshot_t() { reset(); }
+
+  /// True when there is nothing to restore: no snapshot, or one that captured no region and no module
+  /// variable.
+  bool empty() const noexcept {
+    if (snapshot_ == nullptr) {
+      return true;
+    }
+    const kreplay_snapshot_info_t figures = info();
+    return figures.regions == 0 && figures.module_variables == 0;
+  }
+
+  /// The snapshot, or NULL; it stays owned by this object.
+  const kreplay_snapshot_t* get() const noexcept { return snapshot_; }
+
+  /// Sizes and phase timings of the capture; all zero when there is no snapshot.
+  kreplay_snapshot_info_t info() const noexcept {
+    kreplay_snapshot_info_t figures{};
+    if (snapshot_ != nullptr && kreplay_snapshot_info(snapshot_, &figures) != KREPLAY_STATUS_SUCCESS) {
+      figures = kreplay_snapshot_info_t{};
+    }
+    return figures;
+  }
+
+  /// Frees the snapshot now; afterwards the object holds none (`ok == false`).
+  void reset() noexcept {
+    kreplay_snapshot_free(snapshot_);
+    forget();
+  }
+
+  /// Gives up ownership: returns the snapshot (to be freed with `kreplay_snapshot_free`) and holds none.
+  kreplay_snapshot_t* release() noexcept {
+    kreplay_snapshot_t* snapshot = snapshot_;
+    forget();
+    return snapshot;
+  }
+
+ private:
+  void forget() noexcept {
+    snapshot_ = nullptr;
+    ok = false;
+    reason = KREPLAY_DECLINE_NONE;
+    status = KREPLAY_STATUS_DECLINED;
+  }
+
+  kreplay_snapshot_t* snapshot_ = nullptr;
+};
+
+/// Captures every tracked region of `agent` and every module-scope variable visible to it. When it declines,
+/// `ok` is false and `reason` says why: run the dispatch once, unreplayed.
+inline device_snapshot_t snap(kreplay_agent_t agent) noexcept {
+  kreplay_snapshot_t* raw = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  const kreplay_status_t status = kreplay_snap(agent, &raw, &reason);
+  device_snapshot_t snapshot(status == KREPLAY_STATUS_SUCCESS ? raw : nullptr);
+  snapshot.status = status;
+  snapshot.reason = status == KREPLAY_STATUS_SUCCESS ? KREPLAY_DECLINE_NONE : reason;
+  return snapshot;
+}
+
+/// The outcome of a restore: the report, and the status that says whether another pass may run.
+struct restore_result_t {
+  /// `SUCCESS`; `PARTIAL_RESTORE` when a copy failed (run no further pass); `INVALID_ARGUMENT` when there was
+  /// no snapshot; `FINALIZED` after `kreplay_finalize`.
+  kreplay_status_t status = KREPLAY_STATUS_INVALID_ARGUMENT;
+
+  /// What was restored, skipped and failed, and the bytes written back.
+  kreplay_restore_report_t report{};
+
+  /// True when every captured region was restored or rightly skipped, so another pass may run.
+  bool ok() const noexcept { return status == KREPLAY_STATUS_SUCCESS; }
+};
+
+/// Writes every region of `snapshot` back; returns the report and the status. A snapshot that is not `ok`
+/// gives `INVALID_ARGUMENT` and a zeroed report.
+inline restore_result_t restore_with_status(const device_snapshot_t& snapshot) noexcept {
+  restore_result_t result;
+  result.status = kreplay_restore(snapshot.get(), &result.report);
+  return result;
+}
+
+/// Writes every region of `snapshot` back and returns the report. The status is dropped: check
+/// `report.failed` (non-zero means `PARTIAL_RESTORE`: run no further pass) or use `restore_with_status`.
+inline kreplay_restore_report_t restore(const device_snapshot_t& snapshot) noexcept {
+  return restore_with_status(snapshot).report;
+}
+
+}  // namespace kreplay
+
+#endif /* KREPLAY_HPP */
