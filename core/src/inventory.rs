@@ -83,10 +83,14 @@ pub struct Region {
     pub kind: RegionKind,
 }
 
-/// An allocation that could not be recorded and may still be live.
+/// An allocation or mapping that could not be recorded and may still be live.
 #[derive(Copy, Clone, Debug)]
 struct Lost {
     base: usize,
+    /// Bytes from `base` still mapped, for a mapping (unused for an allocation: its free names only the base).
+    size: usize,
+    /// A lost allocation ends with `record_free` of its base; a lost mapping with unmaps that cover it.
+    kind: RegionKind,
     /// `None` when the owner could not be determined: then every agent is affected.
     agent: Option<Agent>,
 }
@@ -316,9 +320,13 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         let region = Region { base, size, agent, generation: next_generation(), kind: RegionKind::Allocation };
         let mut state = self.state.write();
         match state.allocations.insert(region) {
-            Ok(replaced) => Ok(replaced),
+            Ok(replaced) => {
+                // A failed attempt at recording this same allocation (its pointer query failed) is superseded.
+                state.lost.retain(|lost| !(lost.kind == RegionKind::Allocation && lost.base == base));
+                Ok(replaced)
+            }
             Err(error) => {
-                state.remember_lost(base, Some(agent));
+                state.remember_lost(base, size, Some(agent), RegionKind::Allocation);
                 Err(error)
             }
         }
@@ -326,7 +334,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
 
     /// Remembers an allocation whose owner could not be determined: every agent is declined until it is freed.
     pub fn insert_unknown(&self, base: usize) {
-        self.state.write().remember_lost(base, None);
+        self.state.write().remember_lost(base, 0, None, RegionKind::Allocation);
     }
 
     /// Takes the allocation at `base` out (or forgets it as lost). `None` when it was not known.
@@ -335,7 +343,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         if let Some(region) = state.allocations.remove(base) {
             return Some(Some(region));
         }
-        let position = state.lost.iter().position(|lost| lost.base == base)?;
+        let position = state.lost.iter().position(|lost| lost.kind == RegionKind::Allocation && lost.base == base)?;
         state.lost.swap_remove(position);
         Some(None)
     }
@@ -347,7 +355,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         let mut state = self.state.write();
         state.unmap_range(base, size);
         if state.mappings.try_push(region).is_err() {
-            state.remember_lost(base, Some(agent));
+            state.remember_lost(base, size, Some(agent), RegionKind::VmemMapping);
             return Err(InsertError::Full);
         }
         Ok(())
@@ -458,8 +466,8 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
 }
 
 impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
-    fn remember_lost(&mut self, base: usize, agent: Option<Agent>) {
-        if self.lost.try_push(Lost { base, agent }).is_err() {
+    fn remember_lost(&mut self, base: usize, size: usize, agent: Option<Agent>, kind: RegionKind) {
+        if self.lost.try_push(Lost { base, size, agent, kind }).is_err() {
             self.lost_forgotten = true;
         }
     }
@@ -496,10 +504,35 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
                     self.mappings[i].size = base - region.base;
                     let tail = Region { base: end, size: region_end - end, ..region };
                     if self.mappings.try_push(tail).is_err() {
-                        self.remember_lost(end, Some(region.agent));
+                        self.remember_lost(end, region_end - end, Some(region.agent), RegionKind::VmemMapping);
                         outcome.lost = true;
                     }
                 }
+            }
+            i += 1;
+        }
+        // Lost mappings end the same way: an unmap covering one entirely forgets it, one covering its head or tail
+        // trims it. One that only punches a hole keeps it whole, which declines at worst too long, never too short.
+        let mut i = 0;
+        while i < self.lost.len() {
+            let lost = self.lost[i];
+            let lost_end = lost.base.saturating_add(lost.size);
+            if lost.kind != RegionKind::VmemMapping || lost_end <= base || lost.base >= end {
+                i += 1;
+                continue;
+            }
+            outcome.touched += 1;
+            match (lost.base < base, lost_end > end) {
+                (false, false) => {
+                    self.lost.swap_remove(i);
+                    continue;
+                }
+                (true, false) => self.lost[i].size = base - lost.base,
+                (false, true) => {
+                    self.lost[i].base = end;
+                    self.lost[i].size = lost_end - end;
+                }
+                (true, true) => {}
             }
             i += 1;
         }
@@ -574,6 +607,47 @@ mod tests {
         assert!(inventory.is_overflowed(A) && inventory.is_overflowed(B));
         inventory.remove(0x5000);
         assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
+    }
+
+    #[test]
+    fn a_successful_retry_supersedes_the_lost_mark_of_the_same_allocation() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.insert_unknown(0x5000);
+        inventory.insert(0x5000, 64, A).unwrap();
+        assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
+        assert!(matches!(inventory.remove(0x5000), Some(Some(_))));
+        assert!(inventory.remove(0x5000).is_none(), "one free takes it out entirely");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "fills the 4096-entry mapping table")]
+    fn lost_mappings_end_with_the_unmaps_that_cover_them() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        let slice = 0x1000;
+        for i in 0..VMEM_CAPACITY {
+            inventory.insert_vmem(0x1000_0000 + i * slice, slice, A).unwrap();
+        }
+        let past = 0x1000_0000 + VMEM_CAPACITY * slice;
+        assert_eq!(inventory.insert_vmem(past, 4 * slice, A), Err(InsertError::Full));
+        assert!(inventory.is_overflowed(A) && !inventory.is_overflowed(B));
+        // A hole in the middle keeps it; unmapping its head and then its tail ends it.
+        assert_eq!(inventory.remove_vmem(past + slice, slice).touched, 1);
+        assert_eq!(inventory.remove_vmem(past, slice).touched, 1);
+        assert!(inventory.is_overflowed(A));
+        assert_eq!(inventory.remove_vmem(past + slice, 3 * slice).touched, 1);
+        assert!(!inventory.is_overflowed(A));
+        // The tail of a split that could not be stored ends when it is unmapped.
+        let outcome = inventory.remove_vmem(0x1000_0000 + 0x100, 0x100);
+        assert!(outcome.lost);
+        assert!(inventory.is_overflowed(A));
+        assert_eq!(inventory.remove_vmem(0x1000_0000 + 0x200, slice - 0x200).touched, 1);
+        assert!(!inventory.is_overflowed(A));
+        // A lost mapping is not ended by a free of the same address, nor a lost allocation by an unmap.
+        inventory.insert_unknown(0x7000_0000);
+        assert_eq!(inventory.remove_vmem(0x7000_0000, slice).touched, 0);
+        assert!(inventory.is_overflowed(B));
+        assert!(inventory.remove(0x7000_0000).is_some());
+        assert!(!inventory.is_overflowed(B));
     }
 
     #[test]
