@@ -114,6 +114,7 @@ symbol_t& symbol(std::size_t executable, const std::string& name);
 hsa_status_t host_iterate_executables(void* user_data, kreplay::hsa::executable_visitor_t visit, void* visit_data);
 extern int host_iterator_calls;
 extern hsa_status_t host_iterator_result;  // returned instead of walking when not HSA_STATUS_SUCCESS
+extern bool host_iterator_ignores_visit;   // a careless registry: walks on past a visitor's error, reports success
 
 // Live allocations of the fake, for checks.
 std::size_t live_allocations();

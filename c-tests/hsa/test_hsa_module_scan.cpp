@@ -87,6 +87,13 @@ int main() {
   HSA_TEST_CHECK(declined_as_incomplete(gpu));
   fake::host_iterator_result = HSA_STATUS_SUCCESS;
   HSA_TEST_CHECK(complete(gpu));
+  // A host enumeration that swallows the visitor's error and reports success still cannot hide the failure.
+  fake::host_iterator_ignores_visit = true;
+  fake::symbol(exe, "flaky_a").fail_attribute = HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE;
+  HSA_TEST_CHECK(declined_as_incomplete(gpu));
+  fake::symbol(exe, "flaky_a").fail_attribute = -1;
+  HSA_TEST_CHECK(complete(gpu));
+  fake::host_iterator_ignores_visit = false;
 
   // Configuration errors leave the previous ops in place.
   kreplay::hsa::configure_options_t short_options = options;
