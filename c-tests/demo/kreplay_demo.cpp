@@ -10,13 +10,11 @@
 // Exit status: 0 when every replayed dispatch computed the same result in every pass and the simulated device
 // saw no write into freed memory; 1 when a check failed; 2 for bad command-line arguments.
 
-#define KREPLAY_SIM 1
-#include "kreplay.h"
-
-#if __has_include("kreplay.hpp")
-#include "kreplay.hpp"
-#define KREPLAY_DEMO_HAVE_HPP 1
+#ifndef KREPLAY_SIM
+#define KREPLAY_SIM 1  // the simulated device's declarations in kreplay.h
 #endif
+#include "kreplay.h"
+#include "kreplay.hpp"
 
 #include <unistd.h>
 
@@ -47,6 +45,7 @@ struct Options {
   bool pin = true;
   std::size_t max_snapshot_mib = 0;
   bool verbose = false;
+  bool skip_restores = false;
 };
 
 void usage(std::FILE* out) {
@@ -63,6 +62,7 @@ void usage(std::FILE* out) {
                "  --pin / --no-pin       page-lock retained staging (default --pin)\n"
                "  --max-snapshot-mib N   decline snapshots above N MiB of host memory (default 0: no limit)\n"
                "  --verbose              also print kreplay's INFO lines (one per snapshot and restore)\n"
+               "  --skip-restores        self-test: run the passes without restoring, so the check must fail\n"
                "  --help                 this text\n");
 }
 
@@ -92,6 +92,9 @@ int parse_options(int argc, char** argv, Options* options) {
       continue;
     } else if (arg == "--verbose" || arg == "-v") {
       options->verbose = true;
+      continue;
+    } else if (arg == "--skip-restores") {
+      options->skip_restores = true;
       continue;
     } else if (arg == "--footprint-mib") {
       target = &options->footprint_mib;
@@ -395,40 +398,6 @@ kreplay_sim_counters_t sim_counters() {
   return counters;
 }
 
-// The snapshot handle, through the C++ header when it is there and the C API otherwise.
-#if defined(KREPLAY_DEMO_HAVE_HPP)
-struct Snapshot {
-  kreplay::device_snapshot_t held;
-  bool ok() const { return held.ok; }
-  kreplay_decline_reason_t reason() const { return held.reason; }
-  const kreplay_snapshot_t* raw() const { return held.get(); }
-};
-Snapshot take_snapshot(kreplay_agent_t agent) { return Snapshot{kreplay::snap(agent)}; }
-#else
-struct Snapshot {
-  kreplay_snapshot_t* handle = nullptr;
-  kreplay_decline_reason_t why = KREPLAY_DECLINE_NONE;
-  Snapshot() = default;
-  Snapshot(const Snapshot&) = delete;
-  Snapshot& operator=(const Snapshot&) = delete;
-  Snapshot(Snapshot&& other) noexcept : handle(std::exchange(other.handle, nullptr)), why(other.why) {}
-  Snapshot& operator=(Snapshot&& other) noexcept {
-    std::swap(handle, other.handle);
-    why = other.why;
-    return *this;
-  }
-  ~Snapshot() { kreplay_snapshot_free(handle); }
-  bool ok() const { return handle != nullptr; }
-  kreplay_decline_reason_t reason() const { return why; }
-  const kreplay_snapshot_t* raw() const { return handle; }
-};
-Snapshot take_snapshot(kreplay_agent_t agent) {
-  Snapshot snapshot;
-  kreplay_snap(agent, &snapshot.handle, &snapshot.why);
-  return snapshot;
-}
-#endif
-
 std::string describe_size(std::size_t bytes) {
   char text[32];
   if (bytes >= (1u << 20)) {
@@ -548,21 +517,21 @@ int run(const Options& options) {
     const kreplay_host_memory_stats_t before = host_memory();
     const kreplay_sim_counters_t counters_before = sim_counters();
     const double snap_start = now_s();
-    Snapshot snapshot = f.replayed ? take_snapshot(agent) : Snapshot{};
+    kreplay::device_snapshot_t snapshot = f.replayed ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
     f.snap_s = now_s() - snap_start;
     const kreplay_host_memory_stats_t after = host_memory();
     f.maps = after.maps - before.maps;
     f.mapped_bytes = after.mapped_bytes > before.mapped_bytes ? after.mapped_bytes - before.mapped_bytes : 0;
     f.locks = sim_counters().host_locks - counters_before.host_locks;
-    if (f.replayed && !snapshot.ok()) {
+    if (f.replayed && !snapshot.ok) {
       progress.clear();
       std::printf("dispatch %3zu  snapshot declined (%s): runs once, unreplayed\n", d + 1,
-                  kreplay_decline_reason_string(snapshot.reason()));
+                  kreplay_decline_reason_string(snapshot.reason));
       f.replayed = false;
     }
 
     if (f.replayed) {
-      if (!check(kreplay_snapshot_info(snapshot.raw(), &f.info), "kreplay_snapshot_info")) return 1;
+      if (!check(kreplay_snapshot_info(snapshot.get(), &f.info), "kreplay_snapshot_info")) return 1;
       f.bytes = f.info.bytes;
       f.regions = f.info.regions;
       f.module_variables = f.info.module_variables;
@@ -573,11 +542,12 @@ int run(const Options& options) {
         return 1;
       }
       for (std::size_t pass = 0; pass < options.passes; ++pass) {
-        if (pass > 0) {
-          kreplay_restore_report_t report{};
+        if (pass > 0 && !options.skip_restores) {
           const double restore_start = now_s();
-          const kreplay_status_t status = kreplay_restore(snapshot.raw(), &report);
+          const kreplay::restore_result_t restored = kreplay::restore_with_status(snapshot);
           f.restore_s += now_s() - restore_start;
+          const kreplay_status_t status = restored.status;
+          const kreplay_restore_report_t& report = restored.report;
           ++f.restores;
           if (status != KREPLAY_STATUS_SUCCESS || report.skipped != 0 || report.failed != 0 ||
               report.restored != f.regions + f.module_variables || report.bytes != f.bytes) {
@@ -636,7 +606,7 @@ int run(const Options& options) {
                   describe_size(f.bytes).c_str(), f.regions, f.module_variables, staging, first_checksum);
       std::fflush(stdout);
     }
-    snapshot = Snapshot{};
+    snapshot.reset();
     figures.push_back(f);
 
     // Between dispatches the application frees a few small buffers and allocates others: half of them at the
@@ -692,18 +662,23 @@ int run(const Options& options) {
   const kreplay_host_memory_stats_t host = host_memory();
   const std::size_t retained = kreplay_retained_staging_bytes(agent);
 
-  std::printf("\nsummary: %zu of %zu dispatches replayed, %zu passes each, every pass computed the same checksum\n",
-              replayed, options.dispatches, options.passes);
-  std::printf("  snapshots  %8.1f MiB in %8.2f ms  %6.2f GB/s\n", snap_bytes / kMiB, snap_s * 1e3,
-              gb_per_s(snap_bytes, snap_s));
-  std::printf("  restores   %8.1f MiB in %8.2f ms  %6.2f GB/s\n", restore_bytes / kMiB, restore_s * 1e3,
-              gb_per_s(restore_bytes, restore_s));
+  if (replayed > 0) {
+    std::printf("\nsummary: %zu of %zu dispatches replayed, %zu passes each; every pass of a replayed dispatch computed "
+                "the same checksum\n",
+                replayed, options.dispatches, options.passes);
+    std::printf("  snapshots  %8.1f MiB in %8.2f ms  %6.2f GB/s\n", snap_bytes / kMiB, snap_s * 1e3,
+                gb_per_s(snap_bytes, snap_s));
+    std::printf("  restores   %8.1f MiB in %8.2f ms  %6.2f GB/s\n", restore_bytes / kMiB, restore_s * 1e3,
+                gb_per_s(restore_bytes, restore_s));
+  } else {
+    std::printf("\nsummary: no dispatch was replayed (every snapshot was declined); each ran once\n");
+  }
   if (!figures.empty() && figures[0].replayed) {
     std::printf("  first dispatch: snapshot %.2f ms (%zu host map%s)\n", figures[0].snap_s * 1e3, figures[0].maps,
                 figures[0].maps == 1 ? "" : "s");
   }
   if (steady > 0) {
-    std::printf("  steady state:   snapshot %.2f ms, restore %.2f ms/pass, %zu host maps in %zu dispatches\n",
+    std::printf("  steady state:   snapshot %.2f ms, restore %.2f ms/pass, %zu host maps in %zu later dispatch(es)\n",
                 steady_snap_s * 1e3 / static_cast<double>(steady),
                 steady_restores ? steady_restore_s * 1e3 / static_cast<double>(steady_restores) : 0.0, steady_maps,
                 steady);
