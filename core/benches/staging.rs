@@ -135,52 +135,63 @@ fn per_dispatch_cost(agent: Agent) {
     println!();
 }
 
-/// The first acquire of a footprint: a new mapping, then the first copy's page faults.
+/// The first acquire of a footprint: a new mapping, then the first copy's page faults. Runs with and without
+/// huge pages alternate (and swap order every run), so that both see the same state of the machine.
 fn first_acquire(agent: Agent) {
-    println!("== first acquire: map + first touch, transparent huge pages advised or not (median [min, max]) ==");
+    println!("== first acquire: map + first touch, transparent huge pages advised or not ==");
     println!(
         "THP setting: {} / defrag: {}",
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default().trim(),
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/defrag").unwrap_or_default().trim()
     );
     println!(
-        "{:>9}  {:>6}  {:>30}  {:>30}  {:>12}",
-        "footprint", "THP", "map + touch each page (ms/MiB)", "map + write every byte (ms/MiB)", "huge-backed"
+        "{:>9}  {:>6}  {:>38}  {:>38}  {:>11}",
+        "footprint",
+        "THP",
+        "map + touch each page, ms/MiB",
+        "map + write every byte, ms/MiB",
+        "huge-backed"
     );
+    println!("{:>9}  {:>6}  {:>38}  {:>38}", "", "", "median [min, p90, max]", "median [min, p90, max]");
     for n in FOOTPRINTS {
-        let runs = runs_for(n);
+        let runs = if n >= 1024 * MIB { 7 } else { 15 };
         let mib = (n / MIB) as f64;
-        for huge in [false, true] {
-            host_memory::set_huge_pages(huge);
-            let mut backed = 0usize;
-            let mut first = |write_all: bool| {
-                let start = Instant::now();
-                let lease = POOLS.acquire(agent, n).unwrap();
-                if write_all {
-                    // SAFETY: the lease is at least `n` writable bytes.
-                    unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
-                } else {
-                    touch_pages(lease.data.as_ptr(), n);
+        let mut backed = [0usize; 2];
+        let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        for run in 0..runs {
+            for step in 0..2 {
+                let huge = (run + step) % 2 == 1;
+                host_memory::set_huge_pages(huge);
+                for write_all in [false, true] {
+                    let start = Instant::now();
+                    let lease = POOLS.acquire(agent, n).unwrap();
+                    if write_all {
+                        // SAFETY: the lease is at least `n` writable bytes.
+                        unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
+                    } else {
+                        touch_pages(lease.data.as_ptr(), n);
+                    }
+                    times[huge as usize][write_all as usize].push(start.elapsed().as_secs_f64());
+                    backed[huge as usize] = backed[huge as usize].max(anon_huge_bytes());
+                    POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                    POOLS.trim(agent, &mut no_unlock());
                 }
-                let elapsed = start.elapsed().as_secs_f64();
-                backed = backed.max(anon_huge_bytes());
-                POOLS.release(agent, lease.data, lease.capacity).unwrap();
-                POOLS.trim(agent, &mut no_unlock());
-                elapsed
+            }
+        }
+        for huge in [false, true] {
+            let stats = |mut v: Vec<f64>| {
+                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                let at = |p: f64| ms(v[((v.len() - 1) as f64 * p).round() as usize]) / mib;
+                format!("{:>7.4} [{:.4}, {:.4}, {:.4}]", at(0.5), at(0.0), at(0.9), at(1.0))
             };
-            let touch = measure(runs, || first(false));
-            let write = measure(runs, || first(true));
+            let [touch, write] = std::mem::take(&mut times[huge as usize]);
             println!(
-                "{:>5} MiB  {:>6}  {:>12.4} [{:.4}, {:.4}]  {:>12.4} [{:.4}, {:.4}]  {:>8} MiB",
+                "{:>5} MiB  {:>6}  {:>38}  {:>38}  {:>7} MiB",
                 n / MIB,
                 if huge { "advise" } else { "off" },
-                ms(touch.0) / mib,
-                ms(touch.1) / mib,
-                ms(touch.2) / mib,
-                ms(write.0) / mib,
-                ms(write.1) / mib,
-                ms(write.2) / mib,
-                backed / MIB
+                stats(touch),
+                stats(write),
+                backed[huge as usize] / MIB
             );
         }
     }
