@@ -19,6 +19,9 @@
 //   4r raw_pinned_repeat     row 4 again after rows 1-3, for the run-to-run spread
 //   5a cupti_device          cuptiCheckpointSave / cuptiCheckpointRestore, checkpoint allowed in device memory
 //   5b cupti_host            the same with reserveDeviceMB = -1 ("use no device memory", per cupti_checkpoint.h)
+// CUPTI's context (--cupti-context): "null" leaves CUpti_Checkpoint::ctx NULL (the current context), "explicit"
+// names the current (primary) context, "created" runs the CUPTI rows on a fresh allocation of the same footprint
+// in a context made with cuCtxCreate, as NVIDIA's sample does. cupti_probe tells which one this driver accepts.
 // With several devices, one thread per device runs every row at the same time as the others (one agent each).
 #include <sys/mman.h>
 
@@ -46,6 +49,7 @@
 #endif
 
 #include "cuda_check.hpp"
+#include "driver_api.hpp"
 #include "kreplay.h"
 #include "kreplay_cuda.hpp"
 
@@ -183,6 +187,7 @@ struct config_t {
       {64ull << 20, 64ull << 20}, {1ull << 30, 64ull << 20}, {4ull << 30, 64ull << 20}, {1ull << 30, 64ull << 10}};
   std::string csv = "h200-replay-benchmark.csv";
   std::string info_log = "kreplay-info.log";
+  std::string cupti_context = "explicit";
 };
 
 // Timings of one row on one device for one footprint.
@@ -200,8 +205,14 @@ struct row_result {
   std::string status = "ok";
 
   double first_dispatch() const { return dispatch_ms.empty() ? NAN : dispatch_ms[0]; }
+  // Dispatches 2..D (all of them when there is only one). Built element by element: GCC 13 at -O3 reports a
+  // false -Warray-bounds for the iterator-range constructor here.
   static std::vector<double> steady(const std::vector<double>& all) {
-    return all.size() > 1 ? std::vector<double>(all.begin() + 1, all.end()) : all;
+    std::vector<double> out;
+    for (size_t i = all.size() > 1 ? 1 : 0; i < all.size(); ++i) {
+      out.push_back(all[i]);
+    }
+    return out;
   }
   double snap() const { return median(steady(snap_ms)); }
   double release() const { return median(steady(release_ms)); }
@@ -231,6 +242,7 @@ struct device_footprint {
   unsigned int** region_table = nullptr;  // device copy of `regions`, for the touch and check kernels
   unsigned int* expected = nullptr;
   unsigned int* mismatches = nullptr;
+  bool own_context = false;  // working in a context made for this thread: cudaSetDevice would leave it
 
   size_t count() const { return regions.size(); }
   unsigned blocks() const { return static_cast<unsigned>((count() + 255) / 256); }
@@ -239,7 +251,9 @@ struct device_footprint {
     device = ordinal;
     agent = kreplay_cuda::agent_of_device(ordinal);
     footprint = fp;
-    CUDA_CHECK(cudaSetDevice(device));
+    if (!own_context) {
+      CUDA_CHECK(cudaSetDevice(device));
+    }
     const size_t n = fp.total / fp.region;
     for (size_t r = 0; r < n; ++r) {
       void* ptr = nullptr;
@@ -267,7 +281,9 @@ struct device_footprint {
   }
 
   void release_all() {
-    CUDA_CHECK(cudaSetDevice(device));
+    if (!own_context) {
+      CUDA_CHECK(cudaSetDevice(device));
+    }
     for (void* ptr : regions) {
       kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
       CUDA_CHECK(kreplay_cuda::free_tracked(ptr, &record));
@@ -465,10 +481,10 @@ size_t device_used_bytes() {
 }
 
 // One handle for the whole row, saved over with allowOverwrite: CUPTI's counterpart of retained staging.
-row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory) {
+row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory, CUcontext ctx) {
   std::memset(&checkpoint, 0, sizeof(checkpoint));
   checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
-  checkpoint.ctx = nullptr;  // the current context: the device's primary context, which holds the footprint
+  checkpoint.ctx = ctx;  // the context that holds the footprint (NULL: the current one)
   checkpoint.reserveDeviceMB = device_memory ? 0 : static_cast<size_t>(-1);
   checkpoint.reserveHostMB = 0;
   checkpoint.allowOverwrite = 1;
@@ -597,12 +613,24 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     CUDA_CHECK(cudaFreeHost(host));
     finish_row(result);
   }
+  CUcontext created = nullptr;
+  if (config.cupti_context == "created") {
+    // The same footprint again, allocated and filled inside a context of its own.
+    fp.release_all();
+    created = driver_api::create_context(device);
+    fp.own_context = true;
+    fp.allocate(device, footprint);
+  }
   for (bool device_memory : {true, false}) {
     row_result result = start_row(device_memory ? "5a" : "5b", device_memory ? "cupti_device" : "cupti_host");
 #if defined(KREPLAY_HAVE_CUPTI_CHECKPOINT)
     CUpti_Checkpoint checkpoint;
     bool saved = false;
-    run_row(config, fp, result, cupti_row(result, checkpoint, saved, device_memory));
+    const CUcontext ctx = config.cupti_context == "null" ? nullptr : driver_api::current_context();
+    run_row(config, fp, result, cupti_row(result, checkpoint, saved, device_memory, ctx));
+    if (created != nullptr) {
+      result.status += " (own context)";
+    }
 #else
     result.device = device;
     result.footprint = footprint;
@@ -611,6 +639,10 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     finish_row(result);
   }
   fp.release_all();
+  if (created != nullptr) {
+    driver_api::destroy_context(created);
+    CUDA_CHECK(cudaSetDevice(device));
+  }
 }
 
 void write_csv(const config_t& config, const std::vector<row_result>& rows) {
@@ -715,6 +747,12 @@ config_t parse_args(int argc, char** argv) {
       config.dispatches = std::atoi(value().c_str());
     } else if (arg == "--passes") {
       config.passes = std::atoi(value().c_str());
+    } else if (arg == "--cupti-context") {
+      config.cupti_context = value();
+      if (config.cupti_context != "null" && config.cupti_context != "explicit" && config.cupti_context != "created") {
+        std::fprintf(stderr, "--cupti-context takes null, explicit or created\n");
+        std::exit(2);
+      }
     } else if (arg == "--devices") {
       config.devices = std::atoi(value().c_str());
     } else if (arg == "--footprints") {
@@ -737,7 +775,7 @@ config_t parse_args(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--footprints 64M:64M,1G:64M,4G:64M,1G:64K] [--dispatches 5] [--passes 5] "
-                   "[--devices N] [--csv FILE] [--info-log FILE]\n",
+                   "[--devices N] [--cupti-context null|explicit|created] [--csv FILE] [--info-log FILE]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -768,14 +806,14 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaSetDevice(d));
     CUDA_CHECK(cudaFree(nullptr));  // create the context outside every timed span
   }
-  say("kreplay %s; %d dispatches of %d passes; CUPTI checkpoint rows %s\n", kreplay_version(), config.dispatches,
-      config.passes,
+  say("kreplay %s; %d dispatches of %d passes; CUPTI checkpoint rows %s (context: %s)\n", kreplay_version(),
+      config.dispatches, config.passes,
 #if defined(KREPLAY_HAVE_CUPTI_CHECKPOINT)
-      "built"
+      "built",
 #else
-      "not built"
+      "not built",
 #endif
-  );
+      config.cupti_context.c_str());
   g_info_file = std::fopen(config.info_log.c_str(), "w");
   kreplay_set_logger(log_line, nullptr, KREPLAY_LOG_INFO);
   KREPLAY_CHECK(kreplay_cuda::install(kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0])));

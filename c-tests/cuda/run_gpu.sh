@@ -5,10 +5,10 @@
 #   c-tests/cuda/run_gpu.sh PREBUILT_DIR OUT_DIR [benchmark arguments...]
 #
 # PREBUILT_DIR holds libkreplay.a (cargo build --release -p kreplay-capi), and may hold fallbacks made on
-# another machine: bin/kreplay_cuda_{test,bench} (used only if the build here fails) and cupti/{include,lib}
-# (used only if no CUPTI Checkpoint headers and library are found here). OUT_DIR receives env.log, build.log,
-# test.log, bench.log, the benchmark's CSV and kreplay's INFO lines. The exit status is the test's, or the
-# benchmark's when the test passed.
+# another machine: bin/kreplay_{cuda_test,cuda_bench,cupti_probe} (used only if the build here fails) and
+# cupti/{include,lib} (used only if no CUPTI Checkpoint headers and library are found here). OUT_DIR receives
+# env.log, build.log, test.log, cupti-probe.log, bench.log, the benchmark's CSV and kreplay's INFO lines. The
+# exit status is the test's, or the benchmark's when the test passed.
 set -u -o pipefail
 
 prebuilt=$(realpath "${1:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
@@ -65,7 +65,16 @@ tail -3 "$out/build.log"
 test_status=${PIPESTATUS[0]}
 echo "test exit status: $test_status"
 
-"$bin/kreplay_cuda_bench" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" "$@" 2>&1 |
+# Which way of naming the context CUPTI's Checkpoint API accepts on this driver (see cupti_probe.cu).
+cupti_context=explicit
+if [[ -x "$bin/kreplay_cupti_probe" ]]; then
+  "$bin/kreplay_cupti_probe" 2>&1 | tee "$out/cupti-probe.log"
+  probed=$(sed -n 's/^CUPTI_CONTEXT=//p' "$out/cupti-probe.log")
+  [[ -n "$probed" && "$probed" != none ]] && cupti_context=$probed
+fi
+
+"$bin/kreplay_cuda_bench" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" \
+  --cupti-context "$cupti_context" "$@" 2>&1 |
   tee "$out/bench.log"
 bench_status=${PIPESTATUS[0]}
 echo "bench exit status: $bench_status"

@@ -1,0 +1,97 @@
+// Finds which way of calling CUPTI's Checkpoint API works on this machine and driver, before the benchmark
+// relies on one: the context left NULL (the header's "current context"), the current (primary) context named
+// explicitly, or a context made with cuCtxCreate (as NVIDIA's checkpoint sample does); each with the checkpoint
+// in device memory and in host memory. Each variant saves a 64 MiB buffer, overwrites it, restores and checks
+// the bytes. Prints one line per variant, then CUPTI_CONTEXT=<first mode whose device and host variants both
+// work> (or none). Exits 0 unless CUDA itself fails: a refusal by CUPTI is a finding, not an error.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <cupti_checkpoint.h>
+
+#include "cuda_check.hpp"
+#include "driver_api.hpp"
+
+using NV::Cupti::Checkpoint::CUpti_Checkpoint;
+using NV::Cupti::Checkpoint::cuptiCheckpointFree;
+using NV::Cupti::Checkpoint::cuptiCheckpointRestore;
+using NV::Cupti::Checkpoint::cuptiCheckpointSave;
+
+namespace {
+
+constexpr size_t kBytes = 64u << 20;
+
+bool try_variant(const char* mode, bool device_memory, uint8_t optimizations) {
+  CUDA_CHECK(cudaSetDevice(0));
+  CUDA_CHECK(cudaFree(nullptr));
+  CUcontext created = nullptr;
+  if (std::strcmp(mode, "created") == 0) {
+    created = driver_api::create_context(0);
+  }
+  CUcontext ctx = std::strcmp(mode, "null") == 0 ? nullptr : driver_api::current_context();
+
+  void* buffer = nullptr;
+  CUDA_CHECK(cudaMalloc(&buffer, kBytes));
+  CUDA_CHECK(cudaMemset(buffer, 0x11, kBytes));
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  CUpti_Checkpoint checkpoint;
+  std::memset(&checkpoint, 0, sizeof(checkpoint));
+  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
+  checkpoint.ctx = ctx;
+  checkpoint.reserveDeviceMB = device_memory ? 0 : static_cast<size_t>(-1);
+  checkpoint.allowOverwrite = 1;
+  checkpoint.optimizations = optimizations;
+
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  const int save = static_cast<int>(cuptiCheckpointSave(&checkpoint));
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  int restore = -1;
+  int release = -1;
+  bool restored = false;
+  if (save == 0) {
+    CUDA_CHECK(cudaMemset(buffer, 0x22, kBytes));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    restore = static_cast<int>(cuptiCheckpointRestore(&checkpoint));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<unsigned char> host(kBytes);
+    CUDA_CHECK(cudaMemcpy(host.data(), buffer, kBytes, cudaMemcpyDeviceToHost));
+    restored = restore == 0;
+    for (unsigned char byte : host) {
+      restored = restored && byte == 0x11;
+    }
+    release = static_cast<int>(cuptiCheckpointFree(&checkpoint));
+  }
+  std::printf("cupti_probe: ctx=%-8s %-6s opt=%u: save=%d restore=%d free=%d device MiB taken by save=%.1f "
+              "restored=%s\n",
+              mode, device_memory ? "device" : "host", optimizations, save, restore, release,
+              (static_cast<double>(free_before) - static_cast<double>(free_after)) / (1 << 20),
+              restored ? "yes" : "no");
+  std::fflush(stdout);
+  CUDA_CHECK(cudaFree(buffer));
+  if (created != nullptr) {
+    driver_api::destroy_context(created);
+    CUDA_CHECK(cudaSetDevice(0));
+  }
+  return restored && release == 0;
+}
+
+}  // namespace
+
+int main() {
+  const char* chosen = "none";
+  for (const char* mode : {"null", "explicit", "created"}) {
+    const bool on_device = try_variant(mode, true, 0);
+    const bool on_host = try_variant(mode, false, 0);
+    (void)try_variant(mode, true, 1);  // the optimisation NVIDIA's sample turns on, for the record
+    if (on_device && on_host && std::strcmp(chosen, "none") == 0) {
+      chosen = mode;
+    }
+  }
+  std::printf("CUPTI_CONTEXT=%s\n", chosen);
+  return 0;
+}
