@@ -275,9 +275,7 @@ hsa_status_t fake_get_major_extension_table(std::uint16_t extension, std::uint16
   return HSA_STATUS_SUCCESS;
 }
 
-}  // namespace
-
-void reset(std::uint64_t base) {
+void release_everything() {
   for (auto& a : allocations) std::free(a.base);
   allocations.clear();
   locked.clear();
@@ -285,6 +283,18 @@ void reset(std::uint64_t base) {
     for (auto& s : e.symbols) std::free(s.address);
   }
   executables.clear();
+}
+
+// Gives the fake's memory back at exit, before the containers that point at it are destroyed, so that a
+// leak checker reports only real leaks.
+struct release_at_exit_t {
+  ~release_at_exit_t() { release_everything(); }
+} release_at_exit;
+
+}  // namespace
+
+void reset(std::uint64_t base) {
+  release_everything();
   state = state_t{};
   agents = {hsa_agent_t{base + 0x100}, hsa_agent_t{base + 0x200}, hsa_agent_t{base + 0x300}};
   pools = {hsa_amd_memory_pool_t{base + 0x1001}, hsa_amd_memory_pool_t{base + 0x1002},

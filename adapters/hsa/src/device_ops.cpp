@@ -157,8 +157,8 @@ kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext,
     delete ctx;
     return status;
   }
-  // The previous context is deliberately not freed (see detail::context).
-  detail::configured.store(ctx, std::memory_order_release);
+  // The previous context is deliberately not freed (see detail::context): chain it.
+  ctx->previous = detail::configured.exchange(ctx, std::memory_order_acq_rel);
   return KREPLAY_STATUS_SUCCESS;
 }
 

@@ -48,6 +48,8 @@ struct context {
   void* iterate_executables_data;
   // The loader extension's iterator, looked up on first use (the runtime is initialised by then).
   mutable std::atomic<loader_iterate_executables_t> loader_iterate_executables;
+  // The context this one replaced, kept reachable (and alive) on purpose; see above.
+  const context* previous;
 #if KREPLAY_HSA_HAVE_VMEM
   decltype(hsa_amd_vmem_get_alloc_properties_from_handle)* vmem_get_alloc_properties;
   decltype(hsa_amd_vmem_retain_alloc_handle)* vmem_retain_alloc_handle;
