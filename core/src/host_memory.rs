@@ -65,7 +65,9 @@ pub fn set_huge_pages(enabled: bool) {
 /// `None` when rounding overflows.
 pub fn mapping_len(len: usize) -> Option<usize> {
     let granule =
-        if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
+        // Miri cannot run madvise; the advice changes no behaviour it checks.
+    #[cfg(not(miri))]
+    if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
     len.checked_next_multiple_of(granule)
 }
 
@@ -92,6 +94,8 @@ pub fn map(len: usize) -> Result<NonNull<u8>> {
     if ptr == libc::MAP_FAILED {
         return Err(Error::OutOfHostMemory);
     }
+    // Miri cannot run madvise; the advice changes no behaviour it checks.
+    #[cfg(not(miri))]
     if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) {
         // Advice only: a kernel without transparent huge pages refuses it and the mapping still works.
         // SAFETY: [ptr, ptr + len) is the mapping just created.
