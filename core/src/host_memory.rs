@@ -65,9 +65,7 @@ pub fn set_huge_pages(enabled: bool) {
 /// `None` when rounding overflows.
 pub fn mapping_len(len: usize) -> Option<usize> {
     let granule =
-        // Miri cannot run madvise; the advice changes no behaviour it checks.
-    #[cfg(not(miri))]
-    if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
+        if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
     len.checked_next_multiple_of(granule)
 }
 
