@@ -171,6 +171,7 @@ void install_vmem(AmdExtTable* amd_ext) {
   }
   g_next_vmem_map.store(map, std::memory_order_release);
   g_next_vmem_unmap.store(unmap, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_release);
   amd_ext->hsa_amd_vmem_map_fn = &wrap_vmem_map;
   amd_ext->hsa_amd_vmem_unmap_fn = &wrap_vmem_unmap;
   g_vmem_installed.store(true, std::memory_order_release);
@@ -220,6 +221,9 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
   g_next_memory_free.store(memory_free, std::memory_order_release);
   g_next_pool_allocate.store(pool_allocate, std::memory_order_release);
   g_next_pool_free.store(pool_free, std::memory_order_release);
+  // The tables are plain memory: order the saved entries before the first write that can route a call to a
+  // wrapper (registration normally runs before other threads use the tables, but nothing here relies on it).
+  std::atomic_thread_fence(std::memory_order_release);
   core->hsa_memory_allocate_fn = &wrap_memory_allocate;
   core->hsa_memory_free_fn = &wrap_memory_free;
   amd_ext->hsa_amd_memory_pool_allocate_fn = &wrap_pool_allocate;

@@ -46,9 +46,10 @@ namespace kreplay::hsa {
 enum install_status_t : int {
   /* The wrappers are in the tables; the previous entries were saved and are called by the wrappers. */
   INSTALL_SUCCESS = 0,
-  /* library_instance was not 0: nothing was touched. A later instance's live table already holds the
-   * wrappers that instance 0 installed (the runtime copies the table to each tools library in turn), so
-   * saving its entries as "next" would make the wrappers call themselves. */
+  /* library_instance was not 0: nothing was touched. The adapter keeps one set of saved entries per process
+   * (rocprofiler-sdk's convention: only instance 0 installs). Saving another instance's entries would either
+   * send instance 0's calls to another runtime or, when those tables already hold the wrappers, make the
+   * wrappers call themselves. */
   INSTALL_REFUSED_NOT_FIRST_INSTANCE = 1,
   /* An earlier install() succeeded in this process: nothing was touched, for the same reason. */
   INSTALL_REFUSED_ALREADY_INSTALLED = 2,
@@ -70,7 +71,7 @@ const char* install_status_string(install_status_t status);
  *     allocation is recorded again;
  *   - a map that succeeded is recorded with kreplay_record_vmem_map and the owner of the memory handle's pool;
  *     an unmap is recorded with kreplay_record_vmem_unmap before the saved unmap runs.
- * Recording costs one relaxed atomic load while kreplay_tracking_enable(true) has not been called.
+ * Until kreplay_tracking_enable(true) the wrappers cost a couple of atomic loads around the runtime's call.
  *
  * core and amd_ext are the host's live tables, the ones the runtime dispatches through. Only library
  * instance 0 installs, and only once per process (see install_status_t). The wrappers stay for the life of
