@@ -10,6 +10,8 @@
 //
 // Rows (see docs/performance.md, "Real GPU (H200)"):
 //   1  kreplay_pinned        kreplay_snap / kreplay_restore, retained staging page-locked (pin_staging)
+//   1n kreplay_pinned_nosync row 1 with the adapter's wait after each copy turned off (diagnostic: with page-locked
+//                            staging cudaMemcpy is synchronous anyway, so the difference is that wait's cost)
 //   2  kreplay_pageable      the same, staging left pageable
 //   3  reference_per_dispatch a zero-filled std::vector<char> per region per dispatch, pageable copies through
 //                            the adapter's copy op, freed at the end of the dispatch (the design before retention)
@@ -18,7 +20,9 @@
 //                            pinned staging is), to tell memory kind from library overhead
 //   4r raw_pinned_repeat     row 4 again after rows 1-3, for the run-to-run spread
 //   5a cupti_device          cuptiCheckpointSave / cuptiCheckpointRestore, checkpoint allowed in device memory
-//   5b cupti_host            the same with reserveDeviceMB = -1 ("use no device memory", per cupti_checkpoint.h)
+//   5b cupti_host            the same with the checkpoint kept out of device memory: reserveDeviceMB set to the
+//                            device's whole memory in MiB (--cupti-host-reserve total, the default) or to -1
+//                            (--cupti-host-reserve minus1, what cupti_checkpoint.h documents; refused by CUPTI 13.0)
 // CUPTI's context (--cupti-context): "null" leaves CUpti_Checkpoint::ctx NULL (the current context), "explicit"
 // names the current (primary) context, "created" runs the CUPTI rows on a fresh allocation of the same footprint
 // in a context made with cuCtxCreate, as NVIDIA's sample does. cupti_probe tells which one this driver accepts.
@@ -188,6 +192,7 @@ struct config_t {
   std::string csv = "h200-replay-benchmark.csv";
   std::string info_log = "kreplay-info.log";
   std::string cupti_context = "explicit";
+  std::string cupti_host_reserve = "total";
 };
 
 // Timings of one row on one device for one footprint.
@@ -481,11 +486,17 @@ size_t device_used_bytes() {
 }
 
 // One handle for the whole row, saved over with allowOverwrite: CUPTI's counterpart of retained staging.
-row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory, CUcontext ctx) {
+row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory, CUcontext ctx,
+                  const std::string& host_reserve) {
   std::memset(&checkpoint, 0, sizeof(checkpoint));
   checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
   checkpoint.ctx = ctx;  // the context that holds the footprint (NULL: the current one)
-  checkpoint.reserveDeviceMB = device_memory ? 0 : static_cast<size_t>(-1);
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Reserving the last N MiB of device memory for the application, N = all of it, leaves the checkpoint none.
+  const size_t no_device = host_reserve == "minus1" ? static_cast<size_t>(-1) : total_bytes >> 20;
+  checkpoint.reserveDeviceMB = device_memory ? 0 : no_device;
   checkpoint.reserveHostMB = 0;
   checkpoint.allowOverwrite = 1;
   checkpoint.optimizations = 0;  // no dirty-block tracking: every restore writes everything, as kreplay does
@@ -586,16 +597,30 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     munmap(map, footprint.total);
     finish_row(result);
   }
-  for (bool pin : {true, false}) {
-    row_result result = start_row(pin ? "1" : "2", pin ? "kreplay_pinned" : "kreplay_pageable");
+  struct kreplay_mode {
+    const char* id;
+    const char* row;
+    bool pin;
+    bool sync_after_copy;
+  };
+  for (const kreplay_mode& mode : {kreplay_mode{"1", "kreplay_pinned", true, true},
+                                   kreplay_mode{"1n", "kreplay_pinned_nosync", true, false},
+                                   kreplay_mode{"2", "kreplay_pageable", false, true}}) {
+    const bool pin = mode.pin;
+    row_result result = start_row(mode.id, mode.row);
     // An empty pool, so the first dispatch pays for mapping (and locking) its staging as a fresh process would.
     kreplay_staging_trim(fp.agent);
     if (device == 0) {
       set_pinning(pin);
+      kreplay_cuda::set_sync_after_copy(mode.sync_after_copy);
     }
     sync.wait();
     kreplay_snapshot_t* snapshot = nullptr;
     run_row(config, fp, result, kreplay_row(fp, result, snapshot));
+    sync.wait();
+    if (device == 0) {
+      kreplay_cuda::set_sync_after_copy(true);
+    }
     kreplay_staging_trim(fp.agent);  // nothing stays pinned for the rows below (CUPTI would capture it)
     finish_row(result);
   }
@@ -627,7 +652,7 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     CUpti_Checkpoint checkpoint;
     bool saved = false;
     const CUcontext ctx = config.cupti_context == "null" ? nullptr : driver_api::current_context();
-    run_row(config, fp, result, cupti_row(result, checkpoint, saved, device_memory, ctx));
+    run_row(config, fp, result, cupti_row(result, checkpoint, saved, device_memory, ctx, config.cupti_host_reserve));
     if (created != nullptr) {
       result.status += " (own context)";
     }
@@ -753,6 +778,12 @@ config_t parse_args(int argc, char** argv) {
         std::fprintf(stderr, "--cupti-context takes null, explicit or created\n");
         std::exit(2);
       }
+    } else if (arg == "--cupti-host-reserve") {
+      config.cupti_host_reserve = value();
+      if (config.cupti_host_reserve != "total" && config.cupti_host_reserve != "minus1") {
+        std::fprintf(stderr, "--cupti-host-reserve takes total or minus1\n");
+        std::exit(2);
+      }
     } else if (arg == "--devices") {
       config.devices = std::atoi(value().c_str());
     } else if (arg == "--footprints") {
@@ -775,7 +806,8 @@ config_t parse_args(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--footprints 64M:64M,1G:64M,4G:64M,1G:64K] [--dispatches 5] [--passes 5] "
-                   "[--devices N] [--cupti-context null|explicit|created] [--csv FILE] [--info-log FILE]\n",
+                   "[--devices N] [--cupti-context null|explicit|created] [--cupti-host-reserve total|minus1] "
+                   "[--csv FILE] [--info-log FILE]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -806,14 +838,14 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaSetDevice(d));
     CUDA_CHECK(cudaFree(nullptr));  // create the context outside every timed span
   }
-  say("kreplay %s; %d dispatches of %d passes; CUPTI checkpoint rows %s (context: %s)\n", kreplay_version(),
-      config.dispatches, config.passes,
+  say("kreplay %s; %d dispatches of %d passes; CUPTI checkpoint rows %s (context: %s, host reserve: %s)\n",
+      kreplay_version(), config.dispatches, config.passes,
 #if defined(KREPLAY_HAVE_CUPTI_CHECKPOINT)
       "built",
 #else
       "not built",
 #endif
-      config.cupti_context.c_str());
+      config.cupti_context.c_str(), config.cupti_host_reserve.c_str());
   g_info_file = std::fopen(config.info_log.c_str(), "w");
   kreplay_set_logger(log_line, nullptr, KREPLAY_LOG_INFO);
   KREPLAY_CHECK(kreplay_cuda::install(kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0])));

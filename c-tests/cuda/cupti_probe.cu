@@ -1,12 +1,15 @@
 // Finds which way of calling CUPTI's Checkpoint API works on this machine and driver, before the benchmark
 // relies on one: the context left NULL (the header's "current context"), the current (primary) context named
 // explicitly, or a context made with cuCtxCreate (as NVIDIA's checkpoint sample does); each with the checkpoint
-// in device memory and in host memory. Each variant saves a 64 MiB buffer, overwrites it, restores and checks
-// the bytes. Prints one line per variant, then CUPTI_CONTEXT=<first mode whose device and host variants both
-// work> (or none). Exits 0 unless CUDA itself fails: a refusal by CUPTI is a finding, not an error.
+// in device memory and kept out of it (reserveDeviceMB = -1, as the header documents, or = the device's whole
+// memory in MiB). Each variant saves a 64 MiB buffer, overwrites it, restores and checks the bytes. Prints one
+// line per variant, then CUPTI_CONTEXT=<first mode whose device variant works> and CUPTI_HOST_RESERVE=<first
+// host variant that works in that mode> (none when nothing does). Exits 0 unless CUDA itself fails: a refusal by
+// CUPTI is a finding, not an error.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -24,7 +27,9 @@ namespace {
 
 constexpr size_t kBytes = 64u << 20;
 
-bool try_variant(const char* mode, bool device_memory, uint8_t optimizations) {
+// host_reserve: nullptr keeps the checkpoint in device memory; "minus1" or "total" keep it out.
+bool try_variant(const char* mode, const char* host_reserve, uint8_t optimizations) {
+  const bool device_memory = host_reserve == nullptr;
   CUDA_CHECK(cudaSetDevice(0));
   CUDA_CHECK(cudaFree(nullptr));
   CUcontext created = nullptr;
@@ -42,7 +47,11 @@ bool try_variant(const char* mode, bool device_memory, uint8_t optimizations) {
   std::memset(&checkpoint, 0, sizeof(checkpoint));
   checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
   checkpoint.ctx = ctx;
-  checkpoint.reserveDeviceMB = device_memory ? 0 : static_cast<size_t>(-1);
+  size_t free_now = 0, total_now = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
+  checkpoint.reserveDeviceMB = device_memory                            ? 0
+                               : std::strcmp(host_reserve, "minus1") == 0 ? static_cast<size_t>(-1)
+                                                                          : total_now >> 20;
   checkpoint.allowOverwrite = 1;
   checkpoint.optimizations = optimizations;
 
@@ -66,9 +75,9 @@ bool try_variant(const char* mode, bool device_memory, uint8_t optimizations) {
     }
     release = static_cast<int>(cuptiCheckpointFree(&checkpoint));
   }
-  std::printf("cupti_probe: ctx=%-8s %-6s opt=%u: save=%d restore=%d free=%d device MiB taken by save=%.1f "
+  std::printf("cupti_probe: ctx=%-8s %-13s opt=%u: save=%d restore=%d free=%d device MiB taken by save=%.1f "
               "restored=%s\n",
-              mode, device_memory ? "device" : "host", optimizations, save, restore, release,
+              mode, device_memory ? "device" : (std::string("host/") + host_reserve).c_str(), optimizations, save, restore, release,
               (static_cast<double>(free_before) - static_cast<double>(free_after)) / (1 << 20),
               restored ? "yes" : "no");
   std::fflush(stdout);
@@ -83,15 +92,18 @@ bool try_variant(const char* mode, bool device_memory, uint8_t optimizations) {
 }  // namespace
 
 int main() {
-  const char* chosen = "none";
+  const char* context = "none";
+  const char* host_reserve = "none";
   for (const char* mode : {"null", "explicit", "created"}) {
-    const bool on_device = try_variant(mode, true, 0);
-    const bool on_host = try_variant(mode, false, 0);
-    (void)try_variant(mode, true, 1);  // the optimisation NVIDIA's sample turns on, for the record
-    if (on_device && on_host && std::strcmp(chosen, "none") == 0) {
-      chosen = mode;
+    const bool on_device = try_variant(mode, nullptr, 0);
+    const bool host_minus1 = try_variant(mode, "minus1", 0);
+    const bool host_total = try_variant(mode, "total", 0);
+    (void)try_variant(mode, nullptr, 1);  // the optimisation NVIDIA's sample turns on, for the record
+    if (on_device && std::strcmp(context, "none") == 0) {
+      context = mode;
+      host_reserve = host_minus1 ? "minus1" : host_total ? "total" : "none";
     }
   }
-  std::printf("CUPTI_CONTEXT=%s\n", chosen);
+  std::printf("CUPTI_CONTEXT=%s\nCUPTI_HOST_RESERVE=%s\n", context, host_reserve);
   return 0;
 }

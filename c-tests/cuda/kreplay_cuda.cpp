@@ -18,6 +18,7 @@ std::atomic<uint64_t> g_host_locks{0};
 std::atomic<uint64_t> g_host_unlocks{0};
 std::atomic<uint64_t> g_locked_bytes{0};
 std::atomic<uint64_t> g_module_scans{0};
+std::atomic<bool> g_sync_after_copy{true};
 
 const symbol_t* g_symbols = nullptr;
 size_t g_symbol_count = 0;
@@ -239,7 +240,7 @@ kreplay_status_t copy(void* dst, const void* src, size_t bytes) {
   // land; the ops' contract is "complete on return", so wait for the legacy stream, which that copy is on (a
   // no-op wait in every other case).
   cudaError_t error = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-  if (error == cudaSuccess) {
+  if (error == cudaSuccess && g_sync_after_copy.load(std::memory_order_relaxed)) {
     error = cudaStreamSynchronize(cudaStreamLegacy);
   }
   if (error != cudaSuccess) {
@@ -296,5 +297,7 @@ stats_t stats() {
 }
 
 const char* last_op_error() { return t_last_error; }
+
+void set_sync_after_copy(bool enabled) { g_sync_after_copy.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace kreplay_cuda

@@ -58,6 +58,11 @@ cudaError_t free_tracked(void* ptr, kreplay_status_t* record_out = nullptr);
 
 stats_t stats();
 
+// Diagnostic knob (on by default): whether the copy op waits for the legacy stream after each cudaMemcpy. The
+// wait is what makes a pageable host-to-device copy complete on return; with page-locked host memory
+// cudaMemcpy is synchronous anyway, so turning it off there measures what the wait itself costs per copy.
+void set_sync_after_copy(bool enabled);
+
 // The last CUDA error an op saw, as text ("" when none); for messages only.
 const char* last_op_error();
 

@@ -67,14 +67,17 @@ echo "test exit status: $test_status"
 
 # Which way of naming the context CUPTI's Checkpoint API accepts on this driver (see cupti_probe.cu).
 cupti_context=explicit
+cupti_host_reserve=total
 if [[ -x "$bin/kreplay_cupti_probe" ]]; then
   "$bin/kreplay_cupti_probe" 2>&1 | tee "$out/cupti-probe.log"
   probed=$(sed -n 's/^CUPTI_CONTEXT=//p' "$out/cupti-probe.log")
   [[ -n "$probed" && "$probed" != none ]] && cupti_context=$probed
+  probed=$(sed -n 's/^CUPTI_HOST_RESERVE=//p' "$out/cupti-probe.log")
+  [[ -n "$probed" && "$probed" != none ]] && cupti_host_reserve=$probed
 fi
 
 "$bin/kreplay_cuda_bench" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" \
-  --cupti-context "$cupti_context" "$@" 2>&1 |
+  --cupti-context "$cupti_context" --cupti-host-reserve "$cupti_host_reserve" "$@" 2>&1 |
   tee "$out/bench.log"
 bench_status=${PIPESTATUS[0]}
 echo "bench exit status: $bench_status"
