@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 namespace fake {
 
@@ -29,6 +30,12 @@ struct locked_t {
   void* ptr;
   std::size_t size;
 };
+
+// Serialises the fake's entry points, so that tests may call through the tables from several threads.
+// Recursive: the symbol walks call back into the adapter, which queries symbols. hsa_memory_copy does not
+// take it (only the thread that snapshots copies), so a copy never waits on a thread that waits on kreplay.
+std::recursive_mutex fake_mutex;
+using guard_t = std::lock_guard<std::recursive_mutex>;
 
 std::vector<allocation_t> allocations;
 std::vector<locked_t> locked;
@@ -76,22 +83,26 @@ hsa_status_t release(void* ptr) {
 }
 
 hsa_status_t fake_memory_allocate(hsa_region_t region, std::size_t size, void** ptr) {
+  guard_t guard(fake_mutex);
   ++state.memory_allocate_calls;
   if (region.handle != gpu_region.handle) return HSA_STATUS_ERROR_INVALID_REGION;
   return allocate(pools.gpu_coarse, size, ptr);
 }
 
 hsa_status_t fake_memory_free(void* ptr) {
+  guard_t guard(fake_mutex);
   ++state.memory_free_calls;
   return release(ptr);
 }
 
 hsa_status_t fake_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, std::uint32_t /*flags*/, void** ptr) {
+  guard_t guard(fake_mutex);
   ++state.pool_allocate_calls;
   return allocate(pool, size, ptr);
 }
 
 hsa_status_t fake_pool_free(void* ptr) {
+  guard_t guard(fake_mutex);
   ++state.pool_free_calls;
   return release(ptr);
 }
@@ -105,6 +116,7 @@ hsa_status_t fake_memory_copy(void* dst, const void* src, std::size_t size) {
 
 hsa_status_t fake_pointer_info(const void* ptr, hsa_amd_pointer_info_t* info, void* (*/*alloc*/)(std::size_t),
                                std::uint32_t* /*num_agents*/, hsa_agent_t** /*accessible*/) {
+  guard_t guard(fake_mutex);
   ++state.pointer_info_calls;
   if (info == nullptr || ptr == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   if (state.fail_pointer_info) return HSA_STATUS_ERROR;
@@ -171,6 +183,7 @@ hsa_status_t fake_memory_pool_get_info(hsa_amd_memory_pool_t pool, hsa_amd_memor
 
 hsa_status_t fake_memory_lock(void* host_ptr, std::size_t size, hsa_agent_t* agent_list, int num_agent,
                               void** agent_ptr) {
+  guard_t guard(fake_mutex);
   ++state.lock_calls;
   if (agent_list != nullptr || num_agent != 0) ++state.lock_calls_with_agents;
   if (host_ptr == nullptr || size == 0 || agent_ptr == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
@@ -181,6 +194,7 @@ hsa_status_t fake_memory_lock(void* host_ptr, std::size_t size, hsa_agent_t* age
 }
 
 hsa_status_t fake_memory_unlock(void* host_ptr) {
+  guard_t guard(fake_mutex);
   ++state.unlock_calls;
   auto it = std::find_if(locked.begin(), locked.end(), [host_ptr](const locked_t& l) { return l.ptr == host_ptr; });
   if (it == locked.end()) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
@@ -210,6 +224,7 @@ hsa_status_t fake_iterate_agent_symbols(hsa_executable_t executable, hsa_agent_t
                                         hsa_status_t (*callback)(hsa_executable_t, hsa_agent_t,
                                                                  hsa_executable_symbol_t, void*),
                                         void* data) {
+  guard_t guard(fake_mutex);
   executable_t* e = find_executable(executable);
   if (e == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
   if (e->fail_iteration) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
@@ -229,6 +244,7 @@ hsa_status_t put(void* value, T v) {
 
 hsa_status_t fake_symbol_get_info(hsa_executable_symbol_t symbol, hsa_executable_symbol_info_t attribute,
                                   void* value) {
+  guard_t guard(fake_mutex);
   const symbol_t* s = find_symbol(symbol);
   if (s == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL;
   if (s->fail_attribute == static_cast<int>(attribute)) return HSA_STATUS_ERROR;
@@ -253,6 +269,7 @@ hsa_status_t fake_symbol_get_info(hsa_executable_symbol_t symbol, hsa_executable
 }
 
 hsa_status_t loader_iterate_executables(hsa_status_t (*callback)(hsa_executable_t, void*), void* data) {
+  guard_t guard(fake_mutex);
   for (const auto& e : executables) {
     if (e.handle == 0) ++state.null_executables_reported;
     hsa_status_t status = callback(hsa_executable_t{e.handle}, data);
@@ -263,6 +280,7 @@ hsa_status_t loader_iterate_executables(hsa_status_t (*callback)(hsa_executable_
 
 hsa_status_t fake_get_major_extension_table(std::uint16_t extension, std::uint16_t version_major,
                                             std::size_t table_length, void* table) {
+  guard_t guard(fake_mutex);
   ++state.loader_table_requests;
   if (state.fail_loader_table) return HSA_STATUS_ERROR_NOT_INITIALIZED;
   if (extension != HSA_EXTENSION_AMD_LOADER || version_major != 1 || table == nullptr) {
@@ -380,7 +398,10 @@ hsa_status_t host_iterate_executables(void* user_data, kreplay::hsa::executable_
   return HSA_STATUS_SUCCESS;
 }
 
-std::size_t live_allocations() { return allocations.size(); }
+std::size_t live_allocations() {
+  guard_t guard(fake_mutex);
+  return allocations.size();
+}
 
 kreplay_inventory_stats_t stats(hsa_agent_t agent) {
   kreplay_inventory_stats_t out{};
