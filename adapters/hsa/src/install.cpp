@@ -222,7 +222,7 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
   g_next_pool_allocate.store(pool_allocate, std::memory_order_release);
   g_next_pool_free.store(pool_free, std::memory_order_release);
   // The tables are plain memory: order the saved entries before the first write that can route a call to a
-  // wrapper (registration normally runs before other threads use the tables, but nothing here relies on it).
+  // wrapper. Registration normally runs before other threads use the tables; the fence is for when it does not.
   std::atomic_thread_fence(std::memory_order_release);
   core->hsa_memory_allocate_fn = &wrap_memory_allocate;
   core->hsa_memory_free_fn = &wrap_memory_free;
