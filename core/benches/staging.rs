@@ -199,6 +199,51 @@ fn first_acquire(agent: Agent) {
     println!();
 }
 
+/// The first acquire after the memory has sat free for a while: on a VM whose balloon driver reports free
+/// memory to the hypervisor (free page reporting), free 2 MiB blocks are handed back after about two seconds and
+/// the next touch faults them in again on the host. Runs only when asked for (`-- cold`): it sleeps.
+fn cold_first_acquire(agent: Agent) {
+    println!("== first acquire of memory that sat free for 3 s (a profiler's first dispatch), map + write every byte ==");
+    let reporting = std::fs::read_to_string("/sys/module/page_reporting/parameters/page_reporting_order").ok();
+    println!(
+        "free page reporting order: {}",
+        reporting.as_deref().map_or("none (no balloon driver)", |order| order.trim())
+    );
+    for n in FOOTPRINTS {
+        let mib = (n / MIB) as f64;
+        let mut times = [Vec::new(), Vec::new()];
+        for run in 0..4 {
+            for step in 0..2 {
+                let huge = (run + step) % 2 == 1;
+                host_memory::set_huge_pages(huge);
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                let start = Instant::now();
+                let lease = POOLS.acquire(agent, n).unwrap();
+                // SAFETY: the lease is at least `n` writable bytes.
+                unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
+                times[huge as usize].push(ms(start.elapsed().as_secs_f64()) / mib);
+                POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                POOLS.trim(agent, &mut no_unlock());
+            }
+        }
+        for huge in [false, true] {
+            let v = &mut times[huge as usize];
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "{:>5} MiB  THP {:>6}: {:.3} ms/MiB median of {} [{:.3}, {:.3}]",
+                n / MIB,
+                if huge { "advise" } else { "off" },
+                v[v.len() / 2],
+                v.len(),
+                v[0],
+                v[v.len() - 1]
+            );
+        }
+    }
+    host_memory::set_huge_pages(true);
+    println!();
+}
+
 /// Steady-state acquire + release of page-backed blocks while the pool holds many idle blocks: its best fit
 /// and its release both scan the agent's block table, so this is the size-independent worst case.
 fn crowded_pool(agent: Agent) {
@@ -299,6 +344,10 @@ fn main() {
     }
     if wanted("first") {
         first_acquire(Agent(0x52));
+    }
+    // Sleeps for about two minutes: only when named.
+    if filter.iter().any(|f| f == "cold") {
+        cold_first_acquire(Agent(0x55));
     }
     if wanted("crowded") {
         crowded_pool(Agent(0x53));
