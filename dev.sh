@@ -61,7 +61,8 @@ find_tools() {
     say "installing ${missing[*]} from PyPI into build/.tools (none suitable on PATH)"
     python3 -m pip --version >/dev/null 2>&1 ||
       die "python3 -m pip is not available: install pip (Debian: apt-get install python3-pip)"
-    python3 -m pip install --disable-pip-version-check --no-input --quiet --upgrade \
+    # CI runs as root; pip's warning about that is noise for a private --target folder.
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --disable-pip-version-check --no-input --quiet --upgrade \
       --target "$tools_dir" "${missing[@]}" ||
       die "could not install ${missing[*]} with pip"
     [[ -n "$CMAKE" ]] || CMAKE="$tools_dir/cmake/data/bin/cmake"

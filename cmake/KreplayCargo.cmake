@@ -35,14 +35,15 @@ foreach(file IN ITEMS Cargo.toml Cargo.lock core/Cargo.toml capi/Cargo.toml
   endif()
 endforeach()
 
-# kreplay_add_cargo_library(<imported-target> TARGET_DIR <dir> [FEATURES <feature>...]
+# kreplay_add_cargo_library(<imported-target> TARGET_DIR <dir> [ALL] [FEATURES <feature>...]
 #                           [COMPILE_DEFINITIONS <definition>...])
 #
 # Runs `cargo build -p kreplay-capi` with CARGO_TARGET_DIR=<dir> (Debug: dev profile; any other build type,
 # or none: --release) and defines <imported-target> as a STATIC IMPORTED GLOBAL library carrying the archive,
-# include/ and the pinned native libraries.
+# include/ and the pinned native libraries. ALL builds the archive with the default build target even when
+# nothing links it (the install rules need it); otherwise it is built when a target that links it is.
 function(kreplay_add_cargo_library target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "TARGET_DIR" "FEATURES;COMPILE_DEFINITIONS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "ALL" "TARGET_DIR" "FEATURES;COMPILE_DEFINITIONS")
   if(NOT arg_TARGET_DIR)
     message(FATAL_ERROR "kreplay_add_cargo_library(${target}): TARGET_DIR is required")
   endif()
@@ -93,7 +94,12 @@ function(kreplay_add_cargo_library target)
     USES_TERMINAL
     COMMAND_EXPAND_LISTS
     VERBATIM)
-  add_custom_target(${stamp_name}_cargo DEPENDS "${archive}")
+  if(arg_ALL)
+    set(all_arg ALL)
+  else()
+    set(all_arg "")
+  endif()
+  add_custom_target(${stamp_name}_cargo ${all_arg} DEPENDS "${archive}")
 
   add_library(${target} STATIC IMPORTED GLOBAL)
   set_target_properties(${target} PROPERTIES
