@@ -118,7 +118,7 @@ static void a_thread_freeing_regions_never_sees_a_copy_after_its_record_free(voi
 
   CHECK_EQ(violations, test_counters().violations);
   CHECK_EQ(0, test_log_count(KREPLAY_LOG_ERROR, NULL));
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
   for (i = 0; i < REGIONS; ++i) {
     CHECK(test_all_bytes(regions[i], sizes[i], 0xDD));
   }

@@ -165,7 +165,7 @@ void moving_a_snapshot_hands_it_over_and_it_is_freed_once() {
   CHECK(kreplay::retained_staging_bytes(a) >= 256 * KiB);
   expect_no_handle_errors();
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_restore(raw_a, nullptr));
-  kreplay_set_logger(nullptr, nullptr, KREPLAY_LOG_WARNING);
+  test_log_stop();
   test_free(pa);
   test_free(pb);
   kreplay_staging_trim(a);
@@ -229,7 +229,7 @@ void release_gives_up_ownership_to_the_caller() {
     CHECK(owner.get() == adopted);
   }
   expect_no_handle_errors();
-  kreplay_set_logger(nullptr, nullptr, KREPLAY_LOG_WARNING);
+  test_log_stop();
   test_free(ptr);
   kreplay_staging_trim(agent);
 }

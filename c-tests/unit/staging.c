@@ -165,7 +165,7 @@ static void releasing_null_or_an_empty_buffer_does_nothing(void) {
   CHECK_EQ(before.maps, test_host_memory().maps);
   CHECK_EQ(before.unmaps, test_host_memory().unmaps);
   CHECK_EQ(0, test_log_count(KREPLAY_LOG_ERROR, NULL));
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
 }
 
 static void releasing_a_copy_of_a_released_buffer_is_refused_and_logged(void) {
@@ -193,7 +193,7 @@ static void releasing_a_copy_of_a_released_buffer_is_refused_and_logged(void) {
   CHECK(stale.data != NULL);
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_ERROR, "released already"));
 
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
   kreplay_staging_trim(agent);
 }
 
@@ -216,7 +216,7 @@ static void releasing_a_stale_copy_leaves_storage_lent_again_to_its_new_owner(vo
   CHECK_OK(kreplay_staging_acquire(&thief, agent, 256 * KIB));
   CHECK(thief.data != owner.data);
 
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
   kreplay_staging_release(&thief);
   kreplay_staging_release(&owner);
   kreplay_staging_trim(agent);

@@ -145,7 +145,7 @@ void move_construction_hands_over_the_storage_and_only_the_final_owner_returns_i
   CHECK(a.data() == data);
   CHECK(b.data() != data);
   expect_no_double_release();
-  kreplay_set_logger(nullptr, nullptr, KREPLAY_LOG_WARNING);
+  test_log_stop();
 }
 
 void move_assignment_over_a_holding_buffer_returns_its_old_storage_once() {
@@ -174,7 +174,7 @@ void move_assignment_over_a_holding_buffer_returns_its_old_storage_once() {
   CHECK(again.acquire(agent, 256 * KiB));
   CHECK(again.data() == old_data);
   expect_no_double_release();
-  kreplay_set_logger(nullptr, nullptr, KREPLAY_LOG_WARNING);
+  test_log_stop();
   again.release();
   kreplay_staging_trim(agent);
 }

@@ -65,6 +65,13 @@ static inline void test_log_capture(kreplay_log_level_t max_level) {
   kreplay_set_logger(test_log_sink, NULL, max_level);
 }
 
+/* Back to the library's default logger (warnings and errors to stderr); what was captured is dropped, so a
+ * later failure does not print lines that belong to an earlier test. */
+static inline void test_log_stop(void) {
+  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_clear();
+}
+
 /* Lines at exactly `level` (any level when `level` is negative) that contain `needle` (any line when NULL). */
 static inline size_t test_log_count(int level, const char* needle) {
   size_t found = 0;

@@ -168,7 +168,7 @@ static void recording_an_allocation_again_replaces_the_one_whose_free_was_missed
   CHECK_EQ(1, test_inventory(agent).regions);
   CHECK_EQ(8 * KIB, test_inventory(agent).bytes);
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "never recorded"));
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
   test_free(ptr);
 }
 
@@ -332,7 +332,7 @@ static void a_full_inventory_reports_overflow_and_never_loses_an_allocation_sile
   CHECK_OK(kreplay_snapshot_info(snapshot, &info));
   CHECK_EQ(1, info.regions);
   kreplay_snapshot_free(snapshot);
-  kreplay_set_logger(NULL, NULL, KREPLAY_LOG_WARNING);
+  test_log_stop();
 
   /* Freeing the lost allocation is no error, and once it is gone nothing is missing any more. */
   CHECK_OK(kreplay_record_free(lost));
