@@ -39,7 +39,9 @@ class staging_buffer_t {
     return *this;
   }
 
+  /// Not copyable: two owners would return the same storage twice.
   staging_buffer_t(const staging_buffer_t&) = delete;
+  /// Not copyable: two owners would return the same storage twice.
   staging_buffer_t& operator=(const staging_buffer_t&) = delete;
 
   /// Returns the storage to its agent's pool.
@@ -81,10 +83,12 @@ class staging_buffer_t {
   const kreplay_staging_buffer_t& raw() const noexcept { return buffer_; }
 
  private:
+  /// The zero-initialised struct the C API takes as "holds nothing".
   static constexpr kreplay_staging_buffer_t empty_raw() noexcept {
     return kreplay_staging_buffer_t{nullptr, 0, 0, kreplay_agent_t{0}};
   }
 
+  /// What the C API lent; written only by the C API and by moves.
   kreplay_staging_buffer_t buffer_ = empty_raw();
 };
 
@@ -106,7 +110,8 @@ struct device_snapshot_t {
   /// Why `snap` declined (`KREPLAY_DECLINE_NONE` when `ok`, or when `status` is not `DECLINED`).
   kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
 
-  /// What `kreplay_snap` returned: `SUCCESS`, `DECLINED`, or an error such as `INTERNAL_ERROR`.
+  /// What `kreplay_snap` returned: `SUCCESS`, `DECLINED`, or an error such as `INTERNAL_ERROR`; `DECLINED` also
+  /// for an object that holds no snapshot because it was default-constructed, moved from or reset.
   kreplay_status_t status = KREPLAY_STATUS_DECLINED;
 
   /// No snapshot.
@@ -138,7 +143,9 @@ struct device_snapshot_t {
     return *this;
   }
 
+  /// Not copyable: two owners would free the same snapshot twice.
   device_snapshot_t(const device_snapshot_t&) = delete;
+  /// Not copyable: two owners would free the same snapshot twice.
   device_snapshot_t& operator=(const device_snapshot_t&) = delete;
 
   /// Frees the snapshot; its staging goes back to the agent's pool.
@@ -180,6 +187,7 @@ struct device_snapshot_t {
   }
 
  private:
+  /// Drops the pointer without freeing it (its new owner, or the caller, frees it) and reads as "no snapshot".
   void forget() noexcept {
     snapshot_ = nullptr;
     ok = false;
@@ -187,6 +195,7 @@ struct device_snapshot_t {
     status = KREPLAY_STATUS_DECLINED;
   }
 
+  /// The owned snapshot, or NULL.
   kreplay_snapshot_t* snapshot_ = nullptr;
 };
 
