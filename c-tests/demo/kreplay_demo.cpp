@@ -516,6 +516,7 @@ int run(const Options& options) {
     f.replayed = kreplay_replay_gate(1, 1, false) == KREPLAY_GATE_REPLAY;
     const kreplay_host_memory_stats_t before = host_memory();
     const kreplay_sim_counters_t counters_before = sim_counters();
+    progress.update("dispatch %zu of %zu: taking the snapshot", d + 1, options.dispatches);
     const double snap_start = now_s();
     kreplay::device_snapshot_t snapshot = f.replayed ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
     f.snap_s = now_s() - snap_start;
