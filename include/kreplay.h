@@ -233,6 +233,9 @@ typedef struct kreplay_staging_buffer_t {
   size_t capacity;
   // The pool the storage belongs to.
   struct kreplay_agent_t agent;
+  // Identifies the loan, so that a stale copy of this struct released after the storage was lent to someone
+  // else is refused instead of taking the storage from its new owner. (An addition to the contract.)
+  uint64_t loan;
 } kreplay_staging_buffer_t;
 
 // The library's own host mappings, process-wide.
@@ -387,9 +390,10 @@ enum kreplay_status_t kreplay_staging_acquire(struct kreplay_staging_buffer_t *b
                                               struct kreplay_agent_t agent,
                                               size_t size);
 
-// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. Storage
-// this library did not lend (or that came back already, through a copy of the struct) is logged and left
-// alone. Thread-safe for distinct buffers.
+// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. A buffer
+// whose loan is not outstanding (storage this library did not lend, or a copy of the struct whose storage came
+// back already, even if it has been lent to someone else since) is logged and left alone. Thread-safe for
+// distinct buffers.
 //
 // # Safety
 // `buffer` must be NULL or point to a valid `kreplay_staging_buffer_t`.

@@ -85,7 +85,7 @@ class staging_buffer_t {
  private:
   /// The zero-initialised struct the C API takes as "holds nothing".
   static constexpr kreplay_staging_buffer_t empty_raw() noexcept {
-    return kreplay_staging_buffer_t{nullptr, 0, 0, kreplay_agent_t{0}};
+    return kreplay_staging_buffer_t{};
   }
 
   /// What the C API lent; written only by the C API and by moves.

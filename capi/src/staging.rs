@@ -22,15 +22,23 @@ pub struct kreplay_staging_buffer_t {
     pub capacity: usize,
     /// The pool the storage belongs to.
     pub agent: kreplay_agent_t,
+    /// Identifies the loan, so that a stale copy of this struct released after the storage was lent to someone
+    /// else is refused instead of taking the storage from its new owner. (An addition to the contract.)
+    pub loan: u64,
 }
 
-const EMPTY: kreplay_staging_buffer_t =
-    kreplay_staging_buffer_t { data: std::ptr::null_mut(), size: 0, capacity: 0, agent: kreplay_agent_t { handle: 0 } };
+const EMPTY: kreplay_staging_buffer_t = kreplay_staging_buffer_t {
+    data: std::ptr::null_mut(),
+    size: 0,
+    capacity: 0,
+    agent: kreplay_agent_t { handle: 0 },
+    loan: 0,
+};
 
 /// Gives back what `buffer` holds; true when it held nothing or was given back (then it is empty).
 fn release_into_pool(function: &str, buffer: &mut kreplay_staging_buffer_t) -> bool {
     let Some(data) = NonNull::new(buffer.data.cast::<u8>()) else { return true };
-    match ENGINE.staging_release(buffer.agent.into(), data, buffer.capacity) {
+    match ENGINE.staging_release(buffer.agent.into(), data, buffer.capacity, buffer.loan) {
         Ok(()) => {
             *buffer = EMPTY;
             true
@@ -88,6 +96,7 @@ pub unsafe extern "C" fn kreplay_staging_acquire(
                     size: lease.size,
                     capacity: lease.capacity,
                     agent,
+                    loan: lease.loan,
                 };
                 KREPLAY_STATUS_SUCCESS
             }
@@ -103,9 +112,10 @@ pub unsafe extern "C" fn kreplay_staging_acquire(
     })
 }
 
-/// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. Storage
-/// this library did not lend (or that came back already, through a copy of the struct) is logged and left
-/// alone. Thread-safe for distinct buffers.
+/// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. A buffer
+/// whose loan is not outstanding (storage this library did not lend, or a copy of the struct whose storage came
+/// back already, even if it has been lent to someone else since) is logged and left alone. Thread-safe for
+/// distinct buffers.
 ///
 /// # Safety
 /// `buffer` must be NULL or point to a valid `kreplay_staging_buffer_t`.

@@ -95,14 +95,14 @@ fn per_dispatch_cost(agent: Agent) {
         host_memory::set_huge_pages(true);
         let warm = POOLS.acquire(agent, n).unwrap();
         touch_pages(warm.data.as_ptr(), warm.capacity);
-        POOLS.release(agent, warm.data, warm.capacity).unwrap();
+        POOLS.release(agent, warm.data, warm.capacity, warm.loan).unwrap();
         let maps_before = host_memory::stats().maps;
         let retained = measure(runs, || {
             const CYCLES: usize = 1000;
             let start = Instant::now();
             for _ in 0..CYCLES {
                 let lease = POOLS.acquire(agent, black_box(n)).unwrap();
-                POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
             }
             start.elapsed().as_secs_f64() / CYCLES as f64
         });
@@ -110,7 +110,7 @@ fn per_dispatch_cost(agent: Agent) {
             let start = Instant::now();
             let lease = POOLS.acquire(agent, n).unwrap();
             touch_pages(lease.data.as_ptr(), n);
-            POOLS.release(agent, lease.data, lease.capacity).unwrap();
+            POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
             start.elapsed().as_secs_f64()
         });
         let maps = host_memory::stats().maps - maps_before;
@@ -175,7 +175,7 @@ fn first_acquire(agent: Agent) {
                     }
                     times[huge as usize][write_all as usize].push(start.elapsed().as_secs_f64());
                     backed[huge as usize] = backed[huge as usize].max(anon_huge_bytes());
-                    POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                    POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
                     POOLS.trim(agent, &mut no_unlock());
                 }
             }
@@ -226,7 +226,7 @@ fn cold_first_acquire(agent: Agent) {
                 // SAFETY: the lease is at least `n` writable bytes.
                 unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
                 times[huge as usize].push(ms(start.elapsed().as_secs_f64()) / mib);
-                POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
                 POOLS.trim(agent, &mut no_unlock());
             }
         }
@@ -256,7 +256,7 @@ fn crowded_pool(agent: Agent) {
         let sizes: Vec<usize> = (0..blocks).map(|i| (8 << 10) << (i % 11)).collect();
         let leases: Vec<_> = sizes.iter().map(|&size| POOLS.acquire(agent, size).unwrap()).collect();
         for lease in leases {
-            POOLS.release(agent, lease.data, lease.capacity).unwrap();
+            POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         }
         let maps_before = host_memory::stats().maps;
         let (median, min, max) = measure(9, || {
@@ -264,7 +264,7 @@ fn crowded_pool(agent: Agent) {
             let start = Instant::now();
             for i in 0..CYCLES {
                 let lease = POOLS.acquire(agent, black_box(sizes[i % sizes.len()])).unwrap();
-                POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
             }
             start.elapsed().as_secs_f64() / CYCLES as f64
         });
@@ -289,14 +289,14 @@ fn tiny_regions(agent: Agent) {
     let warm: Vec<_> = (1..=256).map(|size| POOLS.acquire(agent, size).unwrap()).collect();
     let warm_maps = host_memory::stats().maps - cold;
     for lease in warm {
-        POOLS.release(agent, lease.data, lease.capacity).unwrap();
+        POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
     }
     let before = host_memory::stats();
     let one_at_a_time = measure(9, || {
         let start = Instant::now();
         for i in 0..CYCLES {
             let lease = POOLS.acquire(agent, black_box(i % 256 + 1)).unwrap();
-            POOLS.release(agent, lease.data, lease.capacity).unwrap();
+            POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         }
         start.elapsed().as_secs_f64() / CYCLES as f64
     });
@@ -308,7 +308,7 @@ fn tiny_regions(agent: Agent) {
                 held.push(POOLS.acquire(agent, black_box((batch * 7 + i) % 256 + 1)).unwrap());
             }
             for lease in held.drain(..) {
-                POOLS.release(agent, lease.data, lease.capacity).unwrap();
+                POOLS.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
             }
         }
         start.elapsed().as_secs_f64() / CYCLES as f64

@@ -247,10 +247,10 @@ impl<O: DeviceOps> Engine<O> {
         self.pools.acquire(agent, size)
     }
 
-    /// Returns storage to `agent`'s pool; `NotFound` when the pool did not lend it (or it came back already).
-    pub fn staging_release(&self, agent: Agent, data: NonNull<u8>, capacity: usize) -> Result<()> {
+    /// Returns storage lent under `loan` to `agent`'s pool; `NotFound` when that loan is not outstanding.
+    pub fn staging_release(&self, agent: Agent, data: NonNull<u8>, capacity: usize, loan: u64) -> Result<()> {
         self.check_live()?;
-        self.pools.release(agent, data, capacity)
+        self.pools.release(agent, data, capacity, loan)
     }
 
     /// Unmaps all of `agent`'s idle storage (unlocking page-locked storage first).

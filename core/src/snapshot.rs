@@ -104,7 +104,7 @@ impl<O: DeviceOps> Snapshot<'_, O> {
 impl<O: DeviceOps> Drop for Snapshot<'_, O> {
     fn drop(&mut self) {
         if let Some(lease) = self.storage.take() {
-            if self.engine.pools.release(lease.agent, lease.data, lease.capacity).is_err() {
+            if self.engine.pools.release(lease.agent, lease.data, lease.capacity, lease.loan).is_err() {
                 crate::log!(Level::Error, "agent {:#x}: a snapshot's staging was not lent by its pool", lease.agent.0);
             }
         }

@@ -30,7 +30,7 @@ pub const BLOCKS_PER_AGENT: usize = 1024;
 /// The largest request served from a slab.
 pub const SMALL_MAX: usize = 2048;
 const SMALL_CLASSES: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
-const CHUNKS_PER_CLASS: usize = 32;
+const CHUNKS_PER_CLASS: usize = 16;
 const MAX_SLOTS_PER_CHUNK: usize = 512;
 const CHUNK_BYTES: usize = 64 << 10;
 
@@ -47,6 +47,20 @@ pub struct Lease {
     pub agent: Agent,
     /// Whether the storage is page-locked (it stays so while retained).
     pub locked: bool,
+    /// Identifies this loan: a stale copy of a lease whose storage has since been lent again is refused.
+    pub loan: u64,
+}
+
+static NEXT_LOAN: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh loan number; never 0, so a zero-initialised C buffer never matches a loan.
+fn next_loan() -> u64 {
+    NEXT_LOAN.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The part of a loan number a slab slot remembers (slots keep 32 bits to keep the tables small).
+fn slot_tag(loan: u64) -> u32 {
+    (loan as u32).max(1)
 }
 
 /// A page-backed mapping known to a pool.
@@ -56,6 +70,8 @@ struct Block {
     capacity: usize,
     locked: bool,
     lent: bool,
+    /// The loan it is lent under (meaningful while `lent`).
+    loan: u64,
 }
 
 /// One mapping cut into equal slots.
@@ -69,6 +85,8 @@ struct Chunk {
     free: [u64; MAX_SLOTS_PER_CHUNK / 64],
     slots: u16,
     idle: u16,
+    /// The loan tag of each lent slot.
+    tags: [u32; MAX_SLOTS_PER_CHUNK],
 }
 
 impl Chunk {
@@ -82,21 +100,24 @@ impl Chunk {
                 n => (1u64 << n) - 1,
             };
         }
-        Chunk { base, free, slots: slots as u16, idle: slots as u16 }
+        Chunk { base, free, slots: slots as u16, idle: slots as u16, tags: [0; MAX_SLOTS_PER_CHUNK] }
     }
 
-    fn take(&mut self) -> Option<usize> {
+    fn take(&mut self, loan: u64) -> Option<usize> {
         let word = self.free.iter().position(|&w| w != 0)?;
         let bit = self.free[word].trailing_zeros() as usize;
         self.free[word] &= !(1u64 << bit);
         self.idle -= 1;
-        Some(word * 64 + bit)
+        let slot = word * 64 + bit;
+        self.tags[slot] = slot_tag(loan);
+        Some(slot)
     }
 
-    /// Returns slot `slot`; false when it was already idle (a double release).
-    fn give_back(&mut self, slot: usize) -> bool {
+    /// Returns slot `slot` lent under `loan`; false when it is idle already or lent under another loan (a
+    /// stale copy released after the slot went to a new owner).
+    fn give_back(&mut self, slot: usize, loan: u64) -> bool {
         let (word, bit) = (slot / 64, slot % 64);
-        if slot >= self.slots as usize || self.free[word] & (1u64 << bit) != 0 {
+        if slot >= self.slots as usize || self.free[word] & (1u64 << bit) != 0 || self.tags[slot] != slot_tag(loan) {
             return false;
         }
         self.free[word] |= 1u64 << bit;
@@ -260,17 +281,20 @@ impl Pools {
             if let Some(i) = pool.best_fit(size) {
                 let block = &mut pool.blocks[i];
                 block.lent = true;
+                block.loan = next_loan();
                 return Ok(Lease {
                     data: block.ptr,
                     size,
                     capacity: block.capacity,
                     agent,
                     locked: block.locked,
+                    loan: block.loan,
                 });
             }
         }
         let data = host_memory::map(len)?;
-        let block = Block { ptr: data, capacity: len, locked: false, lent: true };
+        let loan = next_loan();
+        let block = Block { ptr: data, capacity: len, locked: false, lent: true, loan };
         let mut pool = slot.pool.lock();
         if pool.blocks.try_push(block).is_err() {
             drop(pool);
@@ -284,7 +308,7 @@ impl Pools {
             );
             return Err(Error::CapacityExceeded);
         }
-        Ok(Lease { data, size, capacity: len, agent, locked: false })
+        Ok(Lease { data, size, capacity: len, agent, locked: false, loan })
     }
 
     /// `Ok(None)` when the slab for this class is full and the request should take a block instead.
@@ -292,6 +316,7 @@ impl Pools {
         let class = class_index(size);
         let class_size = SMALL_CLASSES[class];
         let slot = self.find_or_claim(agent)?;
+        let loan = next_loan();
         let lease = |base: NonNull<u8>, index: usize| Lease {
             // SAFETY: `index < slots`, so the slot lies inside the chunk's mapping, and a pointer into a mapping
             // is never null.
@@ -300,11 +325,12 @@ impl Pools {
             capacity: class_size,
             agent,
             locked: false,
+            loan,
         };
         {
             let mut pool = slot.pool.lock();
             for chunk in pool.slabs[class].iter_mut() {
-                if let Some(index) = chunk.take() {
+                if let Some(index) = chunk.take(loan) {
                     return Ok(Some(lease(chunk.base, index)));
                 }
             }
@@ -316,7 +342,7 @@ impl Pools {
         let len = slots * class_size;
         let data = host_memory::map(len)?;
         let mut chunk = Chunk::new(data, slots);
-        let index = chunk.take().ok_or(Error::Internal)?;
+        let index = chunk.take(loan).ok_or(Error::Internal)?;
         let mut pool = slot.pool.lock();
         if pool.slabs[class].try_push(chunk).is_err() {
             // Another thread filled the class meanwhile.
@@ -328,9 +354,10 @@ impl Pools {
         Ok(Some(lease(data, index)))
     }
 
-    /// Returns storage to its agent's pool. `NotFound` (and nothing changes) when the storage is not lent by
-    /// that pool: never lent, released already, or released to the wrong agent.
-    pub fn release(&self, agent: Agent, data: NonNull<u8>, capacity: usize) -> Result<()> {
+    /// Returns storage lent under `loan` to its agent's pool. `NotFound` (and nothing changes) when that loan is
+    /// not outstanding in that pool: never lent, released already, lent again since (a stale copy), or released
+    /// to the wrong agent.
+    pub fn release(&self, agent: Agent, data: NonNull<u8>, capacity: usize, loan: u64) -> Result<()> {
         let slot = self.find(agent).ok_or(Error::NotFound)?;
         let addr = data.as_ptr() as usize;
         let mut pool = slot.pool.lock();
@@ -342,7 +369,7 @@ impl Pools {
                     let start = chunk.base.as_ptr() as usize;
                     let end = start + chunk.slots as usize * class_size;
                     if addr >= start && addr < end && (addr - start) % class_size == 0 {
-                        return if chunk.give_back((addr - start) / class_size) {
+                        return if chunk.give_back((addr - start) / class_size, loan) {
                             Ok(())
                         } else {
                             Err(Error::NotFound)
@@ -351,7 +378,8 @@ impl Pools {
                 }
             }
         }
-        let block = pool.blocks.iter_mut().find(|b| b.ptr == data && b.capacity == capacity && b.lent);
+        let block =
+            pool.blocks.iter_mut().find(|b| b.ptr == data && b.capacity == capacity && b.lent && b.loan == loan);
         match block {
             Some(block) => {
                 block.lent = false;
@@ -447,7 +475,7 @@ mod tests {
         // SAFETY: the lease is `capacity` writable bytes.
         unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, lease.capacity) };
         assert_eq!(pools.retained_bytes(agent), 0);
-        pools.release(agent, lease.data, lease.capacity).unwrap();
+        pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         assert_eq!(pools.retained_bytes(agent), lease.capacity);
         pools.trim(agent, &mut no_unlock());
         assert_eq!(pools.retained_bytes(agent), 0);
@@ -458,13 +486,13 @@ mod tests {
         let pools = pools!();
         let agent = Agent(2);
         let big = pools.acquire(agent, 100 << 10).unwrap();
-        pools.release(agent, big.data, big.capacity).unwrap();
+        pools.release(agent, big.data, big.capacity, big.loan).unwrap();
         let small = pools.acquire(agent, 40 << 10).unwrap();
         assert_ne!(small.data, big.data, "a 40 KiB request must not take a 100 KiB block");
         let fits = pools.acquire(agent, 60 << 10).unwrap();
         assert_eq!(fits.data, big.data, "a 60 KiB request takes the 100 KiB block");
         for lease in [small, fits] {
-            pools.release(agent, lease.data, lease.capacity).unwrap();
+            pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         }
         pools.trim(agent, &mut no_unlock());
     }
@@ -475,7 +503,7 @@ mod tests {
         let agent = Agent(3);
         let first: Vec<_> = (1..=256).map(|size| pools.acquire(agent, size).unwrap()).collect();
         for lease in &first {
-            pools.release(agent, lease.data, lease.capacity).unwrap();
+            pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         }
         let first: std::collections::HashSet<_> = first.iter().map(|lease| lease.data).collect();
         for round in 0..if cfg!(miri) { 100 } else { 1000 } {
@@ -483,7 +511,7 @@ mod tests {
             let lease = pools.acquire(agent, size).unwrap();
             assert!(lease.capacity >= size && lease.capacity <= 256.max(2 * size).max(16));
             assert!(first.contains(&lease.data), "a steady-state tiny request got storage that was not retained");
-            pools.release(agent, lease.data, lease.capacity).unwrap();
+            pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         }
         assert!(pools.retained_bytes(agent) > 0);
         pools.trim(agent, &mut no_unlock());
@@ -497,12 +525,32 @@ mod tests {
         let small = pools.acquire(a, 10).unwrap();
         let large = pools.acquire(a, 1 << 20).unwrap();
         let _ = pools.acquire(b, 10).unwrap();
-        assert_eq!(pools.release(b, small.data, small.capacity), Err(Error::NotFound));
-        pools.release(a, small.data, small.capacity).unwrap();
-        assert_eq!(pools.release(a, small.data, small.capacity), Err(Error::NotFound));
-        pools.release(a, large.data, large.capacity).unwrap();
-        assert_eq!(pools.release(a, large.data, large.capacity), Err(Error::NotFound));
+        assert_eq!(pools.release(b, small.data, small.capacity, small.loan), Err(Error::NotFound));
+        pools.release(a, small.data, small.capacity, small.loan).unwrap();
+        assert_eq!(pools.release(a, small.data, small.capacity, small.loan), Err(Error::NotFound));
+        pools.release(a, large.data, large.capacity, large.loan).unwrap();
+        assert_eq!(pools.release(a, large.data, large.capacity, large.loan), Err(Error::NotFound));
         pools.trim(a, &mut no_unlock());
+    }
+
+    #[test]
+    fn a_stale_copy_cannot_release_storage_lent_again_to_a_new_owner() {
+        let pools = pools!();
+        let agent = Agent(10);
+        for size in [64, 256 << 10] {
+            let first = pools.acquire(agent, size).unwrap();
+            let stale = (first.data, first.capacity, first.loan);
+            pools.release(agent, first.data, first.capacity, first.loan).unwrap();
+            let second = pools.acquire(agent, size).unwrap();
+            assert_eq!(second.data, stale.0, "the same storage is lent again");
+            assert_eq!(pools.release(agent, stale.0, stale.1, stale.2), Err(Error::NotFound));
+            let third = pools.acquire(agent, size).unwrap();
+            assert_ne!(third.data, second.data, "storage still lent was handed to a second owner");
+            for lease in [second, third] {
+                pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
+            }
+        }
+        pools.trim(agent, &mut no_unlock());
     }
 
     #[test]
@@ -510,11 +558,11 @@ mod tests {
         let pools = pools!();
         let (a, b) = (Agent(6), Agent(7));
         let lease = pools.acquire(a, 1 << 20).unwrap();
-        pools.release(a, lease.data, lease.capacity).unwrap();
+        pools.release(a, lease.data, lease.capacity, lease.loan).unwrap();
         let other = pools.acquire(b, 1 << 20).unwrap();
         assert_ne!(other.data, lease.data);
         assert_eq!(pools.retained_bytes(a), lease.capacity);
-        pools.release(b, other.data, other.capacity).unwrap();
+        pools.release(b, other.data, other.capacity, other.loan).unwrap();
         pools.trim(a, &mut no_unlock());
         pools.trim(b, &mut no_unlock());
     }
@@ -525,10 +573,10 @@ mod tests {
         let agent = Agent(8);
         let mut lease = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
         pools.set_locked(&mut lease, true);
-        pools.release(agent, lease.data, lease.capacity).unwrap();
+        pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         let again = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
         assert!(again.locked, "a retained block stays locked");
-        pools.release(agent, again.data, again.capacity).unwrap();
+        pools.release(agent, again.data, again.capacity, again.loan).unwrap();
         let mut unlocked = Vec::new();
         pools.trim(agent, &mut |ptr, len| unlocked.push((ptr, len)));
         assert_eq!(unlocked, [(lease.data, lease.capacity)]);
@@ -550,7 +598,7 @@ mod tests {
         }
         assert_eq!(pools.acquire(Agent(5000), 16), Err(Error::CapacityExceeded));
         for lease in leases {
-            pools.release(lease.agent, lease.data, lease.capacity).unwrap();
+            pools.release(lease.agent, lease.data, lease.capacity, lease.loan).unwrap();
             pools.trim(lease.agent, &mut no_unlock());
         }
     }
