@@ -3,8 +3,9 @@
 # Expects KREPLAY_SOURCE_DIR (the repository root) and KREPLAY_MAX_TRACKED_REGIONS to be set by the caller.
 include_guard(GLOBAL)
 
+# PATH first, so that whichever toolchain the user's shell runs is the one that builds the archive.
 find_program(KREPLAY_CARGO cargo
-  HINTS "$ENV{CARGO_HOME}/bin" "$ENV{HOME}/.cargo/bin"
+  PATHS "$ENV{CARGO_HOME}/bin" "$ENV{HOME}/.cargo/bin"
   DOC "cargo, which builds libkreplay.a"
   REQUIRED)
 
