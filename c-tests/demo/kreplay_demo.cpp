@@ -129,6 +129,10 @@ int parse_options(int argc, char** argv, Options* options) {
     std::fprintf(stderr, "kreplay_demo: --regions is too many for the footprint (at least 8 bytes each)\n");
     return 2;
   }
+  if (options->max_snapshot_mib > (std::size_t{1} << 40)) {
+    std::fprintf(stderr, "kreplay_demo: --max-snapshot-mib must be at most 2^40\n");
+    return 2;
+  }
   if (options->dispatches == 0 || options->passes < 2) {
     std::fprintf(stderr, "kreplay_demo: --dispatches must be at least 1 and --passes at least 2\n");
     return 2;
