@@ -109,7 +109,8 @@ typedef enum kreplay_pointer_type_t {
   KREPLAY_POINTER_IPC = 4,
 } kreplay_pointer_type_t;
 
-// A complete capture of one agent's device memory. Opaque; free it with `kreplay_snapshot_free`.
+// A complete capture of one agent's device memory. Opaque (a handle, not an address); free it with
+// `kreplay_snapshot_free`.
 typedef struct kreplay_snapshot_t kreplay_snapshot_t;
 
 // Receives one message: `message` is `length` bytes, NUL-terminated, without a newline, valid only during

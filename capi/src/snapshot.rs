@@ -1,6 +1,5 @@
 //! Snapshot and restore through opaque handles.
 
-use arrayvec::ArrayVec;
 use kreplay_core::DeclineReason;
 use kreplay_core::log::Level;
 use kreplay_core::snapshot::Snapshot;
@@ -12,7 +11,8 @@ use crate::ops::CDeviceOps;
 use crate::status::*;
 use crate::types::{kreplay_agent_t, write_out};
 
-/// A complete capture of one agent's device memory. Opaque; free it with `kreplay_snapshot_free`.
+/// A complete capture of one agent's device memory. Opaque (a handle, not an address); free it with
+/// `kreplay_snapshot_free`.
 pub struct kreplay_snapshot_t {
     _opaque: [u8; 0],
 }
@@ -21,12 +21,52 @@ type Inner = Snapshot<'static, CDeviceOps>;
 
 /// Snapshots alive at once, process-wide (hosts hold one per agent being replayed).
 const MAX_LIVE_SNAPSHOTS: usize = 1024;
+const INDEX_BITS: u32 = 11;
+const _: () = assert!(MAX_LIVE_SNAPSHOTS < 1 << INDEX_BITS);
 
-/// The handles handed out and not yet freed, so that a stale or foreign pointer is refused instead of used.
-static LIVE: Mutex<ArrayVec<usize, MAX_LIVE_SNAPSHOTS>> = Mutex::new(ArrayVec::new_const());
+/// The snapshots handed out and not yet freed. A handle is not an address: it encodes a slot index and a
+/// serial number that is never reused, so a freed, stale or foreign handle is refused instead of used, even
+/// when a later snapshot reuses the same memory or slot.
+struct Registry {
+    snapshots: [usize; MAX_LIVE_SNAPSHOTS],
+    serials: [u64; MAX_LIVE_SNAPSHOTS],
+    next_serial: u64,
+}
 
-fn is_live(handle: *const kreplay_snapshot_t) -> bool {
-    LIVE.lock().contains(&(handle as usize))
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { snapshots: [0; MAX_LIVE_SNAPSHOTS], serials: [0; MAX_LIVE_SNAPSHOTS], next_serial: 1 });
+
+impl Registry {
+    fn slot(handle: *const kreplay_snapshot_t) -> Option<(usize, u64)> {
+        let value = handle.addr();
+        let index = (value & ((1 << INDEX_BITS) - 1)).checked_sub(1)?;
+        (index < MAX_LIVE_SNAPSHOTS).then_some((index, (value >> INDEX_BITS) as u64))
+    }
+
+    /// The snapshot behind a live handle.
+    fn get(&self, handle: *const kreplay_snapshot_t) -> Option<*mut Inner> {
+        let (index, serial) = Self::slot(handle)?;
+        (self.snapshots[index] != 0 && self.serials[index] == serial).then(|| self.snapshots[index] as *mut Inner)
+    }
+
+    /// Registers a snapshot and returns its handle; `None` when every slot is taken.
+    fn insert(&mut self, snapshot: *mut Inner) -> Option<*mut kreplay_snapshot_t> {
+        let index = self.snapshots.iter().position(|&p| p == 0)?;
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.snapshots[index] = snapshot as usize;
+        self.serials[index] = serial;
+        let value = ((serial as usize) << INDEX_BITS) | (index + 1);
+        Some(std::ptr::without_provenance_mut(value))
+    }
+
+    /// Unregisters a live handle and returns its snapshot.
+    fn remove(&mut self, handle: *const kreplay_snapshot_t) -> Option<*mut Inner> {
+        let snapshot = self.get(handle)?;
+        let (index, _) = Self::slot(handle)?;
+        self.snapshots[index] = 0;
+        Some(snapshot)
+    }
 }
 
 /// Capture every tracked region owned by `agent` and every module-scope variable visible to it.
@@ -63,20 +103,20 @@ pub unsafe extern "C" fn kreplay_snap(
             Ok(snapshot) => snapshot,
             Err(reason) => return declined(reason),
         };
-        let handle = Box::into_raw(snapshot);
-        if LIVE.lock().try_push(handle as usize).is_err() {
-            // SAFETY: `handle` came from `Box::into_raw` just above and was handed to no one.
-            drop(unsafe { Box::from_raw(handle) });
+        let raw = Box::into_raw(snapshot);
+        let Some(handle) = REGISTRY.lock().insert(raw) else {
+            // SAFETY: `raw` came from `Box::into_raw` just above and was handed to no one.
+            drop(unsafe { Box::from_raw(raw) });
             kreplay_core::log!(
                 Level::Warning,
                 "agent {:#x}: {MAX_LIVE_SNAPSHOTS} snapshots are alive already; free some",
                 agent.handle
             );
             return declined(DeclineReason::MetadataMemory);
-        }
+        };
         // SAFETY: both outputs are writable by the caller's contract (`snapshot_out` was checked non-null).
         unsafe {
-            snapshot_out.write(handle.cast());
+            snapshot_out.write(handle);
             write_out(reason_out, kreplay_decline_reason_t::KREPLAY_DECLINE_NONE);
         }
         KREPLAY_STATUS_SUCCESS
@@ -115,12 +155,13 @@ pub unsafe extern "C" fn kreplay_restore(
     // SAFETY: `report_out` is NULL or writable by the caller's contract.
     unsafe { write_out(report_out, kreplay_restore_report_t::default()) };
     guard("kreplay_restore", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if snapshot.is_null() || !is_live(snapshot) {
-            kreplay_core::log!(Level::Warning, "kreplay_restore: {:#x} is not a live snapshot", snapshot as usize);
+        let Some(inner) = REGISTRY.lock().get(snapshot) else {
+            kreplay_core::log!(Level::Warning, "kreplay_restore: {:#x} is not a live snapshot", snapshot.addr());
             return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        // SAFETY: the handle is registered as live, so it is a `Box<Inner>` from `kreplay_snap` not yet freed.
-        let inner = unsafe { &*snapshot.cast::<Inner>() };
+        };
+        // SAFETY: the handle is registered as live, so this is a `Box<Inner>` from `kreplay_snap` not yet freed
+        // (freeing it while it is being restored is the caller's bug, as documented).
+        let inner = unsafe { &*inner };
         let (report, result) = ENGINE.restore(inner);
         let report = kreplay_restore_report_t {
             restored: report.restored,
@@ -142,26 +183,16 @@ pub extern "C" fn kreplay_snapshot_free(snapshot: *mut kreplay_snapshot_t) {
         if snapshot.is_null() {
             return;
         }
-        let removed = {
-            let mut live = LIVE.lock();
-            match live.iter().position(|&h| h == snapshot as usize) {
-                Some(i) => {
-                    live.swap_remove(i);
-                    true
-                }
-                None => false,
-            }
-        };
-        if !removed {
+        let Some(inner) = REGISTRY.lock().remove(snapshot) else {
             kreplay_core::log!(
                 Level::Error,
                 "kreplay_snapshot_free: {:#x} is not a live snapshot (freed twice?); ignored",
-                snapshot as usize
+                snapshot.addr()
             );
             return;
-        }
+        };
         // SAFETY: the handle was live and is now unregistered, so this is the one owner of the `Box<Inner>`.
-        drop(unsafe { Box::from_raw(snapshot.cast::<Inner>()) });
+        drop(unsafe { Box::from_raw(inner) });
     })
 }
 
@@ -197,12 +228,13 @@ pub unsafe extern "C" fn kreplay_snapshot_info(
     info_out: *mut kreplay_snapshot_info_t,
 ) -> kreplay_status_t {
     guard("kreplay_snapshot_info", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if info_out.is_null() || snapshot.is_null() || !is_live(snapshot) {
+        let inner = REGISTRY.lock().get(snapshot);
+        let (Some(inner), false) = (inner, info_out.is_null()) else {
             kreplay_core::log!(Level::Warning, "kreplay_snapshot_info: NULL output or not a live snapshot");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
+        };
         // SAFETY: the handle is registered as live (see `kreplay_restore`).
-        let info = unsafe { &*snapshot.cast::<Inner>() }.info();
+        let info = unsafe { &*inner }.info();
         let info = kreplay_snapshot_info_t {
             agent: info.agent.into(),
             regions: info.regions,
