@@ -36,6 +36,12 @@ pub extern "C" fn kreplay_record_alloc(ptr: *mut c_void, size: usize, alloc_flag
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
+    record_alloc(ptr, size, alloc_flags)
+}
+
+/// Kept out of line so that the disabled path above stays one load and a return, with no stack frame.
+#[inline(never)]
+fn record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
     guard("kreplay_record_alloc", KREPLAY_STATUS_INTERNAL_ERROR, || {
         to_status(ENGINE.record_alloc(ptr as usize, size, alloc_flags))
     })
@@ -50,6 +56,12 @@ pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
+    record_free(ptr)
+}
+
+/// Kept out of line, like [`record_alloc`].
+#[inline(never)]
+fn record_free(ptr: *mut c_void) -> kreplay_status_t {
     guard("kreplay_record_free", KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_free(ptr as usize)))
 }
 

@@ -15,13 +15,15 @@ static UNMAPS: AtomicUsize = AtomicUsize::new(0);
 static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
 
-/// Mappings at least this large are advised to use transparent huge pages (see docs/performance.md for the
-/// measurement that decided it).
+/// Mappings at least this large are advised to use transparent huge pages, when that is turned on.
 pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
 /// The huge-page size on x86-64 and most AArch64 kernels; large mappings are rounded up to it.
 pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 
-static USE_HUGE_PAGES: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(true);
+/// Off by default: measured on this project's machines (docs/performance.md, "Transparent huge pages"), the advice
+/// made the first touch of a new footprint 3.5 times slower whenever the kernel had no recently freed 2 MiB
+/// blocks at hand, which is the normal state of a profiler's first dispatch.
+static USE_HUGE_PAGES: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Counters of the library's own host mappings, process-wide.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -56,7 +58,7 @@ pub fn page_size() -> usize {
     size
 }
 
-/// Whether large mappings are advised to use transparent huge pages (on by default).
+/// Whether large mappings are advised to use transparent huge pages (off by default; see docs/performance.md).
 pub fn set_huge_pages(enabled: bool) {
     USE_HUGE_PAGES.store(enabled, Ordering::Relaxed);
 }

@@ -90,12 +90,17 @@ impl<T> DerefMut for MutexGuard<'_, T> {
 }
 
 /// Exponential back-off: spin, then `sched_yield`, then sleep from 20 us doubling up to 1 ms.
+///
+/// The yield phase is long (64 yields, tens of microseconds) because on a loaded machine the holder of a short
+/// critical section (a record) is often just preempted: yielding lets it run, and sleeping that early would
+/// stall the waiter for far longer than the section. Only a wait that outlasts the yields (a restore copying a
+/// large region) goes to sleep.
 pub struct Backoff {
     step: u32,
 }
 
 const SPIN_STEPS: u32 = 7;
-const YIELD_STEPS: u32 = 16;
+const YIELD_STEPS: u32 = SPIN_STEPS + 64;
 const MAX_SLEEP_NS: i64 = 1_000_000;
 
 impl Backoff {
