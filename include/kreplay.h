@@ -454,6 +454,12 @@ enum kreplay_status_t kreplay_record_free(void *ptr);
 // `owner`. A mapping over part of a tracked one replaces that part. Thread-safe.
 enum kreplay_status_t kreplay_record_vmem_map(void *address, size_t size, struct kreplay_agent_t owner);
 
+// Records a virtual-memory mapping whose owner agent cannot be determined (its allocation handle could not be
+// queried). It is not snapshotted, but it is not lost silently either: snapshots of every agent are declined
+// with `KREPLAY_DECLINE_INVENTORY_OVERFLOW` until unmaps cover it. (An addition to the contract.) Thread-safe.
+enum kreplay_status_t kreplay_record_vmem_map_unknown_owner(void *address,
+                                                            size_t size);
+
 // Records an unmap (`hsa_amd_vmem_unmap`), before the real one. It may cover any part of one or more
 // mappings: covered mappings are removed, partly covered ones trimmed or split. `NOT_FOUND` when it overlaps
 // no tracked mapping. Thread-safe.

@@ -81,6 +81,19 @@ pub extern "C" fn kreplay_record_vmem_map(
     })
 }
 
+/// Records a virtual-memory mapping whose owner agent cannot be determined (its allocation handle could not be
+/// queried). It is not snapshotted, but it is not lost silently either: snapshots of every agent are declined
+/// with `KREPLAY_DECLINE_INVENTORY_OVERFLOW` until unmaps cover it. (An addition to the contract.) Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_vmem_map_unknown_owner(address: *mut c_void, size: usize) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_vmem_map_unknown_owner", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        to_status(ENGINE.record_vmem_map_unknown(address as usize, size))
+    })
+}
+
 /// Records an unmap (`hsa_amd_vmem_unmap`), before the real one. It may cover any part of one or more
 /// mappings: covered mappings are removed, partly covered ones trimmed or split. `NOT_FOUND` when it overlaps
 /// no tracked mapping. Thread-safe.

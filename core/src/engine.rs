@@ -198,6 +198,29 @@ impl<O: DeviceOps> Engine<O> {
         })
     }
 
+    /// Records a virtual-memory mapping whose owner could not be determined, so that it is not lost silently:
+    /// snapshots of every agent are declined until unmaps cover it.
+    pub fn record_vmem_map_unknown(&self, address: usize, size: usize) -> Result<()> {
+        if !self.tracking_enabled() {
+            return Ok(());
+        }
+        self.check_live()?;
+        if address == 0 || size == 0 || address.checked_add(size).is_none() {
+            crate::log!(
+                Level::Warning,
+                "record_vmem_map_unknown({address:#x}, {size}): null address, zero or overflowing size"
+            );
+            return Err(Error::InvalidArgument);
+        }
+        self.inventory.insert_vmem_unknown(address, size);
+        crate::log!(
+            Level::Warning,
+            "mapping at {address:#x} ({size} bytes) has no known owner; snapshots of every agent are declined until \
+             it is unmapped"
+        );
+        Ok(())
+    }
+
     /// Records an unmap of `[address, address + size)`, which may cover any part of one or more mappings.
     pub fn record_vmem_unmap(&self, address: usize, size: usize) -> Result<()> {
         if !self.tracking_enabled() {

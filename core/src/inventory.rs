@@ -337,6 +337,13 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         self.state.write().remember_lost(base, 0, None, RegionKind::Allocation);
     }
 
+    /// Remembers a mapping whose owner could not be determined: every agent is declined until unmaps cover it.
+    pub fn insert_vmem_unknown(&self, base: usize, size: usize) {
+        let mut state = self.state.write();
+        state.unmap_range(base, size);
+        state.remember_lost(base, size, None, RegionKind::VmemMapping);
+    }
+
     /// Takes the allocation at `base` out (or forgets it as lost). `None` when it was not known.
     pub fn remove(&self, base: usize) -> Option<Option<Region>> {
         let mut state = self.state.write();
@@ -681,6 +688,17 @@ mod tests {
         assert_eq!(out.len(), 11);
         assert!(out.iter().all(|r| r.agent == A));
         assert_eq!(out.iter().filter(|r| r.kind == RegionKind::VmemMapping).count(), 1);
+    }
+
+    #[test]
+    fn a_mapping_of_unknown_owner_declines_every_agent_until_unmapped() {
+        let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.insert_vmem_unknown(0x10000, 0x4000);
+        assert!(inventory.is_overflowed(A) && inventory.is_overflowed(B));
+        inventory.remove_vmem(0x10000, 0x2000);
+        assert!(inventory.is_overflowed(A), "half of the mapping is still there");
+        inventory.remove_vmem(0x12000, 0x2000);
+        assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
     }
 
     #[test]

@@ -92,11 +92,9 @@ hsa_status_t vmem_map(const vmem_functions& fns, void* va, std::size_t size, std
     case vmem_owner_result::not_tracked:
       break;
     case vmem_owner_result::unknown:
-      // kreplay has no way to hold a mapping of unknown owner against snapshots (unlike an allocation whose
-      // query failed), so say plainly what that means.
-      logf(KREPLAY_LOG_WARNING,
-           "mapping at %p (%zu bytes) is not tracked: kernels writing it keep those writes across replay passes",
-           va, size);
+      // Whether it is coarse-grained device memory, and whose, is unknown: kreplay holds it against every
+      // agent's snapshots until it is unmapped, rather than let a kernel's writes to it leak across passes.
+      kreplay_record_vmem_map_unknown_owner(va, size);
       break;
   }
   return status;
@@ -123,9 +121,10 @@ hsa_status_t vmem_unmap(const vmem_functions& fns, void* va, std::size_t size) {
     kreplay_record_vmem_map(va, size, to_kreplay(owner));
   } else {
     logf(KREPLAY_LOG_WARNING,
-         "unmap of %p (%zu bytes) failed (status %#x) and the mapping could not be recorded again: kernels "
-         "writing it keep those writes across replay passes",
+         "unmap of %p (%zu bytes) failed (status %#x) and the mapping's owner could not be found again: every "
+         "agent's snapshots are declined until it is unmapped",
          va, size, static_cast<unsigned>(status));
+    kreplay_record_vmem_map_unknown_owner(va, size);
   }
   return status;
 }
