@@ -68,6 +68,16 @@ impl<O: DeviceOps> Engine<O> {
         self.finalized.store(true, Ordering::Release);
     }
 
+    /// The checks every record call makes: not finalized, and a non-null range that does not wrap around.
+    fn check_record(&self, function: &str, address: usize, size: usize) -> Result<()> {
+        self.check_live()?;
+        if address == 0 || size == 0 || address.checked_add(size).is_none() {
+            crate::log!(Level::Warning, "{function}({address:#x}, {size}): null address, zero or overflowing size");
+            return Err(Error::InvalidArgument);
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_live(&self) -> Result<()> {
         if self.is_finalized() { Err(Error::Finalized) } else { Ok(()) }
     }
@@ -98,11 +108,7 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_live()?;
-        if ptr == 0 || size == 0 || ptr.checked_add(size).is_none() {
-            crate::log!(Level::Warning, "record_alloc({ptr:#x}, {size}): null pointer, zero or overflowing size");
-            return Err(Error::InvalidArgument);
-        }
+        self.check_record("record_alloc", ptr, size)?;
         // Hosts pass the pool allocation flags through unchanged; only the executable bit matters here, and it is
         // decided before any query because runtimes keep live kernel arguments in such allocations.
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
@@ -178,14 +184,7 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_live()?;
-        if address == 0 || size == 0 || address.checked_add(size).is_none() {
-            crate::log!(
-                Level::Warning,
-                "record_vmem_map({address:#x}, {size}): null address, zero or overflowing size"
-            );
-            return Err(Error::InvalidArgument);
-        }
+        self.check_record("record_vmem_map", address, size)?;
         self.inventory.insert_vmem(address, size, owner).map_err(|InsertError::Full| {
             crate::log!(
                 Level::Warning,
@@ -204,14 +203,7 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_live()?;
-        if address == 0 || size == 0 || address.checked_add(size).is_none() {
-            crate::log!(
-                Level::Warning,
-                "record_vmem_map_unknown({address:#x}, {size}): null address, zero or overflowing size"
-            );
-            return Err(Error::InvalidArgument);
-        }
+        self.check_record("record_vmem_map_unknown", address, size)?;
         self.inventory.insert_vmem_unknown(address, size);
         crate::log!(
             Level::Warning,
@@ -226,14 +218,7 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_live()?;
-        if address == 0 || size == 0 || address.checked_add(size).is_none() {
-            crate::log!(
-                Level::Warning,
-                "record_vmem_unmap({address:#x}, {size}): null address, zero or overflowing size"
-            );
-            return Err(Error::InvalidArgument);
-        }
+        self.check_record("record_vmem_unmap", address, size)?;
         let outcome = self.inventory.remove_vmem(address, size);
         if outcome.lost {
             crate::log!(
