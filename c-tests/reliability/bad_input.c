@@ -311,6 +311,7 @@ static void staging_bad_input(void) {
   REL_CHECK_EQ(kreplay_retained_staging_bytes(agent), retained);
 
   /* Storage the library never lent, and lent storage released to another agent's pool. */
+  memset(&garbage, 0, sizeof garbage);
   garbage.data = not_lent;
   garbage.size = sizeof not_lent;
   garbage.capacity = sizeof not_lent;

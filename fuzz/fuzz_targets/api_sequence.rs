@@ -1,0 +1,972 @@
+//! Random sequences of C API calls on the simulated device, checked against a model after every call.
+//!
+//! An input is decoded into a few module variables per agent and then up to `MAX_OPS` operations: allocations
+//! (tracked kinds and not), frees, reallocations at a freed address, allocations recorded twice, stray frees,
+//! kernel writes, vmem maps and unmaps, staging acquires and releases (with a release through a stale copy),
+//! trims, snapshots, restores and snapshot frees, each optionally under an injected fault. The model says
+//! what is tracked (per-agent regions and bytes), whether a snapshot must succeed or why it must decline,
+//! what a restore must write (captured bytes of every region still live with the captured generation, every
+//! module variable; nothing else), what it must report, and how much idle staging an agent may hold. After
+//! every input, everything is freed and trimmed: the library's host mappings must be back to where they
+//! started, every page lock undone, and the simulated device must have refused no copy.
+//!
+//! The fuzzer runs many inputs in one process and the library is a process-wide singleton: every input starts
+//! from a reset (tracking off and on, simulated device reset, pools trimmed) and uses the same two agents.
+#![no_main]
+
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use arbitrary::{Arbitrary, Unstructured};
+use kreplay::sim::{
+    kreplay_sim_add_module_variable, kreplay_sim_alloc, kreplay_sim_alloc_at, kreplay_sim_counters,
+    kreplay_sim_counters_t, kreplay_sim_device_ops, kreplay_sim_faults_t, kreplay_sim_free, kreplay_sim_reset,
+    kreplay_sim_set_faults,
+};
+use kreplay::*;
+use libfuzzer_sys::fuzz_target;
+
+use kreplay_status_t::*;
+
+const MAX_OPS: usize = 64;
+const AGENTS: [kreplay_agent_t; 2] = [kreplay_agent_t { handle: 0xF0 }, kreplay_agent_t { handle: 0xF1 }];
+/// Each agent's virtual range: `SLICES` slices of `SLICE` bytes, mapped and unmapped in slice units.
+const SLICES: usize = 32;
+const SLICE: usize = 64;
+const STAGING_SLOTS: usize = 6;
+/// The largest slab chunk (64 KiB): releasing one tiny buffer can make that much idle at once.
+const CHUNK_BYTES: usize = 64 << 10;
+const POISON: u8 = 0xDD;
+
+// ---- Logging -------------------------------------------------------------------------------------------
+
+static ERRORS: AtomicUsize = AtomicUsize::new(0);
+static WARNINGS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_messages(_: *mut c_void, level: kreplay_log_level_t, message: *const c_char, length: usize) {
+    // SAFETY: the library passes a NUL-terminated message of `length` bytes, valid for the call.
+    let text = unsafe { CStr::from_ptr(message) };
+    assert_eq!(text.count_bytes(), length, "the message length does not match its NUL");
+    match level {
+        kreplay_log_level_t::KREPLAY_LOG_ERROR => ERRORS.fetch_add(1, Ordering::Relaxed),
+        kreplay_log_level_t::KREPLAY_LOG_WARNING => WARNINGS.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
+}
+
+// ---- What the run exercised (printed now and then, so a short run shows it reached the interesting paths) --
+
+#[derive(Default)]
+struct Stats {
+    inputs: AtomicUsize,
+    ops: AtomicUsize,
+    snapshots: AtomicUsize,
+    declines: [AtomicUsize; 9],
+    restores: AtomicUsize,
+    partial_restores: AtomicUsize,
+    skipped: AtomicUsize,
+    acquires: AtomicUsize,
+}
+
+static STATS: Stats = Stats {
+    inputs: AtomicUsize::new(0),
+    ops: AtomicUsize::new(0),
+    snapshots: AtomicUsize::new(0),
+    declines: [const { AtomicUsize::new(0) }; 9],
+    restores: AtomicUsize::new(0),
+    partial_restores: AtomicUsize::new(0),
+    skipped: AtomicUsize::new(0),
+    acquires: AtomicUsize::new(0),
+};
+
+fn bump(counter: &AtomicUsize, by: usize) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+fn print_stats() {
+    let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+    let declines: Vec<usize> = STATS.declines.iter().map(load).collect();
+    eprintln!(
+        "kreplay-fuzz: {} inputs, {} ops, {} snapshots, declines by reason {:?}, {} restores ({} partial, {} ranges \
+         skipped), {} staging acquires",
+        load(&STATS.inputs),
+        load(&STATS.ops),
+        load(&STATS.snapshots),
+        declines,
+        load(&STATS.restores),
+        load(&STATS.partial_restores),
+        load(&STATS.skipped),
+        load(&STATS.acquires)
+    );
+}
+
+fn warnings() -> usize {
+    WARNINGS.load(Ordering::Relaxed)
+}
+
+fn errors() -> usize {
+    ERRORS.load(Ordering::Relaxed)
+}
+
+// ---- Input -----------------------------------------------------------------------------------------------
+
+/// A fault armed for one call. Positions are small (1 + raw % 8, or % 4 for the scan) so that they land
+/// inside the few copies and variables an input has.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Fault {
+    None,
+    CopyAt(u8),
+    CopiesFrom(u8),
+    ScanAt(u8),
+    HostMap,
+    RefuseLock,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// A new allocation; `kind` picks tracked device memory (mostly) or one of the kinds never tracked.
+    Alloc { agent: u8, size: u16, kind: u8, query: u8 },
+    /// record_free, then the real free.
+    Free { pick: u8 },
+    /// A freed address handed to the next allocation (possibly of the other agent, possibly smaller).
+    Realloc { pick: u8, agent: u8, shrink: u16, query: u8 },
+    /// The host recorded an allocation again without recording its free.
+    RecordAgain { pick: u8 },
+    /// record_free of an address that is not an allocation's base: a freed one, or one inside a live region.
+    StrayFree { pick: u8, interior: bool },
+    /// A kernel writes somewhere live.
+    Write { pick: u8, seed: u8 },
+    Map { agent: u8, start: u8, len: u8 },
+    Unmap { agent: u8, start: u8, len: u8 },
+    Acquire { slot: u8, agent: u8, size: u32, failing_map: bool },
+    Release { slot: u8 },
+    /// A copy of a buffer released earlier is released again, whoever holds that storage now.
+    ReleaseStale { pick: u8 },
+    Trim { agent: u8 },
+    Snap { agent: u8, fault: Fault },
+    Restore { pick: u8, fault: Fault },
+    FreeSnapshot { pick: u8 },
+    Policy { pin: bool, budget: u16 },
+}
+
+// ---- Model ---------------------------------------------------------------------------------------------
+
+/// A simulated allocation made during this input (freed ones stay: their poison must stay intact).
+struct SimRegion {
+    address: usize,
+    /// Bytes reserved at the first allocation; a reallocation at the address may use fewer.
+    reserved: usize,
+    size: usize,
+    agent: usize,
+    live: bool,
+    /// Device, coarse-grained, not kernarg, not executable: what the library tracks.
+    snapshottable: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tracked {
+    size: usize,
+    agent: usize,
+    generation: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    base: usize,
+    size: usize,
+    agent: usize,
+    generation: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Allocation(u64),
+    Mapping(u64),
+    Variable,
+}
+
+struct Entry {
+    address: usize,
+    source: Source,
+    bytes: Vec<u8>,
+}
+
+struct Snapshot {
+    handle: *mut kreplay_snapshot_t,
+    agent: usize,
+    entries: Vec<Entry>,
+    /// What its staging block may hold once freed.
+    staging_bound: usize,
+}
+
+struct Buffer {
+    raw: kreplay_staging_buffer_t,
+    token: u8,
+}
+
+#[derive(Default)]
+struct Model {
+    regions: Vec<SimRegion>,
+    tracked: std::collections::HashMap<usize, Tracked>,
+    /// Allocations whose pointer query failed: unknown owner, so every agent is declined while any is here.
+    lost: Vec<usize>,
+    mappings: Vec<Mapping>,
+    areas: [usize; 2],
+    variables: Vec<(usize, usize, usize)>,
+    snapshots: Vec<Snapshot>,
+    buffers: Vec<Option<Buffer>>,
+    /// Copies of released buffers.
+    stale: Vec<kreplay_staging_buffer_t>,
+    /// Idle staging an agent may hold: what was given back to its pool since it was last emptied.
+    idle_bound: [usize; 2],
+    next_generation: u64,
+    next_token: u8,
+}
+
+/// One allocation in 16 has its pointer query fail: often enough to reach the lost-allocation paths, rarely
+/// enough that most snapshots are not declined for it.
+fn failing_query(raw: u8) -> bool {
+    raw % 16 == 0
+}
+
+fn agent_index(raw: u8) -> usize {
+    raw as usize % 2
+}
+
+fn sim_counters() -> kreplay_sim_counters_t {
+    let mut counters = kreplay_sim_counters_t::default();
+    // SAFETY: a valid, writable struct.
+    assert_eq!(unsafe { kreplay_sim_counters(&mut counters) }, KREPLAY_STATUS_SUCCESS);
+    counters
+}
+
+fn host_memory() -> kreplay_host_memory_stats_t {
+    let mut stats = kreplay_host_memory_stats_t::default();
+    // SAFETY: a valid, writable struct.
+    assert_eq!(unsafe { kreplay_host_memory_stats(&mut stats) }, KREPLAY_STATUS_SUCCESS);
+    stats
+}
+
+fn arm(faults: kreplay_sim_faults_t) {
+    // SAFETY: a valid struct, read during the call.
+    unsafe { kreplay_sim_set_faults(&faults) };
+}
+
+fn disarm() {
+    // SAFETY: NULL disarms.
+    unsafe { kreplay_sim_set_faults(std::ptr::null()) };
+}
+
+/// Reads `len` bytes of simulated memory (live, freed or variable: all of it stays mapped during an input).
+fn read(address: usize, len: usize) -> Vec<u8> {
+    // SAFETY: the address lies in the simulated device's arena, which stays mapped, or in a variable's
+    // storage, which lives until the next reset; nothing writes it concurrently.
+    unsafe { std::slice::from_raw_parts(address as *const u8, len) }.to_vec()
+}
+
+fn write(address: usize, bytes: &[u8]) {
+    // SAFETY: as in `read`; the model only writes live regions, its own virtual ranges and variables.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address as *mut u8, bytes.len()) };
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seed.wrapping_mul(0x9E37_79B9).wrapping_add(i as u64 * 0x3B) >> 3) as u8).collect()
+}
+
+/// Where the library's bookkeeping could leave a snapshot's staging: best-fit reuse takes up to twice the
+/// footprint, a new block gets 1/8 headroom rounded to huge pages.
+fn staging_bound(total: usize) -> usize {
+    (2 * total).max(total + total / 8 + (2 << 20)) + 4096
+}
+
+impl Model {
+    fn generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+
+    /// Every byte the fuzzer's device memory consists of, in one image: allocations (also freed), virtual
+    /// ranges, module variables.
+    fn ranges(&self) -> Vec<(usize, usize)> {
+        let mut ranges: Vec<(usize, usize)> = self.regions.iter().map(|r| (r.address, r.reserved)).collect();
+        ranges.extend(self.areas.iter().map(|&a| (a, SLICES * SLICE)));
+        ranges.extend(self.variables.iter().map(|&(a, s, _)| (a, s)));
+        ranges
+    }
+
+    fn image(&self) -> Vec<Vec<u8>> {
+        self.ranges().iter().map(|&(a, s)| read(a, s)).collect()
+    }
+
+    fn check_image(&self, expected: &[Vec<u8>], what: &str) {
+        for ((address, size), bytes) in self.ranges().into_iter().zip(expected) {
+            assert!(read(address, size) == *bytes, "{what}: memory at {address:#x} ({size} bytes) changed");
+        }
+    }
+
+    fn check_inventory(&self) {
+        for (index, agent) in AGENTS.iter().enumerate() {
+            let mut stats = kreplay_inventory_stats_t::default();
+            // SAFETY: a valid, writable struct.
+            assert_eq!(unsafe { kreplay_inventory_stats(*agent, &mut stats) }, KREPLAY_STATUS_SUCCESS);
+            let tracked = self.tracked.values().filter(|t| t.agent == index);
+            let mapped = self.mappings.iter().filter(|m| m.agent == index);
+            let regions = tracked.clone().count() + mapped.clone().count();
+            let bytes = tracked.map(|t| t.size).sum::<usize>() + mapped.map(|m| m.size).sum::<usize>();
+            assert_eq!((stats.regions, stats.bytes), (regions, bytes), "inventory of agent {index}");
+            assert_eq!(stats.overflowed, self.lost.len(), "lost allocations of agent {index}");
+        }
+    }
+
+    fn check_idle(&self) {
+        for (index, agent) in AGENTS.iter().enumerate() {
+            let retained = kreplay_retained_staging_bytes(*agent);
+            assert!(
+                retained <= self.idle_bound[index],
+                "agent {index} holds {retained} idle bytes, more than the {} given back since its last trim",
+                self.idle_bound[index]
+            );
+        }
+    }
+
+    fn released(&mut self, agent: usize, capacity: usize) {
+        self.idle_bound[agent] += if capacity <= 2048 { CHUNK_BYTES } else { capacity };
+    }
+
+    /// What `record_alloc` must do, applied to the model.
+    fn record_alloc(&mut self, index: usize, failing_query: bool) {
+        let (address, size, agent, snapshottable) = {
+            let r = &self.regions[index];
+            (r.address, r.size, r.agent, r.snapshottable)
+        };
+        let executable = !snapshottable && address % 3 == 0;
+        let flags = if executable { KREPLAY_ALLOC_FLAG_EXECUTABLE } else { 0 };
+        if failing_query {
+            arm(kreplay_sim_faults_t { fail_pointer_info: true, ..Default::default() });
+        }
+        let before = warnings();
+        let status = kreplay_record_alloc(address as *mut c_void, size, flags);
+        disarm();
+        if executable {
+            // Filtered before any query, so a failing one does not matter.
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+        } else if failing_query {
+            assert_eq!(status, KREPLAY_STATUS_DEVICE_ERROR);
+            assert!(warnings() > before, "a failed pointer query was not logged");
+            self.lost.push(address);
+        } else {
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            if snapshottable {
+                let generation = self.generation();
+                self.tracked.insert(address, Tracked { size, agent, generation });
+                // A successful record supersedes a failed attempt at the same address.
+                self.lost.retain(|&lost| lost != address);
+            }
+        }
+    }
+
+    /// What `record_free` must do: the tracked allocation goes first, else a lost one, else NOT_FOUND.
+    fn record_free(&mut self, address: usize) {
+        let status = kreplay_record_free(address as *mut c_void);
+        if self.tracked.remove(&address).is_some() {
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+        } else if let Some(position) = self.lost.iter().position(|&lost| lost == address) {
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            self.lost.swap_remove(position);
+        } else {
+            assert_eq!(status, KREPLAY_STATUS_NOT_FOUND, "record_free of an untracked {address:#x}");
+        }
+    }
+
+    /// The inventory's unmap, mirrored: covered mappings go, partly covered ones are trimmed or split.
+    fn unmap(&mut self, base: usize, size: usize) -> usize {
+        let end = base + size;
+        let mut touched = 0;
+        let mut kept = Vec::new();
+        for mapping in self.mappings.drain(..) {
+            let mapping_end = mapping.base + mapping.size;
+            if mapping_end <= base || mapping.base >= end {
+                kept.push(mapping);
+                continue;
+            }
+            touched += 1;
+            if mapping.base < base {
+                kept.push(Mapping { size: base - mapping.base, ..mapping });
+            }
+            if mapping_end > end {
+                kept.push(Mapping { base: end, size: mapping_end - end, ..mapping });
+            }
+        }
+        self.mappings = kept;
+        touched
+    }
+
+    fn live_snapshot_entries(&self, agent: usize) -> usize {
+        self.tracked.values().filter(|t| t.agent == agent).count()
+            + self.mappings.iter().filter(|m| m.agent == agent).count()
+            + self.variables.iter().filter(|v| v.2 == agent).count()
+    }
+
+    /// Whether a restore must write `entry` back: module variables always, tracked ranges only while the same
+    /// generation is live at the address with at least the captured size.
+    fn writable(&self, entry: &Entry) -> bool {
+        match entry.source {
+            Source::Variable => true,
+            Source::Allocation(generation) => self
+                .tracked
+                .get(&entry.address)
+                .is_some_and(|t| t.generation == generation && t.size >= entry.bytes.len()),
+            Source::Mapping(generation) => self
+                .mappings
+                .iter()
+                .find(|m| m.base == entry.address)
+                .is_some_and(|m| m.generation == generation && m.size >= entry.bytes.len()),
+        }
+    }
+
+    fn snap(&mut self, agent: usize, fault: Fault, pin: bool, budget: usize) {
+        let variables: Vec<(usize, usize)> =
+            self.variables.iter().filter(|v| v.2 == agent).map(|&(a, s, _)| (a, s)).collect();
+        let mut entries: Vec<(usize, usize, Source)> = Vec::new();
+        for (&address, t) in self.tracked.iter().filter(|(_, t)| t.agent == agent) {
+            entries.push((address, t.size, Source::Allocation(t.generation)));
+        }
+        for m in self.mappings.iter().filter(|m| m.agent == agent) {
+            entries.push((m.base, m.size, Source::Mapping(m.generation)));
+        }
+        entries.extend(variables.iter().map(|&(a, s)| (a, s, Source::Variable)));
+        let rounded: usize = entries.iter().map(|e| e.1.next_multiple_of(64)).sum();
+        let (total_low, total_high) = (rounded.saturating_sub(63), rounded);
+
+        // What must happen, in the order capture checks it.
+        enum Expect {
+            Decline(kreplay_decline_reason_t),
+            Succeed,
+            Either(kreplay_decline_reason_t),
+        }
+        use kreplay_decline_reason_t::*;
+        let n = entries.len();
+        let expect = if !self.lost.is_empty() {
+            Expect::Decline(KREPLAY_DECLINE_INVENTORY_OVERFLOW)
+        } else if matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
+            Expect::Decline(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE)
+        } else if budget != 0 && total_low > budget {
+            Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
+        } else if budget != 0 && total_high > budget {
+            Expect::Either(KREPLAY_DECLINE_HOST_BUDGET)
+        } else if matches!(fault, Fault::HostMap) && total_high > 0 {
+            // Mapping is needed unless a retained block fits; the pool's contents are not modelled.
+            Expect::Either(KREPLAY_DECLINE_STAGING_MEMORY)
+        } else if matches!(fault, Fault::CopyAt(k) | Fault::CopiesFrom(k) if copy_position(k) <= n) {
+            Expect::Decline(KREPLAY_DECLINE_COPY_FAILED)
+        } else {
+            Expect::Succeed
+        };
+
+        let image = self.image();
+        let counters = sim_counters();
+        let before_warnings = warnings();
+        arm(faults_for(fault));
+        let mut handle: *mut kreplay_snapshot_t = std::ptr::NonNull::dangling().as_ptr();
+        let mut reason = KREPLAY_DECLINE_NONE;
+        // SAFETY: both outputs are valid for writes.
+        let status = unsafe { kreplay_snap(AGENTS[agent], &mut handle, &mut reason) };
+        disarm();
+        self.check_image(&image, "snapshot");
+        let after = sim_counters();
+        assert_eq!(after.copies_to_device, counters.copies_to_device, "a snapshot wrote to the device");
+        if matches!(fault, Fault::RefuseLock) {
+            assert_eq!(after.host_locks, counters.host_locks);
+        }
+        // Capture ends by trimming the agent's idle staging.
+        assert_eq!(kreplay_retained_staging_bytes(AGENTS[agent]), 0, "idle staging left after a snapshot");
+        self.idle_bound[agent] = 0;
+
+        let declined = |expected: kreplay_decline_reason_t| {
+            bump(&STATS.declines[expected as usize], 1);
+            assert_eq!(
+                status,
+                KREPLAY_STATUS_DECLINED,
+                "expected a decline ({expected:?}); fault {fault:?}, {n} entries ({} variables), {total_low}..={total_high} \
+                 bytes, budget {budget}, {} lost",
+                variables.len(),
+                self.lost.len()
+            );
+            assert_eq!(reason, expected);
+            assert!(handle.is_null());
+            assert!(warnings() > before_warnings, "a decline was not logged");
+        };
+        match expect {
+            Expect::Decline(expected) => return declined(expected),
+            Expect::Either(expected) if status != KREPLAY_STATUS_SUCCESS => return declined(expected),
+            _ => assert_eq!(status, KREPLAY_STATUS_SUCCESS, "declined: {reason:?}"),
+        }
+        assert_eq!(reason, KREPLAY_DECLINE_NONE);
+        assert!(!handle.is_null());
+        bump(&STATS.snapshots, 1);
+        let mut info = kreplay_snapshot_info_t::default();
+        // SAFETY: a live handle and a writable struct.
+        assert_eq!(unsafe { kreplay_snapshot_info(handle, &mut info) }, KREPLAY_STATUS_SUCCESS);
+        assert_eq!(info.agent, AGENTS[agent]);
+        assert_eq!(info.regions, n - variables.len());
+        assert_eq!(info.module_variables, variables.len());
+        assert_eq!(info.bytes, entries.iter().map(|e| e.1).sum::<usize>());
+        if pin && !matches!(fault, Fault::RefuseLock) && total_high > 0 {
+            assert!(after.locked_bytes > 0, "pinned staging was not locked");
+        }
+        let entries = entries
+            .into_iter()
+            .map(|(address, size, source)| Entry { address, source, bytes: read(address, size) })
+            .collect();
+        self.snapshots.push(Snapshot { handle, agent, entries, staging_bound: staging_bound(total_high) });
+    }
+
+    fn restore(&mut self, pick: usize, fault: Fault) {
+        let snapshot = &self.snapshots[pick];
+        let writable: Vec<usize> = (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
+        let w = writable.len();
+        let expected_failed = match fault {
+            Fault::CopyAt(k) if copy_position(k) <= w => 1,
+            Fault::CopiesFrom(k) if copy_position(k) <= w => w - copy_position(k) + 1,
+            _ => 0,
+        };
+        let before = self.image();
+        let before_errors = errors();
+        arm(faults_for(fault));
+        let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7 };
+        // SAFETY: a live handle and a writable report.
+        let status = unsafe { kreplay_restore(snapshot.handle, &mut report) };
+        disarm();
+        bump(&STATS.restores, 1);
+        bump(&STATS.partial_restores, usize::from(expected_failed > 0));
+        bump(&STATS.skipped, snapshot.entries.len() - w);
+        assert_eq!(report.failed, expected_failed);
+        assert_eq!(report.restored, w - expected_failed);
+        assert_eq!(report.skipped, snapshot.entries.len() - w);
+        if expected_failed == 0 {
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+        } else {
+            assert_eq!(status, KREPLAY_STATUS_PARTIAL_RESTORE);
+            assert!(errors() > before_errors, "a failed restore copy was not logged");
+        }
+
+        // Every writable entry holds its captured bytes, except the ones whose copy failed, which hold what
+        // they held before; everything else is as it was.
+        let mut expected_image = before.clone();
+        let ranges = self.ranges();
+        let locate = |address: usize| {
+            ranges.iter().position(|&(a, s)| address >= a && address < a + s).expect("an entry outside the model")
+        };
+        let mut not_written = 0;
+        let mut written_bytes = 0;
+        for &i in &writable {
+            let entry = &snapshot.entries[i];
+            let r = locate(entry.address);
+            let offset = entry.address - ranges[r].0;
+            let now = read(entry.address, entry.bytes.len());
+            if now == entry.bytes {
+                written_bytes += entry.bytes.len();
+            } else {
+                assert_eq!(now, before[r][offset..offset + entry.bytes.len()], "a restore wrote the wrong bytes");
+                not_written += 1;
+            }
+            expected_image[r][offset..offset + entry.bytes.len()].copy_from_slice(&now);
+        }
+        assert!(not_written <= expected_failed, "{not_written} ranges were not written back, {expected_failed} failed");
+        if expected_failed == 0 {
+            assert_eq!(report.bytes, written_bytes);
+        }
+        self.check_image(&expected_image, "restore");
+    }
+}
+
+fn copy_position(raw: u8) -> usize {
+    1 + raw as usize % 8
+}
+
+fn scan_position(raw: u8) -> usize {
+    1 + raw as usize % 4
+}
+
+fn faults_for(fault: Fault) -> kreplay_sim_faults_t {
+    let mut faults = kreplay_sim_faults_t::default();
+    match fault {
+        Fault::None => {}
+        Fault::CopyAt(k) => faults.fail_copy_at = copy_position(k),
+        Fault::CopiesFrom(k) => faults.fail_copies_from = copy_position(k),
+        Fault::ScanAt(k) => faults.fail_module_scan_at = scan_position(k),
+        Fault::HostMap => faults.fail_host_map_at = 1,
+        Fault::RefuseLock => faults.refuse_host_lock = true,
+    }
+    faults
+}
+
+// ---- One input -------------------------------------------------------------------------------------------
+
+/// The library's host mappings once both pools are empty: where every input must leave them.
+static BASELINE: OnceLock<kreplay_host_memory_stats_t> = OnceLock::new();
+
+fn init() -> kreplay_host_memory_stats_t {
+    *BASELINE.get_or_init(|| {
+        let mut ops = std::mem::MaybeUninit::<kreplay_device_ops_t>::uninit();
+        // SAFETY: writable; initialised by the call on success.
+        assert_eq!(unsafe { kreplay_sim_device_ops(ops.as_mut_ptr()) }, KREPLAY_STATUS_SUCCESS);
+        // SAFETY: initialised just above.
+        let ops = unsafe { ops.assume_init() };
+        // SAFETY: a valid ops struct.
+        assert_eq!(unsafe { kreplay_configure(&ops) }, KREPLAY_STATUS_SUCCESS);
+        kreplay_set_logger(Some(count_messages), std::ptr::null_mut(), RawLogLevel(1));
+        for agent in AGENTS {
+            kreplay_staging_trim(agent);
+        }
+        host_memory()
+    })
+}
+
+fn reset() {
+    kreplay_tracking_enable(false);
+    kreplay_tracking_enable(true);
+    kreplay_sim_reset();
+    disarm();
+    let policy = kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: false, max_snapshot_bytes: 0 };
+    // SAFETY: a valid policy.
+    assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
+}
+
+fn sim_alloc(agent: usize, size: usize, kind: u8) -> (usize, bool) {
+    let (pointer_type, flags, snapshottable) = match kind % 10 {
+        7 => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_FINE_GRAINED, false),
+        8 => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED | KREPLAY_GLOBAL_FLAG_KERNARG, false),
+        9 => (kreplay_pointer_type_t::KREPLAY_POINTER_LOCKED, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, false),
+        _ => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, true),
+    };
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: a writable output.
+    let status = unsafe { kreplay_sim_alloc(AGENTS[agent], size, pointer_type, flags, &mut ptr) };
+    assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+    (ptr as usize, snapshottable)
+}
+
+fn run(data: &[u8], baseline: &kreplay_host_memory_stats_t) {
+    let mut u = Unstructured::new(data);
+    let mut model = Model { buffers: (0..STAGING_SLOTS).map(|_| None).collect(), ..Model::default() };
+    let mut pin = false;
+    let mut budget = 0usize;
+
+    for agent in 0..2 {
+        let (area, _) = sim_alloc(agent, SLICES * SLICE, 0);
+        write(area, &pattern(0xA7EA + agent as u64, SLICES * SLICE));
+        model.areas[agent] = area;
+        for v in 0..u.int_in_range(0..=2u8).unwrap_or(0) {
+            let size = u.int_in_range(1..=600usize).unwrap_or(1);
+            let name = format!("variable_{agent}_{v}\0");
+            let mut address = std::ptr::null_mut();
+            // SAFETY: a NUL-terminated name and a writable output.
+            let status = unsafe {
+                kreplay_sim_add_module_variable(AGENTS[agent], name.as_ptr().cast(), size, v == 1, &mut address)
+            };
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            write(address as usize, &pattern(address as u64, size));
+            model.variables.push((address as usize, size, agent));
+        }
+    }
+
+    for _ in 0..MAX_OPS {
+        if u.is_empty() {
+            break;
+        }
+        let Ok(op) = u.arbitrary::<Op>() else { break };
+        bump(&STATS.ops, 1);
+        apply(&mut model, op, &mut pin, &mut budget);
+        model.check_inventory();
+        model.check_idle();
+    }
+    finish(&mut model, baseline);
+}
+
+fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
+    match op {
+        Op::Alloc { agent, size, kind, query } => {
+            let agent = agent_index(agent);
+            let size = 1 + size as usize % 8192;
+            let (address, snapshottable) = sim_alloc(agent, size, kind);
+            write(address, &pattern(address as u64 ^ size as u64, size));
+            model.regions.push(SimRegion { address, reserved: size, size, agent, live: true, snapshottable });
+            model.record_alloc(model.regions.len() - 1, failing_query(query));
+        }
+        Op::Free { pick } => {
+            let live: Vec<usize> = (0..model.regions.len()).filter(|&i| model.regions[i].live).collect();
+            if let Some(&index) = live.get(pick as usize % live.len().max(1)) {
+                let address = model.regions[index].address;
+                model.record_free(address);
+                assert_eq!(kreplay_sim_free(address as *mut c_void), KREPLAY_STATUS_SUCCESS);
+                model.regions[index].live = false;
+            }
+        }
+        Op::Realloc { pick, agent, shrink, query } => {
+            let dead: Vec<usize> = (0..model.regions.len()).filter(|&i| !model.regions[i].live).collect();
+            if let Some(&index) = dead.get(pick as usize % dead.len().max(1)) {
+                let agent = agent_index(agent);
+                let region = &mut model.regions[index];
+                // The simulated device reuses a freed region for at most what its last allocation had.
+                let size = region.size - shrink as usize % region.size;
+                assert!(read(region.address, region.reserved).iter().all(|&b| b == POISON), "freed memory was written");
+                let mut ptr = std::ptr::null_mut();
+                let status = unsafe {
+                    // SAFETY: a freed simulated region at least `size` bytes large, and a writable output.
+                    kreplay_sim_alloc_at(
+                        region.address as *mut c_void,
+                        AGENTS[agent],
+                        size,
+                        kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE,
+                        KREPLAY_GLOBAL_FLAG_COARSE_GRAINED,
+                        &mut ptr,
+                    )
+                };
+                assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+                assert_eq!(ptr as usize, region.address);
+                *region = SimRegion { size, agent, live: true, snapshottable: true, ..*region };
+                write(region.address, &pattern(region.address as u64 + size as u64 * 31, size));
+                model.record_alloc(index, failing_query(query));
+            }
+        }
+        Op::RecordAgain { pick } => {
+            let live: Vec<usize> = (0..model.regions.len()).filter(|&i| model.regions[i].live).collect();
+            if let Some(&index) = live.get(pick as usize % live.len().max(1)) {
+                model.record_alloc(index, false);
+            }
+        }
+        Op::StrayFree { pick, interior } => {
+            if model.regions.is_empty() {
+                return;
+            }
+            let region = &model.regions[pick as usize % model.regions.len()];
+            if interior && region.live && region.size > 1 {
+                let address = region.address + 1;
+                assert_eq!(kreplay_record_free(address as *mut c_void), KREPLAY_STATUS_NOT_FOUND);
+            } else if !region.live {
+                let address = region.address;
+                model.record_free(address);
+            }
+        }
+        Op::Write { pick, seed } => {
+            let mut targets: Vec<(usize, usize)> =
+                model.regions.iter().filter(|r| r.live).map(|r| (r.address, r.size)).collect();
+            targets.extend(model.areas.iter().map(|&a| (a, SLICES * SLICE)));
+            targets.extend(model.variables.iter().map(|&(a, s, _)| (a, s)));
+            let (address, size) = targets[pick as usize % targets.len()];
+            write(address, &pattern(seed as u64 * 7919 + address as u64, size));
+        }
+        Op::Map { agent, start, len } => {
+            let agent = agent_index(agent);
+            let start = start as usize % SLICES;
+            let len = 1 + len as usize % (SLICES - start);
+            let (base, size) = (model.areas[agent] + start * SLICE, len * SLICE);
+            let status = kreplay_record_vmem_map(base as *mut c_void, size, AGENTS[agent]);
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            model.unmap(base, size);
+            let generation = model.generation();
+            model.mappings.push(Mapping { base, size, agent, generation });
+        }
+        Op::Unmap { agent, start, len } => {
+            let agent = agent_index(agent);
+            let start = start as usize % SLICES;
+            let len = 1 + len as usize % (SLICES - start);
+            let (base, size) = (model.areas[agent] + start * SLICE, len * SLICE);
+            let status = kreplay_record_vmem_unmap(base as *mut c_void, size);
+            let touched = model.unmap(base, size);
+            assert_eq!(status, if touched > 0 { KREPLAY_STATUS_SUCCESS } else { KREPLAY_STATUS_NOT_FOUND });
+        }
+        Op::Acquire { slot, agent, size, failing_map } => {
+            let slot = slot as usize % STAGING_SLOTS;
+            let agent = agent_index(agent);
+            let size = match size % 8 {
+                0 => 0,
+                1..=4 => 1 + (size >> 3) as usize % 2048,
+                _ => 2049 + (size >> 3) as usize % 200_000,
+            };
+            let mut raw = match &model.buffers[slot] {
+                Some(buffer) => {
+                    check_token(buffer);
+                    buffer.raw
+                }
+                None => kreplay_staging_buffer_t {
+                    data: std::ptr::null_mut(),
+                    size: 0,
+                    capacity: 0,
+                    agent: kreplay_agent_t { handle: 0 },
+                    loan: 0,
+                },
+            };
+            let held = raw;
+            if failing_map {
+                arm(kreplay_sim_faults_t { fail_host_map_at: 1, ..Default::default() });
+            }
+            let maps = host_memory().maps;
+            // SAFETY: a zeroed buffer or one this library wrote.
+            let status = unsafe { kreplay_staging_acquire(&mut raw, AGENTS[agent], size) };
+            disarm();
+            if size == 0 {
+                assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT);
+                assert_eq!((raw.data, raw.size, raw.capacity), (held.data, held.size, held.capacity));
+                return;
+            }
+            // The held storage went back to its pool first.
+            if !held.data.is_null() {
+                let owner = AGENTS.iter().position(|a| *a == held.agent).expect("a buffer of an unknown agent");
+                model.released(owner, held.capacity);
+            }
+            model.buffers[slot] = None;
+            if failing_map && status == KREPLAY_STATUS_OUT_OF_HOST_MEMORY {
+                assert!(raw.data.is_null() && raw.size == 0 && raw.capacity == 0, "a failed acquire left storage");
+                assert_eq!(host_memory().maps, maps);
+                return;
+            }
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            bump(&STATS.acquires, 1);
+            assert!(!raw.data.is_null() && raw.size == size && raw.capacity >= size && raw.agent == AGENTS[agent]);
+            if size > 2048 {
+                // Best fit: never more than twice the request, plus page rounding.
+                assert!(raw.capacity <= (2 * size).max(size.next_multiple_of(4096)) + (2 << 20));
+            }
+            model.next_token = model.next_token.wrapping_add(1);
+            let buffer = Buffer { raw, token: model.next_token };
+            // SAFETY: `capacity` bytes of storage lent to us.
+            unsafe { std::ptr::write_bytes(raw.data.cast::<u8>(), buffer.token, raw.size) };
+            model.buffers[slot] = Some(buffer);
+        }
+        Op::Release { slot } => {
+            let slot = slot as usize % STAGING_SLOTS;
+            let Some(buffer) = model.buffers[slot].take() else {
+                // Releasing an empty buffer does nothing, and says nothing.
+                let mut empty = kreplay_staging_buffer_t {
+                    data: std::ptr::null_mut(),
+                    size: 0,
+                    capacity: 0,
+                    agent: AGENTS[0],
+                    loan: 0,
+                };
+                let (w, e) = (warnings(), errors());
+                // SAFETY: a valid, empty buffer.
+                unsafe { kreplay_staging_release(&mut empty) };
+                assert_eq!((warnings(), errors()), (w, e));
+                return;
+            };
+            check_token(&buffer);
+            let mut raw = buffer.raw;
+            let stale = raw;
+            // SAFETY: a buffer this library wrote.
+            unsafe { kreplay_staging_release(&mut raw) };
+            assert!(raw.data.is_null() && raw.size == 0 && raw.capacity == 0);
+            let owner = AGENTS.iter().position(|a| *a == stale.agent).expect("a buffer of an unknown agent");
+            model.released(owner, stale.capacity);
+            if model.stale.len() < 8 {
+                model.stale.push(stale);
+            }
+        }
+        Op::ReleaseStale { pick } => {
+            if model.stale.is_empty() {
+                return;
+            }
+            // Its storage is idle in the pool, lent to a new owner (a buffer or a snapshot), or unmapped by a
+            // trim: in every case the release is refused and logged, and nothing changes. The tokens of the
+            // buffers held and the next restores prove that no new owner lost its storage.
+            let stale = model.stale[pick as usize % model.stale.len()];
+            let retained = kreplay_retained_staging_bytes(stale.agent);
+            let maps = host_memory();
+            let before = errors();
+            let mut copy = stale;
+            // SAFETY: a struct this library wrote; the library must not touch the storage it names.
+            unsafe { kreplay_staging_release(&mut copy) };
+            assert!(errors() > before, "a release of a released buffer was not logged");
+            assert_eq!((copy.data, copy.size, copy.capacity, copy.loan), (stale.data, stale.size, stale.capacity, stale.loan));
+            assert_eq!(kreplay_retained_staging_bytes(stale.agent), retained);
+            let now = host_memory();
+            assert_eq!((now.maps, now.unmaps, now.mapped_bytes), (maps.maps, maps.unmaps, maps.mapped_bytes));
+            for buffer in model.buffers.iter().flatten() {
+                check_token(buffer);
+            }
+        }
+        Op::Trim { agent } => {
+            let agent = agent_index(agent);
+            kreplay_staging_trim(AGENTS[agent]);
+            assert_eq!(kreplay_retained_staging_bytes(AGENTS[agent]), 0);
+            model.idle_bound[agent] = 0;
+        }
+        Op::Snap { agent, fault } => {
+            let agent = agent_index(agent);
+            // The handle registry holds 1024; stay well below it.
+            if model.snapshots.len() < 16 && model.live_snapshot_entries(agent) < 512 {
+                model.snap(agent, fault, *pin, *budget);
+            }
+        }
+        Op::Restore { pick, fault } => {
+            if !model.snapshots.is_empty() {
+                let pick = pick as usize % model.snapshots.len();
+                model.restore(pick, fault);
+            }
+        }
+        Op::FreeSnapshot { pick } => {
+            if !model.snapshots.is_empty() {
+                let snapshot = model.snapshots.swap_remove(pick as usize % model.snapshots.len());
+                kreplay_snapshot_free(snapshot.handle);
+                model.idle_bound[snapshot.agent] += snapshot.staging_bound;
+            }
+        }
+        Op::Policy { pin: new_pin, budget: new_budget } => {
+            *pin = new_pin;
+            *budget = new_budget as usize * 16;
+            let policy =
+                kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: *pin, max_snapshot_bytes: *budget };
+            // SAFETY: a valid policy.
+            assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
+        }
+    }
+}
+
+/// What a caller was lent is written by no one else.
+fn check_token(buffer: &Buffer) {
+    // SAFETY: the buffer is still lent to us, `size` bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(buffer.raw.data.cast::<u8>(), buffer.raw.size) };
+    assert!(bytes.iter().all(|&b| b == buffer.token), "lent staging was written by someone else");
+}
+
+/// Frees everything, then checks that nothing leaked.
+fn finish(model: &mut Model, baseline: &kreplay_host_memory_stats_t) {
+    for snapshot in model.snapshots.drain(..) {
+        kreplay_snapshot_free(snapshot.handle);
+    }
+    for slot in model.buffers.iter_mut() {
+        if let Some(buffer) = slot.take() {
+            check_token(&buffer);
+            let mut raw = buffer.raw;
+            // SAFETY: a buffer this library wrote.
+            unsafe { kreplay_staging_release(&mut raw) };
+        }
+    }
+    for agent in AGENTS {
+        kreplay_staging_trim(agent);
+        assert_eq!(kreplay_retained_staging_bytes(agent), 0);
+    }
+    for region in model.regions.iter().filter(|r| !r.live) {
+        assert!(read(region.address, region.reserved).iter().all(|&b| b == POISON), "freed memory was written");
+    }
+    let memory = host_memory();
+    assert_eq!(memory.mapped_bytes, baseline.mapped_bytes, "host mappings leaked");
+    assert_eq!(memory.maps - memory.unmaps, baseline.maps - baseline.unmaps, "maps and unmaps do not balance");
+    let counters = sim_counters();
+    assert_eq!(counters.host_locks, counters.host_unlocks, "page locks leaked");
+    assert_eq!(counters.locked_bytes, 0);
+    assert_eq!(counters.violations, 0, "a copy touched freed or foreign device memory");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let baseline = init();
+    reset();
+    run(data, &baseline);
+    let inputs = STATS.inputs.fetch_add(1, Ordering::Relaxed) + 1;
+    if inputs.is_power_of_two() && inputs >= 1024 {
+        print_stats();
+    }
+});
