@@ -4,6 +4,12 @@ include_guard(GLOBAL)
 
 find_package(Threads REQUIRED)
 
+# Under ThreadSanitizer the simulated-device tests link an instrumented archive (cmake/KreplayTsanRust.cmake).
+if("thread" IN_LIST KREPLAY_SANITIZE AND NOT TARGET kreplay::sim_tsan)
+  include(KreplayTsanRust)
+  kreplay_add_tsan_sim_library()
+endif()
+
 # kreplay_apply_sanitizers(<target>...)
 #
 # Adds the KREPLAY_SANITIZE sanitizers (e.g. "address;undefined" or "thread") to C and C++ targets. The Rust
@@ -36,7 +42,9 @@ function(kreplay_add_test)
   if(NOT arg_NAME OR NOT arg_SOURCES)
     message(FATAL_ERROR "kreplay_add_test: NAME and SOURCES are required")
   endif()
-  if(arg_SIM)
+  if(arg_SIM AND TARGET kreplay::sim_tsan)
+    set(library kreplay::sim_tsan)
+  elseif(arg_SIM)
     set(library kreplay::sim)
   else()
     set(library kreplay::kreplay)
