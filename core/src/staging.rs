@@ -70,8 +70,27 @@ struct Block {
     capacity: usize,
     locked: bool,
     lent: bool,
-    /// The loan it is lent under (meaningful while `lent`).
+    /// The loan it is lent under (meaningful while `lent`); its low bits are the block's index.
     loan: u64,
+}
+
+/// Low bits of a block's loan number that hold its index in the pool, so a release finds it without a search.
+const BLOCK_INDEX_BITS: u32 = 10;
+const _: () = assert!(BLOCKS_PER_AGENT <= 1 << BLOCK_INDEX_BITS);
+
+fn block_loan(index: usize) -> u64 {
+    (next_loan() << BLOCK_INDEX_BITS) | index as u64
+}
+
+fn block_index(loan: u64) -> usize {
+    (loan & ((1 << BLOCK_INDEX_BITS) - 1)) as usize
+}
+
+/// An idle block, as listed in [`AgentPool::idle`].
+#[derive(Copy, Clone, Debug)]
+struct IdleBlock {
+    capacity: usize,
+    index: u16,
 }
 
 /// One mapping cut into equal slots.
@@ -143,31 +162,58 @@ const fn slots_per_chunk(class_size: usize) -> usize {
     if slots > MAX_SLOTS_PER_CHUNK { MAX_SLOTS_PER_CHUNK } else { slots }
 }
 
+/// # Invariants
+/// `idle` lists exactly the blocks that are present and not lent, each once, ordered by capacity.
 struct AgentPool {
-    blocks: ArrayVec<Block, BLOCKS_PER_AGENT>,
+    /// Every page-backed block the pool tracks, idle or lent; `None` is a free slot. Blocks never move, so a
+    /// loan number can carry its block's index.
+    blocks: ArrayVec<Option<Block>, BLOCKS_PER_AGENT>,
+    /// The idle blocks by capacity: the best fit is a binary search, whatever the number of blocks.
+    idle: ArrayVec<IdleBlock, BLOCKS_PER_AGENT>,
     slabs: [ArrayVec<Chunk, CHUNKS_PER_CLASS>; SMALL_CLASSES.len()],
 }
 
 impl AgentPool {
     const fn new() -> Self {
-        AgentPool { blocks: ArrayVec::new_const(), slabs: [const { ArrayVec::new_const() }; SMALL_CLASSES.len()] }
+        AgentPool {
+            blocks: ArrayVec::new_const(),
+            idle: ArrayVec::new_const(),
+            slabs: [const { ArrayVec::new_const() }; SMALL_CLASSES.len()],
+        }
     }
 
-    /// The smallest idle block with capacity in `[size, 2 * size]`.
-    fn best_fit(&self, size: usize) -> Option<usize> {
-        let limit = size.saturating_mul(2);
-        let mut best: Option<(usize, usize)> = None;
-        for (i, block) in self.blocks.iter().enumerate() {
-            let fits = !block.lent && block.capacity >= size && block.capacity <= limit;
-            if fits && best.is_none_or(|(_, capacity)| block.capacity < capacity) {
-                best = Some((i, block.capacity));
-            }
+    /// Takes the smallest idle block with capacity in `[size, 2 * size]` off the idle list; returns its index.
+    fn take_best_fit(&mut self, size: usize) -> Option<usize> {
+        let first = self.idle.partition_point(|b| b.capacity < size);
+        let capacity = self.idle.get(first)?.capacity;
+        if capacity > size.saturating_mul(2) {
+            return None;
         }
-        best.map(|(i, _)| i)
+        // Of equal blocks take the last listed: removing it moves the fewest entries.
+        let last = self.idle.partition_point(|b| b.capacity <= capacity) - 1;
+        Some(self.idle.remove(last).index as usize)
+    }
+
+    /// Lists block `index` (present, just released) as idle.
+    fn list_idle(&mut self, index: usize, capacity: usize) {
+        let at = self.idle.partition_point(|b| b.capacity <= capacity);
+        // Cannot overflow: `idle` has room for every block.
+        self.idle.insert(at, IdleBlock { capacity, index: index as u16 });
+    }
+
+    /// Stores a new block in a free slot; `None` when every slot is taken.
+    fn add_block(&mut self, block: Block) -> Option<usize> {
+        match self.blocks.iter().position(Option::is_none) {
+            Some(index) => {
+                self.blocks[index] = Some(block);
+                Some(index)
+            }
+            None => self.blocks.try_push(Some(block)).ok().map(|()| self.blocks.len() - 1),
+        }
     }
 
     fn retained_bytes(&self) -> usize {
-        let blocks: usize = self.blocks.iter().filter(|b| !b.lent).map(|b| b.capacity).sum();
+        let blocks: usize = self.idle.iter().map(|b| b.capacity).sum();
         let slabs: usize = self
             .slabs
             .iter()
@@ -278,10 +324,10 @@ impl Pools {
         let slot = self.find_or_claim(agent)?;
         {
             let mut pool = slot.pool.lock();
-            if let Some(i) = pool.best_fit(size) {
-                let block = &mut pool.blocks[i];
+            if let Some(index) = pool.take_best_fit(size) {
+                let block = pool.blocks[index].as_mut().ok_or(Error::Internal)?;
                 block.lent = true;
-                block.loan = next_loan();
+                block.loan = block_loan(index);
                 return Ok(Lease {
                     data: block.ptr,
                     size,
@@ -293,10 +339,9 @@ impl Pools {
             }
         }
         let data = host_memory::map(len)?;
-        let loan = next_loan();
-        let block = Block { ptr: data, capacity: len, locked: false, lent: true, loan };
         let mut pool = slot.pool.lock();
-        if pool.blocks.try_push(block).is_err() {
+        let added = pool.add_block(Block { ptr: data, capacity: len, locked: false, lent: true, loan: 0 });
+        let Some(index) = added else {
             drop(pool);
             // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
             unsafe { host_memory::unmap(data, len) };
@@ -307,6 +352,10 @@ impl Pools {
                 BLOCKS_PER_AGENT
             );
             return Err(Error::CapacityExceeded);
+        };
+        let loan = block_loan(index);
+        if let Some(block) = pool.blocks[index].as_mut() {
+            block.loan = loan;
         }
         Ok(Lease { data, size, capacity: len, agent, locked: false, loan })
     }
@@ -378,14 +427,16 @@ impl Pools {
                 }
             }
         }
-        let block =
-            pool.blocks.iter_mut().find(|b| b.ptr == data && b.capacity == capacity && b.lent && b.loan == loan);
-        match block {
-            Some(block) => {
+        let index = block_index(loan);
+        match pool.blocks.get_mut(index) {
+            Some(Some(block))
+                if block.ptr == data && block.capacity == capacity && block.lent && block.loan == loan =>
+            {
                 block.lent = false;
+                pool.list_idle(index, capacity);
                 Ok(())
             }
-            None => Err(Error::NotFound),
+            _ => Err(Error::NotFound),
         }
     }
 
@@ -393,8 +444,11 @@ impl Pools {
     pub fn set_locked(&self, lease: &mut Lease, locked: bool) {
         lease.locked = locked;
         if let Some(slot) = self.find(lease.agent) {
-            if let Some(block) = slot.pool.lock().blocks.iter_mut().find(|b| b.ptr == lease.data) {
-                block.locked = locked;
+            let mut pool = slot.pool.lock();
+            if let Some(Some(block)) = pool.blocks.get_mut(block_index(lease.loan)) {
+                if block.ptr == lease.data && block.loan == lease.loan {
+                    block.locked = locked;
+                }
             }
         }
     }
@@ -406,15 +460,11 @@ impl Pools {
             let mut victims: ArrayVec<Victim, TRIM_BATCH> = ArrayVec::new();
             {
                 let mut pool = slot.pool.lock();
-                let mut i = 0;
-                while i < pool.blocks.len() && !victims.is_full() {
-                    let block = pool.blocks[i];
-                    if block.lent {
-                        i += 1;
-                        continue;
+                while !victims.is_full() {
+                    let Some(idle) = pool.idle.pop() else { break };
+                    if let Some(block) = pool.blocks[idle.index as usize].take() {
+                        victims.push(Victim { ptr: block.ptr, len: block.capacity, locked: block.locked });
                     }
-                    pool.blocks.swap_remove(i);
-                    victims.push(Victim { ptr: block.ptr, len: block.capacity, locked: block.locked });
                 }
                 for (class, chunks) in pool.slabs.iter_mut().enumerate() {
                     let len = slots_per_chunk(SMALL_CLASSES[class]) * SMALL_CLASSES[class];
@@ -550,6 +600,46 @@ mod tests {
                 pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
             }
         }
+        pools.trim(agent, &mut no_unlock());
+    }
+
+    #[test]
+    fn a_crowded_pool_still_hands_out_the_best_fit_and_keeps_lent_blocks_apart() {
+        let pools = pools!();
+        let agent = Agent(11);
+        let page = host_memory::page_size();
+        // 60 blocks of 3 to 62 pages, released largest first.
+        let mut leases: Vec<Lease> = (3..63).map(|pages| pools.acquire(agent, pages * page).unwrap()).collect();
+        let mut idle: Vec<usize> = leases.iter().map(|lease| lease.capacity).collect();
+        leases.reverse();
+        for lease in leases.drain(..) {
+            pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
+        }
+        let mut lent = Vec::new();
+        for pages in [40, 3, 17, 17, 33, 61, 100, 1] {
+            let size = pages * page - page / 2;
+            let expected = idle.iter().copied().filter(|&c| c >= size && c <= 2 * size).min();
+            let lease = pools.acquire_block(agent, size, size).unwrap();
+            match expected {
+                Some(capacity) => {
+                    assert_eq!(lease.capacity, capacity, "not the best fit for {size} bytes");
+                    idle.remove(idle.iter().position(|&c| c == capacity).unwrap());
+                }
+                None => assert!(!idle.contains(&lease.capacity) || lease.capacity > 2 * size),
+            }
+            assert!(lent.iter().all(|other: &Lease| other.data != lease.data), "one block lent twice");
+            lent.push(lease);
+        }
+        assert_eq!(pools.retained_bytes(agent), idle.iter().sum::<usize>());
+        for lease in lent {
+            pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
+        }
+        pools.trim(agent, &mut no_unlock());
+        assert_eq!(pools.retained_bytes(agent), 0);
+        // Slots freed by the trim are reused, and loans keep finding their blocks.
+        let again = pools.acquire(agent, 5 * page).unwrap();
+        pools.release(agent, again.data, again.capacity, again.loan).unwrap();
+        assert_eq!(pools.retained_bytes(agent), again.capacity);
         pools.trim(agent, &mut no_unlock());
     }
 
