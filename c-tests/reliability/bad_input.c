@@ -228,6 +228,17 @@ static void tracking_bad_input(void) {
   REL_CHECK_STATUS(kreplay_record_vmem_unmap(region, SIZE_MAX), KREPLAY_STATUS_INVALID_ARGUMENT);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "overflowing");
   REL_CHECK_STATUS(kreplay_record_vmem_unmap(region, 4096), KREPLAY_STATUS_NOT_FOUND);
+  mark = rel_log.total;
+  REL_CHECK_STATUS(kreplay_record_vmem_map_unknown_owner(NULL, 4096), KREPLAY_STATUS_INVALID_ARGUMENT);
+  REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "record_vmem_map_unknown");
+  mark = rel_log.total;
+  REL_CHECK_STATUS(kreplay_record_vmem_map_unknown_owner(region, 0), KREPLAY_STATUS_INVALID_ARGUMENT);
+  REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "record_vmem_map_unknown");
+  mark = rel_log.total;
+  REL_CHECK_STATUS(kreplay_record_vmem_map_unknown_owner(region, SIZE_MAX), KREPLAY_STATUS_INVALID_ARGUMENT);
+  REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "overflowing");
+  REL_CHECK_STATUS(kreplay_inventory_stats(agent, &stats), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_EQ(stats.overflowed, 0);
   /* A double unmap. */
   REL_CHECK_STATUS(kreplay_record_vmem_map(region, 4096, agent), KREPLAY_STATUS_SUCCESS);
   REL_CHECK_STATUS(kreplay_record_vmem_unmap(region, 4096), KREPLAY_STATUS_SUCCESS);
@@ -309,6 +320,33 @@ static void staging_bad_input(void) {
   REL_CHECK_STATUS(kreplay_staging_acquire(&copy, agent, 64), KREPLAY_STATUS_INVALID_ARGUMENT);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "released already");
   REL_CHECK_EQ(kreplay_retained_staging_bytes(agent), retained);
+
+  /* A stale copy released after its storage was lent again to a new owner: refused (the loan differs), and the
+   * new owner keeps its storage and its contents. */
+  {
+    kreplay_staging_buffer_t first, second, stale;
+    memset(&first, 0, sizeof first);
+    memset(&second, 0, sizeof second);
+    REL_CHECK_STATUS(kreplay_staging_acquire(&first, agent, 1u << 20), KREPLAY_STATUS_SUCCESS);
+    stale = first;
+    kreplay_staging_release(&first);
+    REL_CHECK_STATUS(kreplay_staging_acquire(&second, agent, 1u << 20), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK(second.data == stale.data); /* the retained block is reused: the case that matters */
+    if (second.data != NULL) {
+      memset(second.data, 0x6B, second.size);
+    }
+    retained = kreplay_retained_staging_bytes(agent);
+    mark = rel_log.total;
+    kreplay_staging_release(&stale);
+    REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "kreplay_staging_release");
+    REL_CHECK_EQ(kreplay_retained_staging_bytes(agent), retained);
+    /* Had the stale release been taken, this acquire would get the same storage while `second` holds it. */
+    REL_CHECK_STATUS(kreplay_staging_acquire(&first, agent, 1u << 20), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK(first.data != second.data);
+    REL_CHECK(second.data != NULL && ((unsigned char*)second.data)[second.size - 1] == 0x6B);
+    kreplay_staging_release(&first);
+    kreplay_staging_release(&second);
+  }
 
   /* Storage the library never lent, and lent storage released to another agent's pool. */
   memset(&garbage, 0, sizeof garbage);
@@ -421,13 +459,26 @@ static void snapshot_bad_input(void) {
   mark = rel_log.total;
   kreplay_snapshot_free(stale);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "freed twice");
+  /* A stale handle stays refused after a new snapshot has taken its memory (and perhaps its slot): the new
+   * one must survive the stale free and still restore. */
+  {
+    kreplay_snapshot_t* fresh = NULL;
+    REL_CHECK_STATUS(kreplay_snap(agent, &fresh, NULL), KREPLAY_STATUS_SUCCESS);
+    mark = rel_log.total;
+    kreplay_snapshot_free(stale);
+    REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "not a live snapshot");
+    REL_CHECK_STATUS(kreplay_restore(stale, NULL), KREPLAY_STATUS_INVALID_ARGUMENT);
+    REL_CHECK_STATUS(kreplay_restore(fresh, &report), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK_EQ(report.restored, 1);
+    kreplay_snapshot_free(fresh);
+  }
   mark = rel_log.total;
   kreplay_snapshot_free((kreplay_snapshot_t*)(void*)garbage);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "not a live snapshot");
   mark = rel_log.total;
   kreplay_snapshot_free(NULL);
   REL_CHECK_EQ(rel_log.total, mark);
-  REL_CHECK_EQ(rel_counters().copies_to_device, before.copies_to_device + 1);
+  REL_CHECK_EQ(rel_counters().copies_to_device, before.copies_to_device + 2);
 
   /* A snapshot of an agent never seen is complete and empty. */
   {

@@ -177,6 +177,22 @@ static void vmem_table_full(void) {
   REL_CHECK_EQ(stats_of(agent).overflowed, 0);
   REL_CHECK_STATUS(snap_and_free(agent, &reason), KREPLAY_STATUS_SUCCESS);
 
+  /* A mapping whose owner is unknown declines every agent until unmaps cover it: its head, then the rest. */
+  {
+    unsigned char* unknown = base + (room - 8) * SLICE;
+    mark = rel_log.total;
+    REL_CHECK_STATUS(kreplay_record_vmem_map_unknown_owner(unknown, 4 * SLICE), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "no known owner");
+    REL_CHECK_EQ(stats_of(other_agent).overflowed, 1);
+    REL_CHECK_STATUS(snap_and_free(other_agent, &reason), KREPLAY_STATUS_DECLINED);
+    REL_CHECK(reason == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+    REL_CHECK_STATUS(kreplay_record_vmem_unmap(unknown, SLICE), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK_STATUS(snap_and_free(other_agent, &reason), KREPLAY_STATUS_DECLINED);
+    REL_CHECK_STATUS(kreplay_record_vmem_unmap(unknown + SLICE, 3 * SLICE), KREPLAY_STATUS_SUCCESS);
+    REL_CHECK_EQ(stats_of(other_agent).overflowed, 0);
+    REL_CHECK_STATUS(snap_and_free(other_agent, &reason), KREPLAY_STATUS_SUCCESS);
+  }
+
   /* One unmap covering everything. */
   REL_CHECK_STATUS(kreplay_record_vmem_unmap(base, room * SLICE), KREPLAY_STATUS_SUCCESS);
   REL_CHECK_EQ(stats_of(agent).regions, 0);

@@ -138,6 +138,8 @@ enum Op {
     /// A kernel writes somewhere live.
     Write { pick: u8, seed: u8 },
     Map { agent: u8, start: u8, len: u8 },
+    /// A mapping whose owner could not be determined: every agent is declined until unmaps cover it.
+    MapUnknownOwner { agent: u8, start: u8, len: u8 },
     Unmap { agent: u8, start: u8, len: u8 },
     Acquire { slot: u8, agent: u8, size: u32, failing_map: bool },
     Release { slot: u8 },
@@ -211,6 +213,8 @@ struct Model {
     tracked: std::collections::HashMap<usize, Tracked>,
     /// Allocations whose pointer query failed: unknown owner, so every agent is declined while any is here.
     lost: Vec<usize>,
+    /// Mappings of unknown owner, as (base, size) still mapped: the same, until unmaps cover them.
+    lost_mappings: Vec<(usize, usize)>,
     mappings: Vec<Mapping>,
     areas: [usize; 2],
     variables: Vec<(usize, usize, usize)>,
@@ -315,7 +319,7 @@ impl Model {
             let regions = tracked.clone().count() + mapped.clone().count();
             let bytes = tracked.map(|t| t.size).sum::<usize>() + mapped.map(|m| m.size).sum::<usize>();
             assert_eq!((stats.regions, stats.bytes), (regions, bytes), "inventory of agent {index}");
-            assert_eq!(stats.overflowed, self.lost.len(), "lost allocations of agent {index}");
+            assert_eq!(stats.overflowed, self.lost.len() + self.lost_mappings.len(), "lost ranges of agent {index}");
         }
     }
 
@@ -399,6 +403,23 @@ impl Model {
             }
         }
         self.mappings = kept;
+        // Lost mappings: covered ones go, a covered head or tail is trimmed, a hole in the middle keeps them whole.
+        let mut lost_kept = Vec::new();
+        for (lost_base, lost_size) in self.lost_mappings.drain(..) {
+            let lost_end = lost_base + lost_size;
+            if lost_end <= base || lost_base >= end {
+                lost_kept.push((lost_base, lost_size));
+                continue;
+            }
+            touched += 1;
+            match (lost_base < base, lost_end > end) {
+                (false, false) => {}
+                (true, false) => lost_kept.push((lost_base, base - lost_base)),
+                (false, true) => lost_kept.push((end, lost_end - end)),
+                (true, true) => lost_kept.push((lost_base, lost_size)),
+            }
+        }
+        self.lost_mappings = lost_kept;
         touched
     }
 
@@ -447,7 +468,7 @@ impl Model {
         }
         use kreplay_decline_reason_t::*;
         let n = entries.len();
-        let expect = if !self.lost.is_empty() {
+        let expect = if !self.lost.is_empty() || !self.lost_mappings.is_empty() {
             Expect::Decline(KREPLAY_DECLINE_INVENTORY_OVERFLOW)
         } else if matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
             Expect::Decline(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE)
@@ -768,6 +789,22 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             model.unmap(base, size);
             let generation = model.generation();
             model.mappings.push(Mapping { base, size, agent, generation });
+        }
+        // Rarer than a plain map (one in four), since it declines every snapshot until it is unmapped.
+        Op::MapUnknownOwner { agent, start, len } if (start ^ len) % 4 != 0 => {
+            apply(model, Op::Map { agent, start, len }, pin, budget);
+        }
+        Op::MapUnknownOwner { agent, start, len } => {
+            let agent = agent_index(agent);
+            let start = start as usize % SLICES;
+            let len = 1 + len as usize % (SLICES - start);
+            let (base, size) = (model.areas[agent] + start * SLICE, len * SLICE);
+            let before = warnings();
+            let status = kreplay_record_vmem_map_unknown_owner(base as *mut c_void, size);
+            assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+            assert!(warnings() > before, "a mapping of unknown owner was not logged");
+            model.unmap(base, size);
+            model.lost_mappings.push((base, size));
         }
         Op::Unmap { agent, start, len } => {
             let agent = agent_index(agent);
