@@ -167,8 +167,9 @@ impl<O: DeviceOps> Engine<O> {
             GatherError::Overflow => {
                 crate::log!(
                     Level::Warning,
-                    "agent {:#x}: an allocation of this agent could not be recorded (inventory full or its pointer \
-                     query failed) and may be live; raise {}",
+                    "agent {:#x}: an allocation or mapping of this agent, or of an unknown owner, could not be \
+                     recorded and may be live (the inventory was full, its pointer query failed, or its owner is \
+                     unknown); if the inventory was full, raise {}",
                     agent.0,
                     CAPACITY_SETTING
                 );
