@@ -122,17 +122,6 @@ double median(std::vector<double> values) {
   return values.size() % 2 != 0 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-std::mutex g_print_mutex;
-
-void say(const char* format, ...) {
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  va_list args;
-  va_start(args, format);
-  std::vprintf(format, args);
-  va_end(args);
-  std::fflush(stdout);
-}
-
 // kreplay's INFO lines (one per snapshot and per restore, with phase timings) go to a file, tagged with the row
 // that produced them.
 std::mutex g_info_mutex;

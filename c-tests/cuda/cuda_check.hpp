@@ -3,8 +3,10 @@
 #ifndef KREPLAY_CUDA_CHECK_HPP
 #define KREPLAY_CUDA_CHECK_HPP
 
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include <cuda_runtime_api.h>
 
@@ -32,5 +34,22 @@
       std::exit(2);                                                                                        \
     }                                                                                                      \
   } while (0)
+
+// Held while a line of output is written, so the threads (one per GPU) never interleave their lines.
+inline std::mutex& print_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+// printf for those threads: one line at a time, flushed at once so that a run cut short by its time limit still
+// shows how far it got.
+inline void say(const char* format, ...) {
+  std::lock_guard<std::mutex> lock(print_mutex());
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+  std::fflush(stdout);
+}
 
 #endif  // KREPLAY_CUDA_CHECK_HPP

@@ -95,17 +95,6 @@ __global__ void bump_counter(unsigned long long* sum) {
   atomicAdd(sum, static_cast<unsigned long long>(g_counter));
 }
 
-std::mutex g_print_mutex;
-
-void say(const char* format, ...) {
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  va_list args;
-  va_start(args, format);
-  std::vprintf(format, args);
-  va_end(args);
-  std::fflush(stdout);
-}
-
 void log_to_stdout(void*, kreplay_log_level_t level, const char* message, size_t) {
   static const char* const names[] = {"ERROR", "WARNING", "INFO", "TRACE"};
   say("  kreplay %s: %s\n", level <= KREPLAY_LOG_TRACE ? names[level] : "?", message);
@@ -128,7 +117,7 @@ struct test_case {
       return;
     }
     ++failures;
-    std::lock_guard<std::mutex> lock(g_print_mutex);
+    std::lock_guard<std::mutex> lock(print_mutex());
     std::printf("  FAIL %s: ", name.c_str());
     va_list args;
     va_start(args, format);
