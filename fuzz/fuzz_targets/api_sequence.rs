@@ -126,30 +126,84 @@ enum Fault {
 #[derive(Arbitrary, Debug)]
 enum Op {
     /// A new allocation; `kind` picks tracked device memory (mostly) or one of the kinds never tracked.
-    Alloc { agent: u8, size: u16, kind: u8, query: u8 },
+    Alloc {
+        agent: u8,
+        size: u16,
+        kind: u8,
+        query: u8,
+    },
     /// record_free, then the real free.
-    Free { pick: u8 },
+    Free {
+        pick: u8,
+    },
     /// A freed address handed to the next allocation (possibly of the other agent, possibly smaller).
-    Realloc { pick: u8, agent: u8, shrink: u16, query: u8 },
+    Realloc {
+        pick: u8,
+        agent: u8,
+        shrink: u16,
+        query: u8,
+    },
     /// The host recorded an allocation again without recording its free.
-    RecordAgain { pick: u8 },
+    RecordAgain {
+        pick: u8,
+    },
     /// record_free of an address that is not an allocation's base: a freed one, or one inside a live region.
-    StrayFree { pick: u8, interior: bool },
+    StrayFree {
+        pick: u8,
+        interior: bool,
+    },
     /// A kernel writes somewhere live.
-    Write { pick: u8, seed: u8 },
-    Map { agent: u8, start: u8, len: u8 },
+    Write {
+        pick: u8,
+        seed: u8,
+    },
+    Map {
+        agent: u8,
+        start: u8,
+        len: u8,
+    },
     /// A mapping whose owner could not be determined: every agent is declined until unmaps cover it.
-    MapUnknownOwner { agent: u8, start: u8, len: u8 },
-    Unmap { agent: u8, start: u8, len: u8 },
-    Acquire { slot: u8, agent: u8, size: u32, failing_map: bool },
-    Release { slot: u8 },
+    MapUnknownOwner {
+        agent: u8,
+        start: u8,
+        len: u8,
+    },
+    Unmap {
+        agent: u8,
+        start: u8,
+        len: u8,
+    },
+    Acquire {
+        slot: u8,
+        agent: u8,
+        size: u32,
+        failing_map: bool,
+    },
+    Release {
+        slot: u8,
+    },
     /// A copy of a buffer released earlier is released again, whoever holds that storage now.
-    ReleaseStale { pick: u8 },
-    Trim { agent: u8 },
-    Snap { agent: u8, fault: Fault },
-    Restore { pick: u8, fault: Fault },
-    FreeSnapshot { pick: u8 },
-    Policy { pin: bool, budget: u16 },
+    ReleaseStale {
+        pick: u8,
+    },
+    Trim {
+        agent: u8,
+    },
+    Snap {
+        agent: u8,
+        fault: Fault,
+    },
+    Restore {
+        pick: u8,
+        fault: Fault,
+    },
+    FreeSnapshot {
+        pick: u8,
+    },
+    Policy {
+        pin: bool,
+        budget: u16,
+    },
 }
 
 // ---- Model ---------------------------------------------------------------------------------------------
@@ -545,7 +599,8 @@ impl Model {
 
     fn restore(&mut self, pick: usize, fault: Fault) {
         let snapshot = &self.snapshots[pick];
-        let writable: Vec<usize> = (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
+        let writable: Vec<usize> =
+            (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
         let w = writable.len();
         let expected_failed = match fault {
             Fault::CopyAt(k) if copy_position(k) <= w => 1,
@@ -650,7 +705,8 @@ fn reset() {
     kreplay_tracking_enable(true);
     kreplay_sim_reset();
     disarm();
-    let policy = kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: false, max_snapshot_bytes: 0 };
+    let policy =
+        kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: false, max_snapshot_bytes: 0 };
     // SAFETY: a valid policy.
     assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
 }
@@ -658,7 +714,11 @@ fn reset() {
 fn sim_alloc(agent: usize, size: usize, kind: u8) -> (usize, bool) {
     let (pointer_type, flags, snapshottable) = match kind % 10 {
         7 => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_FINE_GRAINED, false),
-        8 => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED | KREPLAY_GLOBAL_FLAG_KERNARG, false),
+        8 => (
+            kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE,
+            KREPLAY_GLOBAL_FLAG_COARSE_GRAINED | KREPLAY_GLOBAL_FLAG_KERNARG,
+            false,
+        ),
         9 => (kreplay_pointer_type_t::KREPLAY_POINTER_LOCKED, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, false),
         _ => (kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, true),
     };
@@ -917,7 +977,10 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             // SAFETY: a struct this library wrote; the library must not touch the storage it names.
             unsafe { kreplay_staging_release(&mut copy) };
             assert!(errors() > before, "a release of a released buffer was not logged");
-            assert_eq!((copy.data, copy.size, copy.capacity, copy.loan), (stale.data, stale.size, stale.capacity, stale.loan));
+            assert_eq!(
+                (copy.data, copy.size, copy.capacity, copy.loan),
+                (stale.data, stale.size, stale.capacity, stale.loan)
+            );
             assert_eq!(kreplay_retained_staging_bytes(stale.agent), retained);
             let now = host_memory();
             assert_eq!((now.maps, now.unmaps, now.mapped_bytes), (maps.maps, maps.unmaps, maps.mapped_bytes));
@@ -954,8 +1017,11 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
         Op::Policy { pin: new_pin, budget: new_budget } => {
             *pin = new_pin;
             *budget = new_budget as usize * 16;
-            let policy =
-                kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: *pin, max_snapshot_bytes: *budget };
+            let policy = kreplay_policy_t {
+                struct_size: size_of::<kreplay_policy_t>(),
+                pin_staging: *pin,
+                max_snapshot_bytes: *budget,
+            };
             // SAFETY: a valid policy.
             assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
         }
