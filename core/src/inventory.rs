@@ -394,6 +394,17 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
 
     /// Appends `agent`'s regions to `out` (allocations first, then mappings), reserving outside the lock.
     pub fn gather(&self, agent: Agent, out: &mut Vec<Region>) -> Result<(), GatherError> {
+        self.gather_with(agent, out, |region| *region)
+    }
+
+    /// Like [`Inventory::gather`], appending `convert(region)` for each region, so a caller that keeps its own
+    /// record per region fills it straight from the table, without an intermediate list.
+    pub fn gather_with<T>(
+        &self,
+        agent: Agent,
+        out: &mut Vec<T>,
+        mut convert: impl FnMut(&Region) -> T,
+    ) -> Result<(), GatherError> {
         let start = out.len();
         let mut want = 0;
         loop {
@@ -414,7 +425,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                     complete = false;
                     break;
                 }
-                out.push(*region);
+                out.push(convert(region));
             }
             if complete {
                 return Ok(());

@@ -16,7 +16,7 @@ use core::alloc::Layout;
 use crate::clock;
 use crate::engine::Engine;
 use crate::error::{DeclineReason, Error, Result};
-use crate::inventory::{CAPACITY_SETTING, GatherError, Region, RegionKind};
+use crate::inventory::{CAPACITY_SETTING, GatherError, RegionKind};
 use crate::log::Level;
 use crate::ops::DeviceOps;
 use crate::staging::Lease;
@@ -162,8 +162,14 @@ impl<O: DeviceOps> Engine<O> {
 
         // Inventory.
         let start = clock::now_ns();
-        let mut regions: Vec<Region> = Vec::new();
-        self.inventory.gather(agent, &mut regions).map_err(|error| match error {
+        let mut entries: Vec<Entry> = Vec::new();
+        let listed = self.inventory.gather_with(agent, &mut entries, |region| Entry {
+            address: region.base,
+            size: region.size,
+            offset: 0,
+            source: Source::Tracked { kind: region.kind, generation: region.generation },
+        });
+        listed.map_err(|error| match error {
             GatherError::Overflow => {
                 crate::log!(
                     Level::Warning,
@@ -177,20 +183,10 @@ impl<O: DeviceOps> Engine<O> {
             }
             GatherError::OutOfMemory => DeclineReason::MetadataMemory,
         })?;
-        let mut entries: Vec<Entry> = Vec::new();
-        entries.try_reserve_exact(regions.len() + 64).map_err(|_| DeclineReason::MetadataMemory)?;
         let mut total = 0usize;
-        for region in &regions {
-            let offset = total;
-            total = place(total, region.size).ok_or(DeclineReason::HostBudget)?;
-            entries.push(Entry {
-                address: region.base,
-                size: region.size,
-                offset,
-                source: Source::Tracked { kind: region.kind, generation: region.generation },
-            });
+        for entry in &mut entries {
+            (entry.offset, total) = place(total, entry.size).ok_or(DeclineReason::HostBudget)?;
         }
-        drop(regions);
         info.inventory_ns = clock::since(start);
 
         // Module scan, at capture time: constant memory may be filled after the executable loads.
@@ -205,14 +201,11 @@ impl<O: DeviceOps> Engine<O> {
                 out_of_memory = true;
                 return false;
             }
-            let offset = total;
-            match place(total, variable.size) {
-                Some(end) => total = end,
-                None => {
-                    too_large = true;
-                    return false;
-                }
-            }
+            let Some((offset, end)) = place(total, variable.size) else {
+                too_large = true;
+                return false;
+            };
+            total = end;
             entries.push(Entry {
                 address: variable.address,
                 size: variable.size,
@@ -425,9 +418,12 @@ impl<O: DeviceOps> Engine<O> {
     }
 }
 
-/// The end of a range of `size` bytes placed at the next aligned offset from `end`; `None` on overflow.
-fn place(end: usize, size: usize) -> Option<usize> {
-    end.checked_next_multiple_of(STAGING_ALIGN)?.checked_add(size).filter(|&end| end <= isize::MAX as usize)
+/// Places `size` bytes at the first multiple of [`STAGING_ALIGN`] at or after `end`: returns the range's offset
+/// and its end, or `None` on overflow.
+fn place(end: usize, size: usize) -> Option<(usize, usize)> {
+    let offset = end.checked_next_multiple_of(STAGING_ALIGN)?;
+    let end = offset.checked_add(size).filter(|&end| end <= isize::MAX as usize)?;
+    Some((offset, end))
 }
 
 fn keep_module_variable(agent: Agent, variable: &ModuleVariable<'_>) -> bool {
@@ -501,6 +497,7 @@ mod tests {
         let info = snapshot.info();
         assert_eq!((info.regions, info.module_variables), (4, 1));
         assert_eq!(info.bytes, 1 + 7 + 4096 + 100_000 + 8);
+        assert!(snapshot.entries.iter().all(|entry| entry.offset % STAGING_ALIGN == 0), "ranges are not aligned");
         for pass in 0..3u8 {
             for &(base, n) in &regions {
                 device.write(base, &vec![0xF0 | pass; n]);
@@ -635,6 +632,20 @@ mod tests {
         assert_eq!(engine.record_free(base), Err(Error::Finalized));
         assert_eq!(engine.snap(A).err(), Some(DeclineReason::Finalized));
         assert_eq!(engine.staging_acquire(A, 16).err(), Some(Error::Finalized));
+    }
+
+    #[test]
+    fn captured_ranges_start_at_aligned_offsets_and_do_not_overlap() {
+        let mut end = 0;
+        let mut previous_end = 0;
+        for size in [1usize, 7, 64, 65, 3, 4096, 1] {
+            let (offset, next) = place(end, size).unwrap();
+            assert_eq!(offset % STAGING_ALIGN, 0);
+            assert!(offset >= previous_end && next == offset + size);
+            previous_end = next;
+            end = next;
+        }
+        assert_eq!(place(usize::MAX - 10, 1), None);
     }
 
     #[test]
