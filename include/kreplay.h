@@ -381,8 +381,10 @@ enum kreplay_status_t kreplay_snapshot_info(const struct kreplay_snapshot_t *sna
 // Releases what `buffer` holds, then takes storage for `size` bytes from `agent`'s pool: the smallest
 // retained buffer whose capacity is in `[size, 2 * size]` (sizes up to 2 KiB come from shared slabs), otherwise
 // new storage, mapped without zero-filling. `size` 0 or too large to map: `INVALID_ARGUMENT`, and `buffer` is
-// unchanged. A failed mapping: `OUT_OF_HOST_MEMORY`, and `buffer` is left empty. The caller gives the storage
-// back with `kreplay_staging_release` (or another acquire). Thread-safe for distinct buffers.
+// unchanged. `buffer` holding storage whose loan is not outstanding (see `kreplay_staging_release`):
+// `INVALID_ARGUMENT`, logged, and `buffer` is unchanged. A failed mapping: `OUT_OF_HOST_MEMORY`, and `buffer` is
+// left empty. The caller gives the storage back with `kreplay_staging_release` (or another acquire).
+// Thread-safe for distinct buffers.
 //
 // # Safety
 // `buffer` must be NULL or point to a `kreplay_staging_buffer_t` that is zero-initialised or was last written
