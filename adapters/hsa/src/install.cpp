@@ -37,8 +37,10 @@ void record_alloc(void* ptr, std::size_t size, std::uint32_t flags) {
 // rare path, instead of paying a pointer query before every free. The flags are 0 because whatever kreplay
 // tracked (or held as lost) was never an executable allocation: those are dropped before anything is kept.
 // If the query fails, a placeholder size of one byte is passed on purpose: kreplay_record_alloc then makes the
-// same query through the same function, and when that fails too it keeps the pointer as lost, which declines
-// snapshots until the allocation is freed -- the safe outcome when its size is unknown.
+// same query through the same function (a second query, paid only on this rare path), and when that fails too it
+// keeps the pointer as lost, which declines snapshots until the allocation is freed -- the safe outcome when its
+// size is unknown. If the runtime answers that the pointer is not memory it knows, kreplay's own query answers
+// the same and the pointer is not tracked, exactly as when it was first allocated.
 void record_again_after_failed_free(void* ptr, hsa_status_t free_status) {
   if (!kreplay_tracking_is_enabled()) return;
   std::size_t size = 1;
@@ -64,15 +66,19 @@ hsa_status_t wrap_memory_allocate(hsa_region_t region, std::size_t size, void** 
   return status;
 }
 
-hsa_status_t wrap_memory_free(void* ptr) {
-  auto next = g_next_memory_free.load(std::memory_order_acquire);
+// Both free entry points: record the free first, so that from here on no restore can write into this memory,
+// which the runtime may hand out again the moment the free returns; record the allocation again if the runtime
+// refuses the free.
+hsa_status_t free_recorded(hsa_status_t (*next)(void*), void* ptr) {
   if (ptr == nullptr || forwarding_only()) return next(ptr);
-  // Before the free: from here on no restore can write into this memory, which the runtime may hand out again
-  // the moment the free returns.
   const kreplay_status_t recorded = kreplay_record_free(ptr);
   hsa_status_t status = next(ptr);
   if (status != HSA_STATUS_SUCCESS && recorded == KREPLAY_STATUS_SUCCESS) record_again_after_failed_free(ptr, status);
   return status;
+}
+
+hsa_status_t wrap_memory_free(void* ptr) {
+  return free_recorded(g_next_memory_free.load(std::memory_order_acquire), ptr);
 }
 
 hsa_status_t wrap_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, std::uint32_t flags, void** ptr) {
@@ -84,12 +90,7 @@ hsa_status_t wrap_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, st
 }
 
 hsa_status_t wrap_pool_free(void* ptr) {
-  auto next = g_next_pool_free.load(std::memory_order_acquire);
-  if (ptr == nullptr || forwarding_only()) return next(ptr);
-  const kreplay_status_t recorded = kreplay_record_free(ptr);
-  hsa_status_t status = next(ptr);
-  if (status != HSA_STATUS_SUCCESS && recorded == KREPLAY_STATUS_SUCCESS) record_again_after_failed_free(ptr, status);
-  return status;
+  return free_recorded(g_next_pool_free.load(std::memory_order_acquire), ptr);
 }
 
 #if KREPLAY_HSA_HAVE_VMEM
@@ -201,7 +202,10 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
                  static_cast<unsigned long long>(library_instance));
     return INSTALL_REFUSED_NOT_FIRST_INSTANCE;
   }
-  if (core == nullptr || amd_ext == nullptr) return INSTALL_REFUSED_INVALID_TABLE;
+  if (core == nullptr || amd_ext == nullptr) {
+    detail::logf(KREPLAY_LOG_ERROR, "install: the core or AMD extension table is NULL; nothing installed");
+    return INSTALL_REFUSED_INVALID_TABLE;
+  }
   auto memory_allocate = KREPLAY_HSA_ENTRY(core, hsa_memory_allocate_fn);
   auto memory_free = KREPLAY_HSA_ENTRY(core, hsa_memory_free_fn);
   auto pool_allocate = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_pool_allocate_fn);

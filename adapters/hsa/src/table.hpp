@@ -16,9 +16,4 @@
        ? (table)->field                                                                                       \
        : nullptr)
 
-// Whether the runtime's table is long enough to hold an entry (which may still be NULL).
-#define KREPLAY_HSA_HAS_ENTRY(table, field) \
-  ((table)->version.minor_id >=             \
-   offsetof(std::remove_cv_t<std::remove_pointer_t<decltype(table)>>, field) + sizeof((table)->field))
-
 #endif  // KREPLAY_HSA_TABLE_HPP

@@ -104,7 +104,10 @@ hsa_status_t vmem_unmap(const vmem_functions& fns, void* va, std::size_t size) {
   if (finalized.load(std::memory_order_acquire)) return fns.unmap(va, size);
   const kreplay_status_t recorded = kreplay_record_vmem_unmap(va, size);
   hsa_status_t status = fns.unmap(va, size);
-  if (status == HSA_STATUS_SUCCESS || recorded != KREPLAY_STATUS_SUCCESS || !kreplay_tracking_is_enabled()) {
+  // kreplay took the range out (CAPACITY_EXCEEDED too: it removed the range and only failed to keep a split's
+  // tail), yet the runtime kept it mapped: record it again.
+  const bool taken_out = recorded == KREPLAY_STATUS_SUCCESS || recorded == KREPLAY_STATUS_CAPACITY_EXCEEDED;
+  if (status == HSA_STATUS_SUCCESS || !taken_out || !kreplay_tracking_is_enabled()) {
     return status;
   }
   // The range was tracked and is still mapped. Its owner was not kept (kreplay's inventory has it but offers
