@@ -510,14 +510,18 @@ static void strings_and_enums(void) {
     REL_CHECK(s != NULL && strcmp(s, unknown_status) == 0);
     REL_CHECK(r != NULL && strcmp(r, unknown_reason) == 0);
   }
-  /* Every known value has its own text, distinct from the unknown one. */
+  /* Every known value has its own text, distinct from the unknown one and from each other. */
   for (i = 0; i <= 10; ++i) {
     const char* s = kreplay_status_string((kreplay_status_t)i);
+    size_t j;
     REL_CHECK(s != NULL && s[0] != '\0' && strcmp(s, unknown_status) != 0);
+    for (j = 0; j < i; ++j) REL_CHECK(strcmp(s, kreplay_status_string((kreplay_status_t)j)) != 0);
   }
   for (i = 0; i <= 8; ++i) {
     const char* r = kreplay_decline_reason_string((kreplay_decline_reason_t)i);
+    size_t j;
     REL_CHECK(r != NULL && r[0] != '\0' && strcmp(r, unknown_reason) != 0);
+    for (j = 0; j < i; ++j) REL_CHECK(strcmp(r, kreplay_decline_reason_string((kreplay_decline_reason_t)j)) != 0);
   }
   REL_CHECK(kreplay_version() != NULL && strchr(kreplay_version(), '.') != NULL);
 
