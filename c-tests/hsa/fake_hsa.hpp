@@ -9,28 +9,12 @@
 #ifndef KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 #define KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 
-#ifndef AMD_INTERNAL_BUILD
-#define AMD_INTERNAL_BUILD 1  // hsa_api_trace.h finds its siblings by relative path only with this
-#endif
-#include <hsa/hsa_api_trace.h>
-#include <kreplay.h>
-
-#include <kreplay/hsa.hpp>
+#include "hsa_test.hpp"
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
-
-#define HSA_TEST_CHECK(cond)                                                               \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);        \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
 
 namespace fake {
 

@@ -3,25 +3,9 @@
 // snapshots are declined, calls through tables assembled from the runtime's exported entry points return the
 // runtime's "not initialised" status, and nothing crashes. Where hsa_init succeeds (a machine with a GPU), the
 // runtime is shut down again first, so the same checks hold.
-#ifndef AMD_INTERNAL_BUILD
-#define AMD_INTERNAL_BUILD 1
-#endif
-#include <hsa/hsa_api_trace.h>
-#include <kreplay.h>
+#include "hsa_test.hpp"
 
-#include <kreplay/hsa.hpp>
-
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
 
 namespace {
 
@@ -35,8 +19,8 @@ const char* describe(hsa_status_t status) {
 kreplay_decline_reason_t snap_reason(kreplay_agent_t agent) {
   kreplay_snapshot_t* snapshot = nullptr;
   kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
-  CHECK(kreplay_snap(agent, &snapshot, &reason) == KREPLAY_STATUS_DECLINED);
-  CHECK(snapshot == nullptr);
+  HSA_TEST_CHECK(kreplay_snap(agent, &snapshot, &reason) == KREPLAY_STATUS_DECLINED);
+  HSA_TEST_CHECK(snapshot == nullptr);
   return reason;
 }
 
@@ -47,28 +31,28 @@ int main() {
 
   // Nothing configured yet: declined, for that reason.
   kreplay_tracking_enable(true);
-  CHECK(snap_reason(agent) == KREPLAY_DECLINE_NOT_CONFIGURED);
+  HSA_TEST_CHECK(snap_reason(agent) == KREPLAY_DECLINE_NOT_CONFIGURED);
 
   hsa_status_t init = hsa_init();
   if (init == HSA_STATUS_SUCCESS) {
     std::printf("hsa real runtime: hsa_init succeeded (a GPU is present); shutting down and checking the "
                 "uninitialised behaviour\n");
-    CHECK(hsa_shut_down() == HSA_STATUS_SUCCESS);
+    HSA_TEST_CHECK(hsa_shut_down() == HSA_STATUS_SUCCESS);
   } else {
     std::printf("hsa real runtime: hsa_init failed as expected without a GPU: %#x %s\n",
                 static_cast<unsigned>(init), describe(init));
   }
 
   // Without hsa_init there are no tables to hand in; the entry points refuse what they are given.
-  CHECK(kreplay::hsa::install(nullptr, nullptr, 0) == kreplay::hsa::INSTALL_REFUSED_INVALID_TABLE);
-  CHECK(kreplay::hsa::configure(nullptr, nullptr, nullptr) == KREPLAY_STATUS_INVALID_ARGUMENT);
+  HSA_TEST_CHECK(kreplay::hsa::install(nullptr, nullptr, 0) == kreplay::hsa::INSTALL_REFUSED_INVALID_TABLE);
+  HSA_TEST_CHECK(kreplay::hsa::configure(nullptr, nullptr, nullptr) == KREPLAY_STATUS_INVALID_ARGUMENT);
   CoreApiTable empty_core;
   AmdExtTable empty_amd;
   std::memset(&empty_core, 0, sizeof empty_core);  // what a host holds when the runtime never gave it tables
   std::memset(&empty_amd, 0, sizeof empty_amd);
-  CHECK(kreplay::hsa::install(&empty_core, &empty_amd, 0) == kreplay::hsa::INSTALL_REFUSED_INVALID_TABLE);
-  CHECK(kreplay::hsa::configure(&empty_core, &empty_amd, nullptr) == KREPLAY_STATUS_INVALID_ARGUMENT);
-  CHECK(snap_reason(agent) == KREPLAY_DECLINE_NOT_CONFIGURED);
+  HSA_TEST_CHECK(kreplay::hsa::install(&empty_core, &empty_amd, 0) == kreplay::hsa::INSTALL_REFUSED_INVALID_TABLE);
+  HSA_TEST_CHECK(kreplay::hsa::configure(&empty_core, &empty_amd, nullptr) == KREPLAY_STATUS_INVALID_ARGUMENT);
+  HSA_TEST_CHECK(snap_reason(agent) == KREPLAY_DECLINE_NOT_CONFIGURED);
 
   // Tables assembled from the runtime's exported functions, as a tool would receive them, while the runtime
   // is not initialised.
@@ -98,36 +82,36 @@ int main() {
   const CoreApiTable captured_core = core;
   const AmdExtTable captured_amd = amd;
 
-  CHECK(kreplay::hsa::install(&core, &amd, 0) == kreplay::hsa::INSTALL_SUCCESS);
-  CHECK(kreplay::hsa::configure(&captured_core, &captured_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(kreplay::hsa::install(&core, &amd, 0) == kreplay::hsa::INSTALL_SUCCESS);
+  HSA_TEST_CHECK(kreplay::hsa::configure(&captured_core, &captured_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
 
   // Calls through the wrappers return the runtime's own status and record nothing.
   void* ptr = nullptr;
   hsa_status_t status = core.hsa_memory_allocate_fn(hsa_region_t{1}, 4096, &ptr);
   std::printf("hsa real runtime: hsa_memory_allocate through the wrapper: %#x %s\n", static_cast<unsigned>(status),
               describe(status));
-  CHECK(status == HSA_STATUS_ERROR_NOT_INITIALIZED);
+  HSA_TEST_CHECK(status == HSA_STATUS_ERROR_NOT_INITIALIZED);
   status = amd.hsa_amd_memory_pool_allocate_fn(hsa_amd_memory_pool_t{1}, 4096, 0, &ptr);
-  CHECK(status == HSA_STATUS_ERROR_NOT_INITIALIZED);
+  HSA_TEST_CHECK(status == HSA_STATUS_ERROR_NOT_INITIALIZED);
   int not_device_memory = 0;
-  CHECK(amd.hsa_amd_memory_pool_free_fn(&not_device_memory) == HSA_STATUS_ERROR_NOT_INITIALIZED);
-  CHECK(core.hsa_memory_free_fn(&not_device_memory) == HSA_STATUS_ERROR_NOT_INITIALIZED);
+  HSA_TEST_CHECK(amd.hsa_amd_memory_pool_free_fn(&not_device_memory) == HSA_STATUS_ERROR_NOT_INITIALIZED);
+  HSA_TEST_CHECK(core.hsa_memory_free_fn(&not_device_memory) == HSA_STATUS_ERROR_NOT_INITIALIZED);
   kreplay_inventory_stats_t stats{};
-  CHECK(kreplay_inventory_stats(agent, &stats) == KREPLAY_STATUS_SUCCESS);
-  CHECK(stats.regions == 0 && stats.overflowed == 0);
+  HSA_TEST_CHECK(kreplay_inventory_stats(agent, &stats) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(stats.regions == 0 && stats.overflowed == 0);
 
   // A snapshot now gets as far as the module scan, whose loader-extension lookup the uninitialised runtime
   // refuses: declined, never partial.
-  CHECK(snap_reason(agent) == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
+  HSA_TEST_CHECK(snap_reason(agent) == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
 
   // A pointer the runtime cannot describe, recorded as if allocated: held as lost, so snapshots decline until
   // it is freed.
-  CHECK(kreplay_record_alloc(&not_device_memory, sizeof not_device_memory, 0) == KREPLAY_STATUS_DEVICE_ERROR);
-  CHECK(snap_reason(agent) == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
-  CHECK(kreplay_record_free(&not_device_memory) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(kreplay_record_alloc(&not_device_memory, sizeof not_device_memory, 0) == KREPLAY_STATUS_DEVICE_ERROR);
+  HSA_TEST_CHECK(snap_reason(agent) == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+  HSA_TEST_CHECK(kreplay_record_free(&not_device_memory) == KREPLAY_STATUS_SUCCESS);
 
   kreplay::hsa::finalize();
-  CHECK(snap_reason(agent) == KREPLAY_DECLINE_FINALIZED);
+  HSA_TEST_CHECK(snap_reason(agent) == KREPLAY_DECLINE_FINALIZED);
   std::printf("hsa real runtime: every path declined or refused cleanly\n");
   return 0;
 }
