@@ -26,7 +26,7 @@ file(REMOVE_RECURSE "${prefix}" "${build_dir}")
 
 run_step("cmake --install" "${CMAKE_COMMAND}" --install "${KREPLAY_BUILD_DIR}" --prefix "${prefix}"
          --config "${BUILD_TYPE}")
-foreach(file IN ITEMS include/kreplay.h lib/libkreplay.a lib/cmake/kreplay/kreplayConfig.cmake
+foreach(file IN ITEMS include/kreplay.h include/kreplay.hpp lib/libkreplay.a lib/cmake/kreplay/kreplayConfig.cmake
                       lib/cmake/kreplay/kreplayConfigVersion.cmake)
   # GNUInstallDirs may choose lib64 on some distributions.
   string(REPLACE "lib/" "lib*/" pattern "${file}")
@@ -37,13 +37,16 @@ foreach(file IN ITEMS include/kreplay.h lib/libkreplay.a lib/cmake/kreplay/krepl
 endforeach()
 
 # The package must be relocatable: nothing in it may point back into the build or source tree.
+get_filename_component(source_dir "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
 file(GLOB_RECURSE config_files "${prefix}/lib*/cmake/kreplay/*.cmake")
 foreach(config IN LISTS config_files)
   file(READ "${config}" text)
-  string(FIND "${text}" "${KREPLAY_BUILD_DIR}" at)
-  if(NOT at EQUAL -1)
-    message(FATAL_ERROR "${config} refers to the build tree ${KREPLAY_BUILD_DIR}")
-  endif()
+  foreach(tree IN ITEMS "${KREPLAY_BUILD_DIR}" "${source_dir}")
+    string(FIND "${text}" "${tree}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "${config} refers to ${tree}, which an installed package must not need")
+    endif()
+  endforeach()
 endforeach()
 
 set(configure_args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${build_dir}" -G "${GENERATOR}"

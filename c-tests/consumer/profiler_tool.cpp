@@ -7,10 +7,7 @@
 
 #include "kreplay.h"
 
-#if __has_include("kreplay.hpp")
 #include "kreplay.hpp"
-#define PROFILER_HAVE_KREPLAY_HPP 1
-#endif
 
 namespace {
 
@@ -55,7 +52,6 @@ extern "C" int profiler_set_tracking(int enabled) {
 }
 
 extern "C" int profiler_cpp_round_trip(uint64_t agent, size_t size) {
-#if defined(PROFILER_HAVE_KREPLAY_HPP)
   const kreplay_agent_t kagent = to_agent(agent);
   void* first = nullptr;
   {
@@ -79,9 +75,4 @@ extern "C" int profiler_cpp_round_trip(uint64_t agent, size_t size) {
     return 1;
   }
   return 0;
-#else
-  (void)agent;
-  (void)size;
-  return 2;
-#endif
 }
