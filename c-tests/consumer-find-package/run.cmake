@@ -3,10 +3,10 @@
 # find_package(kreplay).
 #
 # Arguments: -DKREPLAY_BUILD_DIR= -DKREPLAY_VERSION= -DWORK_DIR= -DGENERATOR= -DMAKE_PROGRAM= -DC_COMPILER=
-#            -DBUILD_TYPE=
+#            -DCXX_COMPILER= -DBUILD_TYPE= -DEXPECTED_ADAPTERS= (comma-separated: hsa, cuda; may be empty)
 cmake_minimum_required(VERSION 3.21)
 
-foreach(argument IN ITEMS KREPLAY_BUILD_DIR KREPLAY_VERSION WORK_DIR GENERATOR C_COMPILER BUILD_TYPE)
+foreach(argument IN ITEMS KREPLAY_BUILD_DIR KREPLAY_VERSION WORK_DIR GENERATOR C_COMPILER CXX_COMPILER BUILD_TYPE)
   if(NOT DEFINED ${argument} OR "${${argument}}" STREQUAL "")
     message(FATAL_ERROR "consumer-find-package/run.cmake: -D${argument}=... is required")
   endif()
@@ -26,8 +26,16 @@ file(REMOVE_RECURSE "${prefix}" "${build_dir}")
 
 run_step("cmake --install" "${CMAKE_COMMAND}" --install "${KREPLAY_BUILD_DIR}" --prefix "${prefix}"
          --config "${BUILD_TYPE}")
-foreach(file IN ITEMS include/kreplay.h include/kreplay.hpp lib/libkreplay.a lib/cmake/kreplay/kreplayConfig.cmake
-                      lib/cmake/kreplay/kreplayConfigVersion.cmake)
+string(REPLACE "," ";" expected_adapters "${EXPECTED_ADAPTERS}")
+set(expected_files include/kreplay.h include/kreplay.hpp lib/libkreplay.a lib/cmake/kreplay/kreplayConfig.cmake
+                   lib/cmake/kreplay/kreplayConfigVersion.cmake)
+if(expected_adapters)
+  list(APPEND expected_files lib/cmake/kreplay/kreplayTargets.cmake)
+endif()
+if("hsa" IN_LIST expected_adapters)
+  list(APPEND expected_files include/kreplay/hsa.hpp lib/libkreplay_hsa.a)
+endif()
+foreach(file IN LISTS expected_files)
   # GNUInstallDirs may choose lib64 on some distributions.
   string(REPLACE "lib/" "lib*/" pattern "${file}")
   file(GLOB found "${prefix}/${pattern}")
@@ -50,8 +58,8 @@ foreach(config IN LISTS config_files)
 endforeach()
 
 set(configure_args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${build_dir}" -G "${GENERATOR}"
-  "-DCMAKE_C_COMPILER=${C_COMPILER}" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
-  "-DCMAKE_PREFIX_PATH=${prefix}" "-DEXPECTED_VERSION=${KREPLAY_VERSION}"
+  "-DCMAKE_C_COMPILER=${C_COMPILER}" "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
+  "-DCMAKE_PREFIX_PATH=${prefix}" "-DEXPECTED_VERSION=${KREPLAY_VERSION}" "-DEXPECTED_ADAPTERS=${EXPECTED_ADAPTERS}"
   # Only the prefix above may satisfy find_package, never a kreplay installed elsewhere on the machine.
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 if(MAKE_PROGRAM)
@@ -60,13 +68,22 @@ endif()
 run_step("configuring the find_package consumer" "${CMAKE_COMMAND}" ${configure_args})
 run_step("building the find_package consumer" "${CMAKE_COMMAND}" --build "${build_dir}" --config "${BUILD_TYPE}")
 
-file(GLOB_RECURSE app "${build_dir}/find_package_app")
-if(NOT app)
-  message(FATAL_ERROR "find_package_app was not built")
+set(apps "find_package_app=find_package consumer")
+if("hsa" IN_LIST expected_adapters)
+  list(APPEND apps "find_package_hsa_app=find_package hsa consumer")
 endif()
-list(GET app 0 app)
-run_step("running the find_package consumer" "${app}")
-message(STATUS "${step_output}")
-if(NOT step_output MATCHES "find_package consumer: all checks passed")
-  message(FATAL_ERROR "the find_package consumer did not report success:\n${step_output}")
-endif()
+foreach(entry IN LISTS apps)
+  string(REPLACE "=" ";" entry "${entry}")
+  list(GET entry 0 name)
+  list(GET entry 1 banner)
+  file(GLOB_RECURSE app "${build_dir}/${name}")
+  if(NOT app)
+    message(FATAL_ERROR "${name} was not built")
+  endif()
+  list(GET app 0 app)
+  run_step("running ${name}" "${app}")
+  message(STATUS "${step_output}")
+  if(NOT step_output MATCHES "${banner}: all checks passed")
+    message(FATAL_ERROR "${name} did not report success:\n${step_output}")
+  endif()
+endforeach()
