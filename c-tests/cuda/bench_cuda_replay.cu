@@ -55,7 +55,7 @@
 #include "cuda_check.hpp"
 #include "driver_api.hpp"
 #include "kreplay.h"
-#include "kreplay_cuda.hpp"
+#include "kreplay/cuda.hpp"
 
 // Module-scope variables, so the module scan and its copies are part of every kreplay snapshot as they would be
 // for a real application.

@@ -29,7 +29,7 @@
 
 #include "cuda_check.hpp"
 #include "kreplay.h"
-#include "kreplay_cuda.hpp"
+#include "kreplay/cuda.hpp"
 
 namespace {
 
