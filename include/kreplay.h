@@ -59,6 +59,9 @@ typedef enum kreplay_status_t {
   KREPLAY_STATUS_NOT_FOUND = 9,
   // A bug in the library, caught at the boundary.
   KREPLAY_STATUS_INTERNAL_ERROR = 10,
+  // Refused because waiting would deadlock: called from inside a kreplay call on the same thread (a device op
+  // or a logger) for a region that call is copying right now. Nothing changed; log line says which.
+  KREPLAY_STATUS_IN_USE = 11,
 } kreplay_status_t;
 
 // The replay gate's verdict.
@@ -158,6 +161,34 @@ typedef struct kreplay_module_variable_t {
 typedef bool (*kreplay_module_variable_visitor_t)(void *visit_data,
                                                   const struct kreplay_module_variable_t *variable);
 
+// One copy of a batch: `bytes` from `src` to `dst`, in any direction (host or device on either side).
+typedef struct kreplay_copy_t {
+  // Destination.
+  void *dst;
+  // Source.
+  const void *src;
+  // Bytes to copy.
+  size_t bytes;
+} kreplay_copy_t;
+
+// A 128-bit digest of one block of device memory.
+typedef struct kreplay_digest_t {
+  // Low 64 bits.
+  uint64_t lo;
+  // High 64 bits.
+  uint64_t hi;
+} kreplay_digest_t;
+
+// One range to digest, block by block.
+typedef struct kreplay_digest_job_t {
+  // Device memory to digest.
+  const void *address;
+  // Bytes from `address`.
+  size_t bytes;
+  // Host memory for `ceil(bytes / block_bytes)` digests.
+  struct kreplay_digest_t *digests_out;
+} kreplay_digest_job_t;
+
 // The device operations, as function pointers the host hands in (for HSA: the captured, un-wrapped runtime
 // functions). Every op is called with `user_data` first, from any thread that calls into kreplay.
 typedef struct kreplay_device_ops_t {
@@ -179,6 +210,25 @@ typedef struct kreplay_device_ops_t {
   kreplay_status_t (*host_lock)(void*, void*, size_t);
   // Optional (NULL when unsupported, and then `host_lock` must be NULL too): undoes `host_lock`.
   kreplay_status_t (*host_unlock)(void*, void*, size_t);
+  // Version 2, optional: performs `count` copies (any directions, none overlapping another) and returns when
+  // every one is complete. A failure status means "some may not have happened": kreplay then redoes that
+  // batch one copy at a time with `copy`, so a report counts exactly the copies that fail.
+  kreplay_status_t (*copy_batch)(void*, struct kreplay_agent_t, const struct kreplay_copy_t*, size_t);
+  // Version 2, optional (with `device_free`): device memory of the agent for snapshot storage (the device
+  // tier), allocated with the un-wrapped runtime functions: kreplay's own storage is never reported to
+  // `kreplay_record_alloc`.
+  kreplay_status_t (*device_alloc)(void*, struct kreplay_agent_t, size_t, void**);
+  // Version 2, optional (with `device_alloc`): gives back memory from `device_alloc`.
+  kreplay_status_t (*device_free)(void*, struct kreplay_agent_t, void*, size_t);
+  // Version 2, optional: for each job, one 128-bit digest per consecutive `block_bytes` block of
+  // `[address, address + bytes)` (the last may be short), written to its `digests_out` (host memory);
+  // returns when all are written. Deterministic, well mixed, position-dependent within a block: two
+  // different blocks collide with probability near 2^-128 for accidental changes.
+  kreplay_status_t (*digest)(void*, struct kreplay_agent_t, const struct kreplay_digest_job_t*, size_t, size_t);
+  // Optional: called once, with `user_data`, when kreplay no longer uses this set of ops (after a later
+  // `kreplay_configure`, once calls in flight and storage locked or allocated through it are gone), so the
+  // host may free what `user_data` points to. Not called for the set in use when the process exits.
+  void (*release)(void*);
 } kreplay_device_ops_t;
 
 // How snapshots use host memory.
@@ -190,6 +240,17 @@ typedef struct kreplay_policy_t {
   bool pin_staging;
   // 0: unlimited; a snapshot above it is declined with `KREPLAY_DECLINE_HOST_BUDGET`.
   size_t max_snapshot_bytes;
+  // Version 2 [0]: device memory per agent that snapshots may hold (with `device_alloc`/`device_free`);
+  // ranges beyond it spill to host staging. 0: host only.
+  size_t device_budget_bytes;
+  // Version 2 [false]: with `ops.digest`, restore, and re-capture across dispatches, only the blocks whose
+  // digest changed.
+  bool dirty_only;
+  // Version 2 [0 = 65536]: digest block size, a power of two from 4096 to 16 MiB.
+  size_t digest_block_bytes;
+  // Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
+  // called. Only for hosts that call it whenever a code object is loaded or unloaded.
+  bool cache_module_scan;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -202,6 +263,8 @@ typedef struct kreplay_restore_report_t {
   size_t failed;
   // Bytes written back.
   size_t bytes;
+  // Version 2: bytes verified unchanged by digest (dirty-only restore), so not written.
+  size_t clean_bytes;
 } kreplay_restore_report_t;
 
 // Sizes and phase timings of a capture.
@@ -220,8 +283,14 @@ typedef struct kreplay_snapshot_info_t {
   uint64_t module_scan_ns;
   // Time to take (and, the first time, map and page-lock) staging.
   uint64_t staging_ns;
-  // Time of the device-to-host copies.
+  // Time of the copies.
   uint64_t copy_ns;
+  // Version 2: of `bytes`, how many are held in device memory (the rest in host staging).
+  size_t device_bytes;
+  // Version 2: bytes this capture moved; below `bytes` when unchanged blocks were reused (dirty-only).
+  size_t copied_bytes;
+  // Version 2: time spent digesting during the capture.
+  uint64_t digest_ns;
 } kreplay_snapshot_info_t;
 
 // One region's host storage. Zero-initialise to get an empty buffer; read the fields, never write them.
@@ -316,22 +385,46 @@ extern "C" {
 // previous logger.
 void kreplay_set_logger(kreplay_log_fn fn, void *user_data, kreplay_log_level_t max_level);
 
-// Installs (copies in) the device ops, replacing earlier ones. The ops and `user_data` must stay valid, and be
-// callable from any thread, until the process ends or other ops are installed; the library keeps no pointer
-// to `ops` itself. Missing required ops, `host_lock` without `host_unlock` (or the reverse), or a
-// `struct_size` too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`. Thread-safe.
+// Installs (copies in) the device ops, replacing earlier ones. Only `ops->struct_size` bytes are read:
+// fields past it are taken as NULL, so a host compiled against the version-1 struct gets version-1
+// behaviour. The ops and `user_data` must stay valid, and be callable from any thread, until `release` is
+// called for them (or, without `release`, until the process ends); calls in flight and storage page-locked
+// or allocated through a replaced set keep using that set, and it is released when the last of them is
+// gone. The library keeps no pointer to `ops` itself. Missing required ops, `host_lock` without
+// `host_unlock` (or the reverse), `device_alloc` without `device_free` (or the reverse), or a `struct_size`
+// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`; more than 8 replaced sets still in use:
+// `KREPLAY_STATUS_CAPACITY_EXCEEDED`. Thread-safe.
 //
 // # Safety
 // `ops` must be NULL or point to at least `ops->struct_size` readable bytes laid out as
 // `kreplay_device_ops_t`.
 enum kreplay_status_t kreplay_configure(const struct kreplay_device_ops_t *ops);
 
-// Replaces the policy; snapshots under way keep the one they started with. A `struct_size` smaller than this
-// version's `kreplay_policy_t`: `KREPLAY_STATUS_INVALID_ARGUMENT`. Thread-safe.
+// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
+// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
+// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
+// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+// Thread-safe.
 //
 // # Safety
-// `policy` must be NULL or point to a readable `kreplay_policy_t`.
+// `policy` must be NULL or point to at least `policy->struct_size` readable bytes laid out as
+// `kreplay_policy_t`.
 enum kreplay_status_t kreplay_set_policy(const struct kreplay_policy_t *policy);
+
+// Tells kreplay that a code object was loaded or unloaded anywhere: every agent's cached module scan is
+// dropped, so the next capture scans again (see `cache_module_scan`). Thread-safe; cheap.
+void kreplay_modules_changed(void);
+
+// Device memory held idle for `agent` (retained device storage that no live snapshot uses). Thread-safe.
+size_t kreplay_retained_device_bytes(struct kreplay_agent_t agent);
+
+// Gives all of `agent`'s idle device storage back through `ops.device_free`. Thread-safe.
+void kreplay_device_trim(struct kreplay_agent_t agent);
+
+// Gives every agent's idle device storage back. A host whose own device allocation failed for lack of memory
+// calls this and retries once: kreplay never makes the application fail for memory it holds idle.
+// Thread-safe.
+void kreplay_device_trim_all(void);
 
 // Decides whether a submission may be replayed: only one packet that is exactly one kernel dispatch, and
 // never while a graph launch is active (warned once per process). Thread-safe.
@@ -447,10 +540,16 @@ enum kreplay_status_t kreplay_record_alloc(void *ptr,
                                            uint32_t alloc_flags);
 
 // Takes an allocation out of the inventory. Call it before the real free, so that no restore can write into
-// memory already given back; if the real free then fails, record the allocation again with
-// `kreplay_record_alloc`. Waits for a restore copying this region to finish. `NOT_FOUND` when untracked.
-// Allocates nothing; thread-safe.
+// memory already given back; if the real free then fails, call `kreplay_record_free_undo`. Waits for a
+// capture or restore that is copying this region (and for nothing else). `NOT_FOUND` when untracked;
+// `IN_USE` (nothing changed) when called from a device op or logger while kreplay copies this very region on
+// the same thread. Allocates nothing; thread-safe.
 enum kreplay_status_t kreplay_record_free(void *ptr);
+
+// Puts back the allocation at `ptr` whose free was recorded last, with the generation it had, for a host whose
+// real free failed after `kreplay_record_free` succeeded. `NOT_FOUND` when no recent free of `ptr` is
+// remembered (the last 256 frees are) or `ptr` is tracked again. Allocates nothing; thread-safe.
+enum kreplay_status_t kreplay_record_free_undo(void *ptr);
 
 // Records a virtual-memory mapping (`hsa_amd_vmem_map`), tracked and snapshotted like an allocation of
 // `owner`. A mapping over part of a tracked one replaces that part. Thread-safe.

@@ -36,8 +36,7 @@ fn configure() {
     };
     // SAFETY: a complete ops struct.
     ok(unsafe { kreplay_configure(&ops) }, "kreplay_configure");
-    let policy =
-        kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: false, max_snapshot_bytes: 0 };
+    let policy = kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), ..Default::default() };
     // SAFETY: a complete policy struct.
     ok(unsafe { kreplay_set_policy(&policy) }, "kreplay_set_policy");
     kreplay_tracking_enable(true);

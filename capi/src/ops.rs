@@ -4,8 +4,12 @@ use std::ffi::{c_char, c_void};
 use std::mem::{offset_of, size_of};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use std::ptr::NonNull;
+
 use kreplay_core::policy::Policy;
-use kreplay_core::{Agent, DeviceOps, Error, GlobalFlags, ModuleVariable, PointerInfo, PointerType};
+use kreplay_core::{
+    Agent, CopyJob, DeviceOps, Digest, DigestJob, Error, GlobalFlags, ModuleVariable, PointerInfo, PointerType,
+};
 
 use crate::ENGINE;
 use crate::boundary::guard;
@@ -78,6 +82,49 @@ pub struct kreplay_module_variable_t {
 pub type kreplay_module_variable_visitor_t =
     unsafe extern "C" fn(visit_data: *mut c_void, variable: *const kreplay_module_variable_t) -> bool;
 
+/// One copy of a batch: `bytes` from `src` to `dst`, in any direction (host or device on either side).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct kreplay_copy_t {
+    /// Destination.
+    pub dst: *mut c_void,
+    /// Source.
+    pub src: *const c_void,
+    /// Bytes to copy.
+    pub bytes: usize,
+}
+
+/// A 128-bit digest of one block of device memory.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct kreplay_digest_t {
+    /// Low 64 bits.
+    pub lo: u64,
+    /// High 64 bits.
+    pub hi: u64,
+}
+
+/// One range to digest, block by block.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct kreplay_digest_job_t {
+    /// Device memory to digest.
+    pub address: *const c_void,
+    /// Bytes from `address`.
+    pub bytes: usize,
+    /// Host memory for `ceil(bytes / block_bytes)` digests.
+    pub digests_out: *mut kreplay_digest_t,
+}
+
+// The core passes its own types across as these: same layout, checked here.
+const _: () = {
+    assert!(size_of::<kreplay_copy_t>() == size_of::<CopyJob>());
+    assert!(offset_of!(kreplay_copy_t, bytes) == offset_of!(CopyJob, bytes));
+    assert!(size_of::<kreplay_digest_t>() == size_of::<Digest>());
+    assert!(size_of::<kreplay_digest_job_t>() == size_of::<DigestJob>());
+    assert!(offset_of!(kreplay_digest_job_t, digests_out) == offset_of!(DigestJob, digests_out));
+};
+
 /// The device operations, as function pointers the host hands in (for HSA: the captured, un-wrapped runtime
 /// functions). Every op is called with `user_data` first, from any thread that calls into kreplay.
 #[repr(C)]
@@ -101,12 +148,43 @@ pub struct kreplay_device_ops_t {
     pub host_lock: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> RawStatus>,
     /// Optional (NULL when unsupported, and then `host_lock` must be NULL too): undoes `host_lock`.
     pub host_unlock: Option<unsafe extern "C" fn(*mut c_void, *mut c_void, usize) -> RawStatus>,
+    /// Version 2, optional: performs `count` copies (any directions, none overlapping another) and returns when
+    /// every one is complete. A failure status means "some may not have happened": kreplay then redoes that
+    /// batch one copy at a time with `copy`, so a report counts exactly the copies that fail.
+    pub copy_batch:
+        Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *const kreplay_copy_t, usize) -> RawStatus>,
+    /// Version 2, optional (with `device_free`): device memory of the agent for snapshot storage (the device
+    /// tier), allocated with the un-wrapped runtime functions: kreplay's own storage is never reported to
+    /// `kreplay_record_alloc`.
+    pub device_alloc: Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, usize, *mut *mut c_void) -> RawStatus>,
+    /// Version 2, optional (with `device_alloc`): gives back memory from `device_alloc`.
+    pub device_free: Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *mut c_void, usize) -> RawStatus>,
+    /// Version 2, optional: for each job, one 128-bit digest per consecutive `block_bytes` block of
+    /// `[address, address + bytes)` (the last may be short), written to its `digests_out` (host memory);
+    /// returns when all are written. Deterministic, well mixed, position-dependent within a block: two
+    /// different blocks collide with probability near 2^-128 for accidental changes.
+    pub digest: Option<
+        unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *const kreplay_digest_job_t, usize, usize) -> RawStatus,
+    >,
+    /// Optional: called once, with `user_data`, when kreplay no longer uses this set of ops (after a later
+    /// `kreplay_configure`, once calls in flight and storage locked or allocated through it are gone), so the
+    /// host may free what `user_data` points to. Not called for the set in use when the process exits.
+    pub release: Option<unsafe extern "C" fn(*mut c_void)>,
 }
 
-/// The installed ops, as the engine sees them.
-#[derive(Copy, Clone)]
+/// The installed ops, as the engine sees them. Dropped by the engine when nothing uses them any more.
 pub(crate) struct CDeviceOps {
     raw: kreplay_device_ops_t,
+}
+
+impl Drop for CDeviceOps {
+    fn drop(&mut self) {
+        if let Some(release) = self.raw.release {
+            // SAFETY: the host installed `release` with these ops and asked for exactly this call, once, when
+            // kreplay stops using them: the engine drops a set of ops only then.
+            unsafe { release(self.raw.user_data) };
+        }
+    }
 }
 
 // SAFETY: `kreplay_configure`'s contract requires the ops (and their user data) to be callable from any
@@ -207,15 +285,60 @@ impl DeviceOps for CDeviceOps {
         // SAFETY: the engine passes a range it locked earlier with `host_lock`.
         check(unsafe { unlock(self.raw.user_data, ptr.cast(), bytes) })
     }
+
+    fn can_copy_batch(&self) -> bool {
+        self.raw.copy_batch.is_some()
+    }
+
+    unsafe fn copy_batch(&self, agent: Agent, copies: &[CopyJob]) -> kreplay_core::Result<()> {
+        let batch = self.raw.copy_batch.ok_or(Error::NotConfigured)?;
+        // SAFETY: `CopyJob` has the layout of `kreplay_copy_t` (checked above); the engine passes valid,
+        // non-overlapping copies (this function's contract).
+        check(unsafe { batch(self.raw.user_data, agent.into(), copies.as_ptr().cast(), copies.len()) })
+    }
+
+    fn can_alloc_device(&self) -> bool {
+        self.raw.device_alloc.is_some() && self.raw.device_free.is_some()
+    }
+
+    fn device_alloc(&self, agent: Agent, bytes: usize) -> kreplay_core::Result<NonNull<u8>> {
+        let alloc = self.raw.device_alloc.ok_or(Error::NotConfigured)?;
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `ptr` is a valid out pointer for the call.
+        check(unsafe { alloc(self.raw.user_data, agent.into(), bytes, &mut ptr) })?;
+        NonNull::new(ptr.cast()).ok_or(Error::DeviceError)
+    }
+
+    unsafe fn device_free(&self, agent: Agent, ptr: NonNull<u8>, bytes: usize) -> kreplay_core::Result<()> {
+        let free = self.raw.device_free.ok_or(Error::NotConfigured)?;
+        // SAFETY: `ptr`/`bytes` came from this set's `device_alloc` for `agent` (this function's contract).
+        check(unsafe { free(self.raw.user_data, agent.into(), ptr.as_ptr().cast(), bytes) })
+    }
+
+    fn can_digest(&self) -> bool {
+        self.raw.digest.is_some()
+    }
+
+    unsafe fn digest(&self, agent: Agent, jobs: &[DigestJob], block_bytes: usize) -> kreplay_core::Result<()> {
+        let digest = self.raw.digest.ok_or(Error::NotConfigured)?;
+        // SAFETY: `DigestJob` has the layout of `kreplay_digest_job_t` (checked above); each job is live device
+        // memory and room for its digests (this function's contract).
+        check(unsafe { digest(self.raw.user_data, agent.into(), jobs.as_ptr().cast(), jobs.len(), block_bytes) })
+    }
 }
 
 /// The smallest `struct_size` accepted: everything up to and including `iterate_module_variables`.
 const MIN_OPS_SIZE: usize = offset_of!(kreplay_device_ops_t, host_lock);
 
-/// Installs (copies in) the device ops, replacing earlier ones. The ops and `user_data` must stay valid, and be
-/// callable from any thread, until the process ends or other ops are installed; the library keeps no pointer
-/// to `ops` itself. Missing required ops, `host_lock` without `host_unlock` (or the reverse), or a
-/// `struct_size` too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`. Thread-safe.
+/// Installs (copies in) the device ops, replacing earlier ones. Only `ops->struct_size` bytes are read:
+/// fields past it are taken as NULL, so a host compiled against the version-1 struct gets version-1
+/// behaviour. The ops and `user_data` must stay valid, and be callable from any thread, until `release` is
+/// called for them (or, without `release`, until the process ends); calls in flight and storage page-locked
+/// or allocated through a replaced set keep using that set, and it is released when the last of them is
+/// gone. The library keeps no pointer to `ops` itself. Missing required ops, `host_lock` without
+/// `host_unlock` (or the reverse), `device_alloc` without `device_free` (or the reverse), or a `struct_size`
+/// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`; more than 8 replaced sets still in use:
+/// `KREPLAY_STATUS_CAPACITY_EXCEEDED`. Thread-safe.
 ///
 /// # Safety
 /// `ops` must be NULL or point to at least `ops->struct_size` readable bytes laid out as
@@ -244,6 +367,11 @@ pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> 
             iterate_module_variables: None,
             host_lock: None,
             host_unlock: None,
+            copy_batch: None,
+            device_alloc: None,
+            device_free: None,
+            digest: None,
+            release: None,
         };
         let len = struct_size.min(size_of::<kreplay_device_ops_t>());
         // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `ops`, and `len` is at most that;
@@ -265,6 +393,13 @@ pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> 
             );
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
+        if raw.device_alloc.is_some() != raw.device_free.is_some() {
+            kreplay_core::log!(
+                kreplay_core::log::Level::Warning,
+                "kreplay_configure: device_alloc and device_free must both be set or both be NULL"
+            );
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
         to_status(ENGINE.configure(CDeviceOps { raw }))
     })
 }
@@ -280,35 +415,101 @@ pub struct kreplay_policy_t {
     pub pin_staging: bool,
     /// 0: unlimited; a snapshot above it is declined with `KREPLAY_DECLINE_HOST_BUDGET`.
     pub max_snapshot_bytes: usize,
+    /// Version 2 [0]: device memory per agent that snapshots may hold (with `device_alloc`/`device_free`);
+    /// ranges beyond it spill to host staging. 0: host only.
+    pub device_budget_bytes: usize,
+    /// Version 2 [false]: with `ops.digest`, restore, and re-capture across dispatches, only the blocks whose
+    /// digest changed.
+    pub dirty_only: bool,
+    /// Version 2 [0 = 65536]: digest block size, a power of two from 4096 to 16 MiB.
+    pub digest_block_bytes: usize,
+    /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
+    /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
+    pub cache_module_scan: bool,
 }
 
-/// Replaces the policy; snapshots under way keep the one they started with. A `struct_size` smaller than this
-/// version's `kreplay_policy_t`: `KREPLAY_STATUS_INVALID_ARGUMENT`. Thread-safe.
+/// The version-1 policy: the fields every `struct_size` must cover.
+const POLICY_V1_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) + size_of::<usize>();
+
+/// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
+/// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
+/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
+/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// Thread-safe.
 ///
 /// # Safety
-/// `policy` must be NULL or point to a readable `kreplay_policy_t`.
+/// `policy` must be NULL or point to at least `policy->struct_size` readable bytes laid out as
+/// `kreplay_policy_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> kreplay_status_t {
     guard("kreplay_set_policy", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        // SAFETY: NULL is checked; otherwise readable by the caller's contract.
-        let Some(policy) = (unsafe { policy.as_ref() }) else {
+        if policy.is_null() {
             kreplay_core::log!(kreplay_core::log::Level::Warning, "kreplay_set_policy: policy is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
-        };
-        if policy.struct_size < size_of::<kreplay_policy_t>() {
+        }
+        // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
+        let struct_size = unsafe { policy.cast::<usize>().read_unaligned() };
+        if struct_size < POLICY_V1_SIZE {
             kreplay_core::log!(
                 kreplay_core::log::Level::Warning,
-                "kreplay_set_policy: struct_size {} is smaller than kreplay_policy_t ({} bytes)",
-                policy.struct_size,
-                size_of::<kreplay_policy_t>()
+                "kreplay_set_policy: struct_size {struct_size} does not cover the version-1 fields ({POLICY_V1_SIZE} \
+                 bytes)"
             );
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
-        to_status(
-            ENGINE
-                .set_policy(Policy { pin_staging: policy.pin_staging, max_snapshot_bytes: policy.max_snapshot_bytes }),
-        )
+        let defaults = Policy::default();
+        let mut raw = kreplay_policy_t {
+            struct_size,
+            pin_staging: defaults.pin_staging,
+            max_snapshot_bytes: defaults.max_snapshot_bytes,
+            device_budget_bytes: defaults.device_budget_bytes,
+            dirty_only: defaults.dirty_only,
+            digest_block_bytes: 0,
+            cache_module_scan: defaults.cache_module_scan,
+        };
+        let len = struct_size.min(size_of::<kreplay_policy_t>());
+        // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `policy`, and `len` is at most that;
+        // 2. `raw` is a distinct local of at least `len` bytes; 3. the fields are integers and bools, and a C
+        // `bool` is 0 or 1, valid for Rust's `bool`.
+        unsafe { std::ptr::copy_nonoverlapping(policy.cast::<u8>(), (&mut raw as *mut kreplay_policy_t).cast(), len) };
+        let digest_block_bytes =
+            if raw.digest_block_bytes == 0 { defaults.digest_block_bytes } else { raw.digest_block_bytes };
+        to_status(ENGINE.set_policy(Policy {
+            pin_staging: raw.pin_staging,
+            max_snapshot_bytes: raw.max_snapshot_bytes,
+            device_budget_bytes: raw.device_budget_bytes,
+            dirty_only: raw.dirty_only,
+            digest_block_bytes,
+            cache_module_scan: raw.cache_module_scan,
+        }))
     })
+}
+
+/// Tells kreplay that a code object was loaded or unloaded anywhere: every agent's cached module scan is
+/// dropped, so the next capture scans again (see `cache_module_scan`). Thread-safe; cheap.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_modules_changed() {
+    guard("kreplay_modules_changed", (), || ENGINE.modules_changed())
+}
+
+/// Device memory held idle for `agent` (retained device storage that no live snapshot uses). Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_retained_device_bytes(agent: kreplay_agent_t) -> usize {
+    guard("kreplay_retained_device_bytes", 0, || ENGINE.retained_device_bytes(agent.into()))
+}
+
+/// Gives all of `agent`'s idle device storage back through `ops.device_free`. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_device_trim(agent: kreplay_agent_t) {
+    guard("kreplay_device_trim", (), || ENGINE.device_trim(agent.into()))
+}
+
+/// Gives every agent's idle device storage back. A host whose own device allocation failed for lack of memory
+/// calls this and retries once: kreplay never makes the application fail for memory it holds idle.
+/// Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_device_trim_all() {
+    guard("kreplay_device_trim_all", (), || ENGINE.device_trim_all())
 }
 
 /// The replay gate's verdict.

@@ -371,6 +371,11 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
             iterate_module_variables: Some(sim_iterate),
             host_lock: Some(sim_host_lock),
             host_unlock: Some(sim_host_unlock),
+            copy_batch: None,
+            device_alloc: None,
+            device_free: None,
+            digest: None,
+            release: None,
         };
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { ops_out.write(ops) };

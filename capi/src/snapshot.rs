@@ -135,6 +135,8 @@ pub struct kreplay_restore_report_t {
     pub failed: usize,
     /// Bytes written back.
     pub bytes: usize,
+    /// Version 2: bytes verified unchanged by digest (dirty-only restore), so not written.
+    pub clean_bytes: usize,
 }
 
 /// Writes every region of `snapshot` back. Each tracked region is re-validated and copied under the
@@ -168,6 +170,7 @@ pub unsafe extern "C" fn kreplay_restore(
             skipped: report.skipped,
             failed: report.failed,
             bytes: report.bytes,
+            clean_bytes: report.clean_bytes,
         };
         // SAFETY: as above.
         unsafe { write_out(report_out, report) };
@@ -214,8 +217,14 @@ pub struct kreplay_snapshot_info_t {
     pub module_scan_ns: u64,
     /// Time to take (and, the first time, map and page-lock) staging.
     pub staging_ns: u64,
-    /// Time of the device-to-host copies.
+    /// Time of the copies.
     pub copy_ns: u64,
+    /// Version 2: of `bytes`, how many are held in device memory (the rest in host staging).
+    pub device_bytes: usize,
+    /// Version 2: bytes this capture moved; below `bytes` when unchanged blocks were reused (dirty-only).
+    pub copied_bytes: usize,
+    /// Version 2: time spent digesting during the capture.
+    pub digest_ns: u64,
 }
 
 /// Sizes and phase timings of `snapshot`. `info_out` is written only on success. Thread-safe.
@@ -244,6 +253,9 @@ pub unsafe extern "C" fn kreplay_snapshot_info(
             module_scan_ns: info.module_scan_ns,
             staging_ns: info.staging_ns,
             copy_ns: info.copy_ns,
+            device_bytes: info.device_bytes,
+            copied_bytes: info.copied_bytes,
+            digest_ns: info.digest_ns,
         };
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { info_out.write(info) };

@@ -30,6 +30,9 @@ pub enum kreplay_status_t {
     KREPLAY_STATUS_NOT_FOUND = 9,
     /// A bug in the library, caught at the boundary.
     KREPLAY_STATUS_INTERNAL_ERROR = 10,
+    /// Refused because waiting would deadlock: called from inside a kreplay call on the same thread (a device op
+    /// or a logger) for a region that call is copying right now. Nothing changed; log line says which.
+    KREPLAY_STATUS_IN_USE = 11,
 }
 
 pub(crate) use kreplay_status_t::*;
@@ -59,6 +62,7 @@ impl From<Error> for kreplay_status_t {
             Error::PartialRestore => KREPLAY_STATUS_PARTIAL_RESTORE,
             Error::NotFound => KREPLAY_STATUS_NOT_FOUND,
             Error::Internal => KREPLAY_STATUS_INTERNAL_ERROR,
+            Error::InUse => KREPLAY_STATUS_IN_USE,
         }
     }
 }
@@ -132,6 +136,7 @@ pub extern "C" fn kreplay_status_string(status: RawStatus) -> *const c_char {
         8 => c"partial restore: do not run another pass",
         9 => c"not found",
         10 => c"internal error",
+        11 => c"in use: called from inside a kreplay call that is copying this region",
         _ => c"unknown status",
     };
     text.as_ptr()

@@ -48,9 +48,10 @@ fn record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_stat
 }
 
 /// Takes an allocation out of the inventory. Call it before the real free, so that no restore can write into
-/// memory already given back; if the real free then fails, record the allocation again with
-/// `kreplay_record_alloc`. Waits for a restore copying this region to finish. `NOT_FOUND` when untracked.
-/// Allocates nothing; thread-safe.
+/// memory already given back; if the real free then fails, call `kreplay_record_free_undo`. Waits for a
+/// capture or restore that is copying this region (and for nothing else). `NOT_FOUND` when untracked;
+/// `IN_USE` (nothing changed) when called from a device op or logger while kreplay copies this very region on
+/// the same thread. Allocates nothing; thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
     if !ENGINE.tracking_enabled() {
@@ -63,6 +64,19 @@ pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
 #[inline(never)]
 fn record_free(ptr: *mut c_void) -> kreplay_status_t {
     guard("kreplay_record_free", KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_free(ptr as usize)))
+}
+
+/// Puts back the allocation at `ptr` whose free was recorded last, with the generation it had, for a host whose
+/// real free failed after `kreplay_record_free` succeeded. `NOT_FOUND` when no recent free of `ptr` is
+/// remembered (the last 256 frees are) or `ptr` is tracked again. Allocates nothing; thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_record_free_undo(ptr: *mut c_void) -> kreplay_status_t {
+    if !ENGINE.tracking_enabled() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    guard("kreplay_record_free_undo", KREPLAY_STATUS_INTERNAL_ERROR, || {
+        to_status(ENGINE.record_free_undo(ptr as usize))
+    })
 }
 
 /// Records a virtual-memory mapping (`hsa_amd_vmem_map`), tracked and snapshotted like an allocation of

@@ -178,13 +178,15 @@ fn disabled() {
 fn gather() {
     println!("== gathering one agent's regions from a full table ({CAPACITY} entries) ==");
     const AGENTS: u64 = 8;
+    INVENTORY.set_enabled(true, true);
+    let epoch = INVENTORY.epoch();
     for i in 0..CAPACITY {
         let agent = Agent(1 + (i as u64 % AGENTS));
-        INVENTORY.insert(LIVE_BASE + i * STRIDE, 4096 + i, agent).unwrap();
+        INVENTORY.insert(LIVE_BASE + i * STRIDE, 4096 + i, agent, epoch).unwrap();
     }
     assert_eq!(INVENTORY.len(), CAPACITY);
-    assert!(INVENTORY.insert(0x10, 16, Agent(1)).is_err(), "the table should be full");
-    INVENTORY.remove(0x10);
+    assert!(INVENTORY.insert(0x10, 16, Agent(1), epoch).is_err(), "the table should be full");
+    let _ = INVENTORY.remove(0x10, true);
     let time = |agent: Agent, expect: usize| {
         let mut times: Vec<f64> = (0..51)
             .map(|_| {
@@ -209,16 +211,18 @@ fn gather() {
          process {first:.3} ms",
         CAPACITY / AGENTS as usize
     );
-    INVENTORY.clear();
+    INVENTORY.set_enabled(false, true);
+    INVENTORY.set_enabled(true, true);
+    let epoch = INVENTORY.epoch();
     for i in 0..CAPACITY {
-        INVENTORY.insert(LIVE_BASE + i * STRIDE, 4096 + i, Agent(1)).unwrap();
+        INVENTORY.insert(LIVE_BASE + i * STRIDE, 4096 + i, Agent(1), epoch).unwrap();
     }
     let (median, p90, max, first) = time(Agent(1), CAPACITY);
     println!(
         "one agent owning all {CAPACITY} regions: median {median:.3} ms (p90 {p90:.3}, max {max:.3}); first \
          {first:.3} ms"
     );
-    INVENTORY.clear();
+    INVENTORY.set_enabled(false, true);
     println!();
 }
 

@@ -19,8 +19,8 @@ const MIB: usize = 1 << 20;
 const FOOTPRINTS: [usize; 3] = [64 * MIB, 256 * MIB, 1024 * MIB];
 const PAGE: usize = 4096;
 
-fn no_unlock() -> impl FnMut(NonNull<u8>, usize) {
-    |_, _| panic!("the benchmark never page-locks")
+fn no_unlock() -> impl FnMut(NonNull<u8>, usize, kreplay_core::opsets::OpsHold) {
+    |_, _, _| panic!("the benchmark never page-locks")
 }
 
 fn ms(seconds: f64) -> f64 {

@@ -1,28 +1,38 @@
-//! The engine: one inventory, one set of staging pools, the device ops and the policy. A C host has exactly
+//! The engine: one inventory, the storage tiers, the installed device ops and the policy. A C host has exactly
 //! one, as a static in `kreplay-capi`; statics are never destroyed, so calls that arrive during the host's
 //! static destruction still find valid state.
+//!
+//! Every public call enters [`Activity`] first: `finalize` waits for calls in flight to leave, and a call made
+//! from inside a device op or logger on the same thread is recognised as nested, so it never waits for work
+//! its own thread is in the middle of (re-entry returns an error instead of deadlocking).
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use crate::activity::{Activity, Call};
 use crate::error::{Error, Result};
 use crate::gate::{self, Gate};
-use crate::inventory::{self, AgentStats, InsertError, Inventory};
-use crate::lock::RwLock;
+use crate::inventory::{self, AgentStats, InsertError, Inventory, RemoveError};
 use crate::log::Level;
+use crate::modules::ModuleCache;
 use crate::ops::DeviceOps;
+use crate::opsets::{OpsHold, OpsRef, OpsTable};
 use crate::policy::{AtomicPolicy, Policy};
-use crate::staging::{Lease, Pools};
+use crate::snapshot::Retained;
+use crate::storage::device::DevicePools;
+use crate::storage::host::{Lease, Pools};
 use crate::types::{Agent, AllocFlags};
 
-/// Everything kreplay keeps, for one set of device ops.
+/// Everything kreplay keeps, for one set of device ops at a time.
 pub struct Engine<O: DeviceOps> {
-    ops: RwLock<Option<O>>,
+    pub(crate) ops: OpsTable<O>,
+    pub(crate) activity: Activity,
     pub(crate) inventory: Inventory,
     pub(crate) pools: Pools,
+    pub(crate) device: DevicePools,
     pub(crate) policy: AtomicPolicy,
-    tracking: AtomicBool,
-    finalized: AtomicBool,
+    pub(crate) modules: ModuleCache,
+    pub(crate) retained: Retained,
     graph_warned: AtomicBool,
 }
 
@@ -36,41 +46,57 @@ impl<O: DeviceOps> Engine<O> {
     /// An unconfigured engine with tracking off. Meant for a `static`: its tables are several megabytes.
     pub const fn new() -> Self {
         Engine {
-            ops: RwLock::new(None),
+            ops: OpsTable::new(),
+            activity: Activity::new(),
             inventory: Inventory::new(),
             pools: Pools::new(),
+            device: DevicePools::new(),
             policy: AtomicPolicy::new(),
-            tracking: AtomicBool::new(false),
-            finalized: AtomicBool::new(false),
+            modules: ModuleCache::new(),
+            retained: Retained::new(),
             graph_warned: AtomicBool::new(false),
         }
     }
 
-    /// Installs the device ops (replacing any earlier ones).
+    /// Enters the library for one call; `Finalized` once finalize has begun.
+    pub(crate) fn enter(&self) -> Result<Call<'_>> {
+        self.activity.enter().ok_or(Error::Finalized)
+    }
+
+    /// Installs the device ops. The previous set stays in use by calls in flight and by storage locked or
+    /// allocated through it, and is dropped when the last of those is gone.
     pub fn configure(&self, ops: O) -> Result<()> {
-        self.check_live()?;
-        *self.ops.write() = Some(ops);
-        Ok(())
+        let _call = self.enter()?;
+        self.ops.install(ops).inspect_err(|_| {
+            crate::log!(
+                Level::Warning,
+                "configure: {} earlier sets of ops are all still in use (by calls in flight or storage locked \
+                 through them); trim staging and device storage, then configure again",
+                crate::opsets::MAX_OPS_SETS
+            );
+        })
     }
 
-    /// A copy of the installed ops.
-    pub fn ops(&self) -> Result<O> {
-        self.ops.read().clone().ok_or(Error::NotConfigured)
+    /// A use of the current ops for the length of a call.
+    pub(crate) fn ops(&self) -> Result<OpsRef<'_, O>> {
+        self.ops.get()
     }
 
-    /// Whether `finalize` has run.
+    /// Whether `finalize` has begun.
     pub fn is_finalized(&self) -> bool {
-        self.finalized.load(Ordering::Acquire)
+        self.activity.is_finalized()
     }
 
-    /// From now on every call returns [`Error::Finalized`] (or does nothing) and touches no table.
+    /// From now on every call returns [`Error::Finalized`] (or does nothing). Waits until calls in flight on
+    /// other threads have left the library (they stop early where they can), so no device op and no log line
+    /// comes after it returns. Called from inside a device op or logger it cannot wait for its own thread and
+    /// returns at once.
     pub fn finalize(&self) {
-        self.finalized.store(true, Ordering::Release);
+        self.activity.finalize();
     }
 
-    /// The checks every record call makes: not finalized, and a non-null range that does not wrap around.
-    fn check_record(&self, function: &str, address: usize, size: usize) -> Result<()> {
-        self.check_live()?;
+    /// The checks every record call makes: a non-null range that does not wrap around.
+    fn check_record(function: &str, address: usize, size: usize) -> Result<()> {
         if address == 0 || size == 0 || address.checked_add(size).is_none() {
             crate::log!(Level::Warning, "{function}({address:#x}, {size}): null address, zero or overflowing size");
             return Err(Error::InvalidArgument);
@@ -78,20 +104,13 @@ impl<O: DeviceOps> Engine<O> {
         Ok(())
     }
 
-    pub(crate) fn check_live(&self) -> Result<()> {
-        if self.is_finalized() { Err(Error::Finalized) } else { Ok(()) }
-    }
-
     /// Turns allocation recording on or off. Frees that happen while it is off cannot be seen, so turning it
-    /// off forgets everything tracked: a later snapshot can then only be as complete as what is recorded after
-    /// tracking is turned on again.
+    /// off forgets everything tracked, refuses inserts of record calls still in flight, and waits until no copy
+    /// touches a region that was tracked (except when called from inside a device op: then it cannot wait).
     pub fn set_tracking(&self, enabled: bool) {
-        if self.is_finalized() {
-            return;
-        }
-        let was = self.tracking.swap(enabled, Ordering::AcqRel);
-        if was && !enabled {
-            let forgotten = self.inventory.clear();
+        let Ok(call) = self.enter() else { return };
+        let forgotten = self.inventory.set_enabled(enabled, !call.is_nested());
+        if forgotten > 0 {
             crate::log!(Level::Info, "tracking turned off: {forgotten} tracked regions forgotten");
         }
     }
@@ -99,24 +118,29 @@ impl<O: DeviceOps> Engine<O> {
     /// Whether allocations are being recorded.
     #[inline]
     pub fn tracking_enabled(&self) -> bool {
-        self.tracking.load(Ordering::Relaxed)
+        self.inventory.is_enabled()
     }
 
     /// Records an allocation after the runtime made it: classified, and tracked only when it is coarse-grained
-    /// device memory that is neither kernarg nor executable.
+    /// device memory that is neither kernarg nor executable. A size beyond the allocation's extent as the
+    /// pointer query reports it is clamped to that extent.
     pub fn record_alloc(&self, ptr: usize, size: usize, alloc_flags: u32) -> Result<()> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_record("record_alloc", ptr, size)?;
+        let _call = self.enter()?;
+        Self::check_record("record_alloc", ptr, size)?;
         // Hosts pass the pool allocation flags through unchanged; only the executable bit matters here, and it is
         // decided before any query because runtimes keep live kernel arguments in such allocations.
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
             return Ok(());
         }
+        // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
+        // runs, the insert is refused.
+        let epoch = self.inventory.epoch();
         let Ok(ops) = self.ops() else {
             // Tracking is on but nothing can classify the allocation: it must not vanish silently.
-            self.inventory.insert_unknown(ptr);
+            self.inventory.insert_unknown(ptr, epoch);
             crate::log!(
                 Level::Warning,
                 "record_alloc: no device ops are configured to classify {ptr:#x} ({size} bytes); snapshots of every \
@@ -124,11 +148,13 @@ impl<O: DeviceOps> Engine<O> {
             );
             return Err(Error::NotConfigured);
         };
-        let info = match ops.pointer_info(ptr as *const u8) {
+        let info = ops.pointer_info(ptr as *const u8);
+        drop(ops);
+        let info = match info {
             Ok(info) => info,
             Err(error) => {
                 // Whether this is device memory, and whose, is unknown: decline every agent until it is freed.
-                self.inventory.insert_unknown(ptr);
+                self.inventory.insert_unknown(ptr, epoch);
                 crate::log!(
                     Level::Warning,
                     "record_alloc: the pointer query for {ptr:#x} ({size} bytes) failed ({error:?}); snapshots of \
@@ -140,7 +166,8 @@ impl<O: DeviceOps> Engine<O> {
         if !info.is_snapshottable() {
             return Ok(());
         }
-        match self.inventory.insert(ptr, size, info.owner) {
+        let size = clamp_to_extent(ptr, size, info.base, info.size);
+        match self.inventory.insert(ptr, size, info.owner, epoch) {
             Ok(None) => Ok(()),
             Ok(Some(stale)) => {
                 crate::log!(
@@ -166,17 +193,48 @@ impl<O: DeviceOps> Engine<O> {
         }
     }
 
-    /// Takes an allocation out before the runtime frees it. If the real free then fails, the host records the
-    /// allocation again.
+    /// Takes an allocation out before the runtime frees it, waiting only for a copy in flight that touches it.
+    /// If the real free then fails, the host calls [`Engine::record_free_undo`].
     pub fn record_free(&self, ptr: usize) -> Result<()> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_live()?;
+        let call = self.enter()?;
         if ptr == 0 {
             return Err(Error::InvalidArgument);
         }
-        self.inventory.remove(ptr).map(|_| ()).ok_or(Error::NotFound)
+        match self.inventory.remove(ptr, !call.is_nested()) {
+            Ok(_) => Ok(()),
+            Err(RemoveError::NotFound) => Err(Error::NotFound),
+            Err(RemoveError::InUse) => {
+                crate::log!(
+                    Level::Error,
+                    "record_free({ptr:#x}) was called from inside a kreplay call on the same thread (a device op or \
+                     logger) while that call copies this region: refused, the region stays tracked; free it after \
+                     the op returns"
+                );
+                Err(Error::InUse)
+            }
+        }
+    }
+
+    /// Puts back the allocation at `ptr` whose free was recorded last, with its generation, because the
+    /// runtime refused the real free. `NotFound` when no such free is remembered.
+    pub fn record_free_undo(&self, ptr: usize) -> Result<()> {
+        if !self.tracking_enabled() {
+            return Ok(());
+        }
+        let _call = self.enter()?;
+        if ptr == 0 {
+            return Err(Error::InvalidArgument);
+        }
+        self.inventory.undo_remove(ptr).map_err(|_| {
+            crate::log!(
+                Level::Warning,
+                "record_free_undo({ptr:#x}): no recent free of that address is remembered (or it is tracked again)"
+            );
+            Error::NotFound
+        })
     }
 
     /// Records a virtual-memory mapping, tracked and snapshotted like an allocation.
@@ -184,7 +242,8 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_record("record_vmem_map", address, size)?;
+        let _call = self.enter()?;
+        Self::check_record("record_vmem_map", address, size)?;
         self.inventory.insert_vmem(address, size, owner).map_err(|InsertError::Full| {
             crate::log!(
                 Level::Warning,
@@ -203,7 +262,8 @@ impl<O: DeviceOps> Engine<O> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_record("record_vmem_map_unknown", address, size)?;
+        let _call = self.enter()?;
+        Self::check_record("record_vmem_map_unknown", address, size)?;
         self.inventory.insert_vmem_unknown(address, size);
         crate::log!(
             Level::Warning,
@@ -213,13 +273,25 @@ impl<O: DeviceOps> Engine<O> {
         Ok(())
     }
 
-    /// Records an unmap of `[address, address + size)`, which may cover any part of one or more mappings.
+    /// Records an unmap of `[address, address + size)`, which may cover any part of one or more mappings,
+    /// waiting only for copies in flight that touch those mappings.
     pub fn record_vmem_unmap(&self, address: usize, size: usize) -> Result<()> {
         if !self.tracking_enabled() {
             return Ok(());
         }
-        self.check_record("record_vmem_unmap", address, size)?;
-        let outcome = self.inventory.remove_vmem(address, size);
+        let call = self.enter()?;
+        Self::check_record("record_vmem_unmap", address, size)?;
+        let outcome = match self.inventory.remove_vmem(address, size, !call.is_nested()) {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                crate::log!(
+                    Level::Error,
+                    "record_vmem_unmap({address:#x}, {size}) was called from inside a kreplay call on the same thread \
+                     while that call copies the mapping: refused, nothing changed"
+                );
+                return Err(Error::InUse);
+            }
+        };
         if outcome.lost {
             crate::log!(
                 Level::Warning,
@@ -233,13 +305,23 @@ impl<O: DeviceOps> Engine<O> {
 
     /// What the inventory holds for `agent`.
     pub fn inventory_stats(&self, agent: Agent) -> Result<AgentStats> {
-        self.check_live()?;
+        let _call = self.enter()?;
         Ok(self.inventory.stats(agent))
     }
 
-    /// Replaces the policy.
+    /// Replaces the policy; `InvalidArgument` when a field is out of range.
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
-        self.check_live()?;
+        let _call = self.enter()?;
+        if !policy.is_valid() {
+            crate::log!(
+                Level::Warning,
+                "set_policy: digest_block_bytes = {} is not a power of two from {} to {}",
+                policy.digest_block_bytes,
+                crate::policy::MIN_DIGEST_BLOCK,
+                crate::policy::MAX_DIGEST_BLOCK
+            );
+            return Err(Error::InvalidArgument);
+        }
         self.policy.set(policy);
         Ok(())
     }
@@ -249,53 +331,123 @@ impl<O: DeviceOps> Engine<O> {
         self.policy.get()
     }
 
+    /// A code object was loaded or unloaded: every agent's cached module scan is dropped.
+    pub fn modules_changed(&self) {
+        let Ok(_call) = self.enter() else { return };
+        self.modules.invalidate();
+    }
+
     /// Host storage for `size` bytes from `agent`'s pool.
     pub fn staging_acquire(&self, agent: Agent, size: usize) -> Result<Lease> {
-        self.check_live()?;
+        let _call = self.enter()?;
         self.pools.acquire(agent, size)
     }
 
     /// Returns storage lent under `loan` to `agent`'s pool; `NotFound` when that loan is not outstanding.
     pub fn staging_release(&self, agent: Agent, data: NonNull<u8>, capacity: usize, loan: u64) -> Result<()> {
-        self.check_live()?;
+        let _call = self.enter()?;
         self.pools.release(agent, data, capacity, loan)
     }
 
-    /// Unmaps all of `agent`'s idle storage (unlocking page-locked storage first).
+    /// Unmaps all of `agent`'s idle host storage (unlocking page-locked storage first, through the ops that
+    /// locked it), including storage kept for dirty-only re-capture.
     pub fn staging_trim(&self, agent: Agent) {
-        if self.is_finalized() {
-            return;
-        }
-        let ops = self.ops().ok();
-        self.pools.trim(agent, &mut |ptr, len| {
-            if let Some(ops) = ops.as_ref() {
-                if let Err(error) = ops.host_unlock(ptr.as_ptr(), len) {
-                    crate::log!(
-                        Level::Warning,
-                        "agent {:#x}: unlocking staging at {:#x} ({len} bytes) failed ({error:?}) before unmapping it",
-                        agent.0,
-                        ptr.as_ptr() as usize
-                    );
-                }
+        let Ok(_call) = self.enter() else { return };
+        self.retained.drop_agent(self, agent, crate::snapshot::Tier::Host);
+        self.trim_host(agent);
+    }
+
+    pub(crate) fn trim_host(&self, agent: Agent) {
+        self.pools.trim(agent, &mut |ptr, len, hold| {
+            let result = self.ops.held(hold).host_unlock(ptr.as_ptr(), len);
+            self.ops.release_hold(hold);
+            if let Err(error) = result {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: unlocking staging at {:#x} ({len} bytes) failed ({error:?}) before unmapping it",
+                    agent.0,
+                    ptr.as_ptr() as usize
+                );
             }
         });
     }
 
-    /// Bytes of idle storage in `agent`'s pool.
+    /// Bytes of idle host storage held for `agent`.
     pub fn retained_staging_bytes(&self, agent: Agent) -> usize {
-        if self.is_finalized() { 0 } else { self.pools.retained_bytes(agent) }
+        let Ok(_call) = self.enter() else { return 0 };
+        self.pools.retained_bytes(agent) + self.retained.bytes(agent, crate::snapshot::Tier::Host)
+    }
+
+    /// Bytes of idle device storage held for `agent`.
+    pub fn retained_device_bytes(&self, agent: Agent) -> usize {
+        let Ok(_call) = self.enter() else { return 0 };
+        self.device.idle_bytes(agent) + self.retained.bytes(agent, crate::snapshot::Tier::Device)
+    }
+
+    /// Gives all of `agent`'s idle device storage back.
+    pub fn device_trim(&self, agent: Agent) {
+        let Ok(_call) = self.enter() else { return };
+        self.retained.drop_agent(self, agent, crate::snapshot::Tier::Device);
+        self.trim_device(agent);
+    }
+
+    /// Gives every agent's idle device storage back (a host allocation failed for lack of device memory).
+    pub fn device_trim_all(&self) {
+        let Ok(_call) = self.enter() else { return };
+        self.device.agents(|agent| {
+            self.retained.drop_agent(self, agent, crate::snapshot::Tier::Device);
+            self.trim_device(agent);
+        });
+    }
+
+    pub(crate) fn trim_device(&self, agent: Agent) {
+        self.device.trim(agent, &mut |ptr, len, hold| self.free_device(agent, ptr, len, hold));
+    }
+
+    /// Frees device storage through the ops it was allocated with, then gives that hold back.
+    pub(crate) fn free_device(&self, agent: Agent, ptr: NonNull<u8>, len: usize, hold: OpsHold) {
+        // SAFETY: `ptr`/`len` are a block this set of ops allocated for `agent`, taken out of its pool (or never
+        // added to it), so nothing uses it any more.
+        let result = unsafe { self.ops.held(hold).device_free(agent, ptr, len) };
+        self.ops.release_hold(hold);
+        if let Err(error) = result {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: freeing {len} bytes of device storage at {:#x} failed ({error:?})",
+                agent.0,
+                ptr.as_ptr() as usize
+            );
+        }
     }
 
     /// The replay gate; a graph launch is warned about once per engine (per process for the C API).
     pub fn replay_gate(&self, packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
         let verdict = gate::decide(packet_count, dispatch_packet_count, graph_launch_active);
         if verdict == Gate::GraphLaunch && !self.graph_warned.swap(true, Ordering::Relaxed) {
-            crate::log!(
-                Level::Warning,
-                "graph launches are not replayed: their dispatches run once, without counters from extra passes \
-                 (warned once per process)"
-            );
+            if let Ok(_call) = self.enter() {
+                crate::log!(
+                    Level::Warning,
+                    "graph launches are not replayed: their dispatches run once, without counters from extra \
+                     passes (warned once per process)"
+                );
+            }
         }
         verdict
     }
+}
+
+/// `size` bytes from `ptr`, clamped to the allocation `[base, base + extent)` that the pointer query reported
+/// (when it reported one that contains `ptr`), with a warning.
+fn clamp_to_extent(ptr: usize, size: usize, base: usize, extent: usize) -> usize {
+    let Some(end) = base.checked_add(extent) else { return size };
+    if extent == 0 || ptr < base || ptr >= end || size <= end - ptr {
+        return size;
+    }
+    let clamped = end - ptr;
+    crate::log!(
+        Level::Warning,
+        "record_alloc({ptr:#x}, {size}): the allocation ends {clamped} bytes after the pointer (base {base:#x}, {extent} \
+         bytes); only those are tracked"
+    );
+    clamped
 }

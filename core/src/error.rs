@@ -24,6 +24,9 @@ pub enum Error {
     NotFound = 9,
     /// A bug in the library, caught at the boundary.
     Internal = 10,
+    /// Refused because waiting would deadlock: called from inside a kreplay call on the same thread (a device
+    /// op or a logger) for a region that call is copying. Nothing changed.
+    InUse = 11,
 }
 
 /// Result type of the engine.

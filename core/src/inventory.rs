@@ -6,15 +6,20 @@
 //! waiters back off to sleeping ([`crate::lock`]). Virtual-memory mappings live in a smaller table of their own,
 //! since an unmap may name any part of a mapping.
 //!
+//! Copies never run under the lock. A capture or restore *pins* the regions of a batch (a short read-locked
+//! pass that also re-validates them) and unpins them when the batch is complete; a free of a pinned region
+//! marks it dying (no new pin succeeds) and waits until its pins are gone, so a free waits only for copies that
+//! touch its own region, and allocations and frees of other regions never wait for a copy.
+//!
 //! Nothing is ever lost silently: an allocation that cannot be recorded (table full, or its pointer query
 //! failed) is remembered as *lost* until it is freed, and while any lost allocation of an agent (or of an
 //! unknown owner) may be live, [`Inventory::gather`] refuses that agent.
 
 use alloc::vec::Vec;
 use arrayvec::ArrayVec;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use crate::lock::RwLock;
+use crate::lock::{Backoff, RwLock};
 use crate::types::Agent;
 
 /// Default number of live allocations the inventory holds, process-wide.
@@ -32,6 +37,12 @@ pub const VMEM_CAPACITY: usize = 4096;
 
 /// Lost allocations remembered individually; past this, every agent is declined for the rest of the process.
 pub const LOST_CAPACITY: usize = 1024;
+
+/// Frees remembered so that a free the runtime then refused can be undone with the region's generation.
+pub const UNDO_CAPACITY: usize = 256;
+
+/// Bit of a pin word: the region is being freed; no new pin succeeds.
+const DYING: u32 = 1 << 31;
 
 /// The setting that raises the capacity, for messages.
 pub const CAPACITY_SETTING: &str = "KREPLAY_MAX_TRACKED_REGIONS (CMake option or build environment)";
@@ -150,6 +161,9 @@ pub fn next_generation() -> u64 {
 /// - No two entries have the same base.
 struct Table<const CAP: usize, const SLOTS: usize> {
     entries: ArrayVec<Region, CAP>,
+    /// Pin word of each entry (same index): copies in flight, and [`DYING`]. Changed under the read lock by
+    /// pins, moved with its entry under the write lock.
+    pins: [AtomicU32; CAP],
     index: [u32; SLOTS],
 }
 
@@ -159,7 +173,7 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
 
     const fn new() -> Self {
         assert!(SLOTS.is_power_of_two() && SLOTS >= 2 * CAP && CAP < u32::MAX as usize);
-        Table { entries: ArrayVec::new_const(), index: [0; SLOTS] }
+        Table { entries: ArrayVec::new_const(), pins: [const { AtomicU32::new(0) }; CAP], index: [0; SLOTS] }
     }
 
     /// Fibonacci hashing: spreads page- and cache-line-aligned addresses over the whole index.
@@ -187,6 +201,14 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
         self.slot_of(base).map(|slot| &self.entries[self.index[slot] as usize - 1])
     }
 
+    /// The entry with this base and its pin word.
+    fn get_pinned(&self, base: usize) -> Option<(&Region, &AtomicU32)> {
+        self.slot_of(base).map(|slot| {
+            let at = self.index[slot] as usize - 1;
+            (&self.entries[at], &self.pins[at])
+        })
+    }
+
     /// Inserts or replaces the entry with `region.base`. Returns the replaced entry.
     fn insert(&mut self, region: Region) -> Result<Option<Region>, InsertError> {
         let mut slot = Self::home(region.base);
@@ -197,11 +219,14 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
             }
             let entry = &mut self.entries[at as usize - 1];
             if entry.base == region.base {
+                // Pins of the replaced generation no longer match anything: the new entry starts unpinned.
+                self.pins[at as usize - 1].store(0, Ordering::Relaxed);
                 return Ok(Some(core::mem::replace(entry, region)));
             }
             slot = (slot + 1) & Self::MASK;
         }
         self.entries.try_push(region).map_err(|_| InsertError::Full)?;
+        self.pins[self.entries.len() - 1].store(0, Ordering::Relaxed);
         self.index[slot] = self.entries.len() as u32;
         Ok(None)
     }
@@ -213,7 +238,8 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
         let last = self.entries.len() - 1;
         let removed = self.entries.swap_remove(at);
         if at != last {
-            // The former last entry now lives at `at`: repoint its slot.
+            // The former last entry now lives at `at`: move its pin word and repoint its slot.
+            self.pins[at].store(self.pins[last].load(Ordering::Relaxed), Ordering::Relaxed);
             let moved = self.entries[at].base;
             let moved_slot = self.slot_of_index(moved, last + 1);
             self.index[moved_slot] = at as u32 + 1;
@@ -254,6 +280,9 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
     }
 
     fn clear(&mut self) {
+        for pin in &self.pins[..self.entries.len()] {
+            pin.store(0, Ordering::Relaxed);
+        }
         self.entries.clear();
         self.index.fill(0);
     }
@@ -280,14 +309,57 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
 struct State<const CAP: usize, const SLOTS: usize> {
     allocations: Table<CAP, SLOTS>,
     mappings: ArrayVec<Region, VMEM_CAPACITY>,
+    /// Pin words of `mappings`, same index.
+    mapping_pins: [AtomicU32; VMEM_CAPACITY],
     lost: ArrayVec<Lost, LOST_CAPACITY>,
     /// A lost allocation could not even be remembered: every agent is declined from now on.
     lost_forgotten: bool,
+    /// Recent frees, oldest first, for [`Inventory::undo_remove`].
+    freed: ArrayVec<Freed, UNDO_CAPACITY>,
+    /// Whether inserts are accepted; changed only under the write lock, with `epoch`.
+    enabled: bool,
+    /// Bumped whenever tracking is turned on or off: an insert prepared under another epoch is refused.
+    epoch: u64,
+}
+
+/// A free that may still be undone.
+#[derive(Copy, Clone, Debug)]
+enum Freed {
+    Tracked(Region),
+    Lost(Lost),
+}
+
+/// One tracked region to pin for a copy: it must still be live with this generation and at least `min_size`
+/// bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PinKey {
+    /// Base address.
+    pub base: usize,
+    /// Allocation or mapping.
+    pub kind: RegionKind,
+    /// Generation captured.
+    pub generation: u64,
+    /// Bytes captured.
+    pub min_size: usize,
+}
+
+/// Why [`Inventory::remove`] or [`Inventory::remove_vmem`] did not finish.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RemoveError {
+    /// Nothing tracked there.
+    NotFound,
+    /// A copy in flight touches the region and the caller may not wait for it (it is nested inside a kreplay
+    /// call on the same thread, which may be that very copy). The region stays tracked.
+    InUse,
 }
 
 /// The inventory. `CAP` and `SLOTS` are build-time constants ([`CAPACITY`], [`SLOTS`]); tests use small ones.
 pub struct Inventory<const CAP: usize = CAPACITY, const SLOTS: usize = { slots_for(CAPACITY) }> {
     state: RwLock<State<CAP, SLOTS>>,
+    /// Mirror of `State::enabled` for the record paths' one relaxed load.
+    enabled: AtomicBool,
+    /// Pins taken and not yet released, all regions: turning tracking off waits for it to reach zero.
+    pinned: AtomicUsize,
 }
 
 impl<const CAP: usize, const SLOTS: usize> Default for Inventory<CAP, SLOTS> {
@@ -303,9 +375,15 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
             state: RwLock::new(State {
                 allocations: Table::new(),
                 mappings: ArrayVec::new_const(),
+                mapping_pins: [const { AtomicU32::new(0) }; VMEM_CAPACITY],
                 lost: ArrayVec::new_const(),
                 lost_forgotten: false,
+                freed: ArrayVec::new_const(),
+                enabled: false,
+                epoch: 0,
             }),
+            enabled: AtomicBool::new(false),
+            pinned: AtomicUsize::new(0),
         }
     }
 
@@ -314,11 +392,51 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         CAP
     }
 
-    /// Records a classified allocation. On [`InsertError::Full`] the allocation is remembered as lost.
-    /// Returns the entry it replaced, if the host never reported that one's free.
-    pub fn insert(&self, base: usize, size: usize, agent: Agent) -> Result<Option<Region>, InsertError> {
+    /// Whether tracking is on (one relaxed load: the record paths' fast exit).
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The current tracking epoch, read before a record call does its slow work (the pointer query), so that
+    /// its insert can be refused if tracking was turned off (or off and on) meanwhile.
+    pub fn epoch(&self) -> u64 {
+        self.state.read().epoch
+    }
+
+    /// Turns tracking on or off. Turning it off forgets everything and waits until no copy touches a region
+    /// that was tracked (unless `may_wait` is false: a call nested in a device op cannot wait for itself).
+    /// Returns how many regions were forgotten.
+    pub fn set_enabled(&self, enabled: bool, may_wait: bool) -> usize {
+        let forgotten = {
+            let mut state = self.state.write();
+            if state.enabled == enabled {
+                return 0;
+            }
+            state.enabled = enabled;
+            state.epoch += 1;
+            self.enabled.store(enabled, Ordering::Relaxed);
+            if enabled { 0 } else { state.clear() }
+        };
+        if !enabled && may_wait {
+            let mut backoff = Backoff::new();
+            while self.pinned.load(Ordering::Acquire) != 0 {
+                backoff.snooze();
+            }
+        }
+        forgotten
+    }
+
+    /// Records a classified allocation, unless tracking changed since `epoch` (then `Ok(None)`, nothing
+    /// recorded: the allocation began before tracking was turned off). On [`InsertError::Full`] the
+    /// allocation is remembered as lost. Returns the entry it replaced, if the host never reported that one's
+    /// free.
+    pub fn insert(&self, base: usize, size: usize, agent: Agent, epoch: u64) -> Result<Option<Region>, InsertError> {
         let region = Region { base, size, agent, generation: next_generation(), kind: RegionKind::Allocation };
         let mut state = self.state.write();
+        if !state.enabled || state.epoch != epoch {
+            return Ok(None);
+        }
         match state.allocations.insert(region) {
             Ok(replaced) => {
                 // A failed attempt at recording this same allocation (its pointer query failed) is superseded.
@@ -333,8 +451,12 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
     }
 
     /// Remembers an allocation whose owner could not be determined: every agent is declined until it is freed.
-    pub fn insert_unknown(&self, base: usize) {
-        self.state.write().remember_lost(base, 0, None, RegionKind::Allocation);
+    /// Ignored when tracking changed since `epoch`.
+    pub fn insert_unknown(&self, base: usize, epoch: u64) {
+        let mut state = self.state.write();
+        if state.enabled && state.epoch == epoch {
+            state.remember_lost(base, 0, None, RegionKind::Allocation);
+        }
     }
 
     /// Remembers a mapping whose owner could not be determined: every agent is declined until unmaps cover it.
@@ -344,15 +466,136 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         state.remember_lost(base, size, None, RegionKind::VmemMapping);
     }
 
-    /// Takes the allocation at `base` out (or forgets it as lost). `None` when it was not known.
-    pub fn remove(&self, base: usize) -> Option<Option<Region>> {
-        let mut state = self.state.write();
-        if let Some(region) = state.allocations.remove(base) {
-            return Some(Some(region));
+    /// Takes the allocation at `base` out (or forgets it as lost), first waiting until no copy in flight touches
+    /// it. With `may_wait` false (a call nested in a device op) a pinned region is left tracked and
+    /// [`RemoveError::InUse`] returned instead of waiting. Returns the region, `None` for a lost one.
+    pub fn remove(&self, base: usize, may_wait: bool) -> Result<Option<Region>, RemoveError> {
+        let mut backoff = Backoff::new();
+        loop {
+            let mut state = self.state.write();
+            if let Some((region, pins)) = state.allocations.get_pinned(base) {
+                let generation = region.generation;
+                let word = pins.load(Ordering::Relaxed);
+                if word & !DYING != 0 {
+                    if !may_wait {
+                        pins.fetch_and(!DYING, Ordering::Relaxed);
+                        return Err(RemoveError::InUse);
+                    }
+                    // No new pin from here on; wait outside the lock for the copies in flight.
+                    pins.fetch_or(DYING, Ordering::Relaxed);
+                    drop(state);
+                    self.wait_unpinned(base, generation, &mut backoff);
+                    continue;
+                }
+                let region = state.allocations.remove(base).ok_or(RemoveError::NotFound)?;
+                state.remember_freed(Freed::Tracked(region));
+                return Ok(Some(region));
+            }
+            let position = state
+                .lost
+                .iter()
+                .position(|lost| lost.kind == RegionKind::Allocation && lost.base == base)
+                .ok_or(RemoveError::NotFound)?;
+            let lost = state.lost.swap_remove(position);
+            state.remember_freed(Freed::Lost(lost));
+            return Ok(None);
         }
-        let position = state.lost.iter().position(|lost| lost.kind == RegionKind::Allocation && lost.base == base)?;
-        state.lost.swap_remove(position);
-        Some(None)
+    }
+
+    /// Waits until the allocation at `base` of `generation` has no pin left (or is gone).
+    fn wait_unpinned(&self, base: usize, generation: u64, backoff: &mut Backoff) {
+        loop {
+            {
+                let state = self.state.read();
+                match state.allocations.get_pinned(base) {
+                    Some((region, pins)) if region.generation == generation => {
+                        if pins.load(Ordering::Acquire) & !DYING == 0 {
+                            return;
+                        }
+                    }
+                    _ => return,
+                }
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Puts back the allocation whose free at `base` was recorded last, with its generation (the runtime
+    /// refused the real free). `NotFound` when no such free is remembered, or the address is tracked again.
+    pub fn undo_remove(&self, base: usize) -> Result<(), RemoveError> {
+        let mut state = self.state.write();
+        let position = state
+            .freed
+            .iter()
+            .rposition(|freed| match freed {
+                Freed::Tracked(region) => region.base == base,
+                Freed::Lost(lost) => lost.base == base,
+            })
+            .ok_or(RemoveError::NotFound)?;
+        if state.allocations.get(base).is_some() {
+            return Err(RemoveError::NotFound);
+        }
+        match state.freed.remove(position) {
+            Freed::Tracked(region) => {
+                if state.allocations.insert(region).is_err() {
+                    state.remember_lost(base, region.size, Some(region.agent), RegionKind::Allocation);
+                }
+            }
+            Freed::Lost(lost) => {
+                if state.lost.try_push(lost).is_err() {
+                    state.lost_forgotten = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pins each key's region for a copy, in one pass under the read lock: `on(i, true)` for keys that are
+    /// still live with their generation and size and not being freed (each must be unpinned later), `on(i,
+    /// false)` for the others (freed, shrunk or reallocated: not to be touched).
+    pub fn pin_each(&self, keys: impl Iterator<Item = PinKey>, mut on: impl FnMut(bool)) {
+        let state = self.state.read();
+        let mut count = 0;
+        for key in keys {
+            let found = match key.kind {
+                RegionKind::Allocation => state.allocations.get_pinned(key.base),
+                RegionKind::VmemMapping => state.mapping_pinned(key.base),
+            };
+            let pinned = match found {
+                Some((region, pins)) if region.generation == key.generation && region.size >= key.min_size => {
+                    if pins.fetch_add(1, Ordering::AcqRel) & DYING != 0 {
+                        pins.fetch_sub(1, Ordering::AcqRel);
+                        false
+                    } else {
+                        true
+                    }
+                }
+                _ => false,
+            };
+            count += pinned as usize;
+            on(pinned);
+        }
+        self.pinned.fetch_add(count, Ordering::AcqRel);
+    }
+
+    /// Releases pins taken by [`Inventory::pin_each`] (only keys it reported pinned).
+    pub fn unpin_each(&self, keys: impl Iterator<Item = PinKey>) {
+        let state = self.state.read();
+        let mut count = 0;
+        for key in keys {
+            count += 1;
+            let found = match key.kind {
+                RegionKind::Allocation => state.allocations.get_pinned(key.base),
+                RegionKind::VmemMapping => state.mapping_pinned(key.base),
+            };
+            // A region forgotten meanwhile (tracking turned off) or replaced has no pin of ours to release.
+            if let Some((region, pins)) = found {
+                if region.generation == key.generation {
+                    pins.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        self.pinned.fetch_sub(count, Ordering::AcqRel);
     }
 
     /// Records a virtual-memory mapping. Any part of an existing mapping it overlaps is unmapped first (the
@@ -360,36 +603,45 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
     pub fn insert_vmem(&self, base: usize, size: usize, agent: Agent) -> Result<(), InsertError> {
         let region = Region { base, size, agent, generation: next_generation(), kind: RegionKind::VmemMapping };
         let mut state = self.state.write();
+        if !state.enabled {
+            return Ok(());
+        }
         state.unmap_range(base, size);
         if state.mappings.try_push(region).is_err() {
             state.remember_lost(base, size, Some(agent), RegionKind::VmemMapping);
             return Err(InsertError::Full);
         }
+        let last = state.mappings.len() - 1;
+        state.mapping_pins[last].store(0, Ordering::Relaxed);
         Ok(())
     }
 
     /// Unmaps `[base, base + size)` from the tracked mappings: whole mappings are removed, partly covered
-    /// ones trimmed or split.
-    pub fn remove_vmem(&self, base: usize, size: usize) -> UnmapOutcome {
-        self.state.write().unmap_range(base, size)
-    }
-
-    /// Runs `f` with the live region at `base` if it still has `generation` and at least `min_size` bytes,
-    /// holding the read lock throughout so that no free can take the region out from under `f`.
-    pub fn with_live<R>(
-        &self,
-        base: usize,
-        kind: RegionKind,
-        generation: u64,
-        min_size: usize,
-        f: impl FnOnce(&Region) -> R,
-    ) -> Option<R> {
-        let state = self.state.read();
-        let region = match kind {
-            RegionKind::Allocation => state.allocations.get(base),
-            RegionKind::VmemMapping => state.mappings.iter().find(|r| r.base == base),
-        }?;
-        (region.generation == generation && region.size >= min_size).then(|| f(region))
+    /// ones trimmed or split. Waits first until no copy in flight touches a mapping it overlaps; with
+    /// `may_wait` false it returns [`RemoveError::InUse`] instead, changing nothing.
+    pub fn remove_vmem(&self, base: usize, size: usize, may_wait: bool) -> Result<UnmapOutcome, RemoveError> {
+        let end = base.saturating_add(size);
+        let mut backoff = Backoff::new();
+        loop {
+            let mut state = self.state.write();
+            let mut busy = false;
+            for (region, pins) in state.mappings.iter().zip(&state.mapping_pins) {
+                if region.base < end && base < region.base + region.size && pins.load(Ordering::Relaxed) & !DYING != 0 {
+                    busy = true;
+                    if may_wait {
+                        pins.fetch_or(DYING, Ordering::Relaxed);
+                    }
+                }
+            }
+            if !busy {
+                return Ok(state.unmap_range(base, size));
+            }
+            if !may_wait {
+                return Err(RemoveError::InUse);
+            }
+            drop(state);
+            backoff.snooze();
+        }
     }
 
     /// Appends `agent`'s regions to `out` (allocations first, then mappings), reserving outside the lock.
@@ -435,17 +687,6 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         }
     }
 
-    /// Forgets everything: tracked regions and lost allocations. Returns how many regions were tracked.
-    pub fn clear(&self) -> usize {
-        let mut state = self.state.write();
-        let count = state.allocations.len() + state.mappings.len();
-        state.allocations.clear();
-        state.mappings.clear();
-        state.lost.clear();
-        state.lost_forgotten = false;
-        count
-    }
-
     /// Figures for one agent.
     pub fn stats(&self, agent: Agent) -> AgentStats {
         let state = self.state.read();
@@ -484,6 +725,41 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
 }
 
 impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
+    /// Forgets everything: tracked regions, lost allocations, undoable frees. Returns how many regions were
+    /// tracked.
+    fn clear(&mut self) -> usize {
+        let count = self.allocations.len() + self.mappings.len();
+        self.allocations.clear();
+        for pin in &self.mapping_pins[..self.mappings.len()] {
+            pin.store(0, Ordering::Relaxed);
+        }
+        self.mappings.clear();
+        self.lost.clear();
+        self.lost_forgotten = false;
+        self.freed.clear();
+        count
+    }
+
+    fn remember_freed(&mut self, freed: Freed) {
+        if self.freed.is_full() {
+            self.freed.remove(0);
+        }
+        self.freed.push(freed);
+    }
+
+    fn mapping_pinned(&self, base: usize) -> Option<(&Region, &AtomicU32)> {
+        let at = self.mappings.iter().position(|r| r.base == base)?;
+        Some((&self.mappings[at], &self.mapping_pins[at]))
+    }
+
+    /// Removes mapping `i`, moving the last mapping's pin word with it.
+    fn swap_remove_mapping(&mut self, i: usize) {
+        let last = self.mappings.len() - 1;
+        self.mapping_pins[i].store(self.mapping_pins[last].load(Ordering::Relaxed), Ordering::Relaxed);
+        self.mapping_pins[last].store(0, Ordering::Relaxed);
+        self.mappings.swap_remove(i);
+    }
+
     fn remember_lost(&mut self, base: usize, size: usize, agent: Option<Agent>, kind: RegionKind) {
         if self.lost.try_push(Lost { base, size, agent, kind }).is_err() {
             self.lost_forgotten = true;
@@ -510,7 +786,7 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
             let keeps_tail = region_end > end;
             match (keeps_head, keeps_tail) {
                 (false, false) => {
-                    self.mappings.swap_remove(i);
+                    self.swap_remove_mapping(i);
                     continue;
                 }
                 (true, false) => self.mappings[i].size = base - region.base,
@@ -521,7 +797,10 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
                 (true, true) => {
                     self.mappings[i].size = base - region.base;
                     let tail = Region { base: end, size: region_end - end, ..region };
-                    if self.mappings.try_push(tail).is_err() {
+                    let tail_index = self.mappings.len();
+                    if self.mappings.try_push(tail).is_ok() {
+                        self.mapping_pins[tail_index].store(0, Ordering::Relaxed);
+                    } else {
                         self.remember_lost(end, region_end - end, Some(region.agent), RegionKind::VmemMapping);
                         outcome.lost = true;
                     }
@@ -566,6 +845,32 @@ mod tests {
     const A: Agent = Agent(0xA);
     const B: Agent = Agent(0xB);
 
+    /// Shorthands for the tests: tracking on, inserts in the current epoch, removals that may wait.
+    impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
+        fn add(&self, base: usize, size: usize, agent: Agent) -> Result<Option<Region>, InsertError> {
+            self.set_enabled(true, true);
+            self.insert(base, size, agent, self.epoch())
+        }
+        fn add_unknown(&self, base: usize) {
+            self.insert_unknown(base, self.epoch());
+        }
+        fn del(&self, base: usize) -> Option<Option<Region>> {
+            self.remove(base, true).ok()
+        }
+        fn unmap(&self, base: usize, size: usize) -> UnmapOutcome {
+            self.remove_vmem(base, size, true).unwrap()
+        }
+        fn is_live(&self, base: usize, generation: u64, min_size: usize) -> bool {
+            let key = PinKey { base, kind: RegionKind::Allocation, generation, min_size };
+            let mut live = false;
+            self.pin_each(core::iter::once(key), |pinned| live = pinned);
+            if live {
+                self.unpin_each(core::iter::once(key));
+            }
+            live
+        }
+    }
+
     #[test]
     fn the_table_matches_a_model_under_random_inserts_and_removes() {
         // A tiny index forces long probe runs and wrap-around, which backward-shift deletion must get right.
@@ -602,16 +907,17 @@ mod tests {
     #[test]
     fn a_full_table_reports_and_remembers_the_lost_allocation_until_it_is_freed() {
         let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.set_enabled(true, true);
         for i in 0..16 {
-            inventory.insert(0x1000 * (i + 1), 64, A).unwrap();
+            inventory.add(0x1000 * (i + 1), 64, A).unwrap();
         }
-        assert_eq!(inventory.insert(0x100_0000, 64, A), Err(InsertError::Full));
+        assert_eq!(inventory.add(0x100_0000, 64, A), Err(InsertError::Full));
         assert!(inventory.is_overflowed(A));
         assert!(!inventory.is_overflowed(B), "another agent's snapshots are unaffected");
         assert_eq!(inventory.stats(A).overflowed, 1);
         let mut out = Vec::new();
         assert_eq!(inventory.gather(A, &mut out), Err(GatherError::Overflow));
-        assert_eq!(inventory.remove(0x100_0000), Some(None), "freeing the lost allocation is not NOT_FOUND");
+        assert_eq!(inventory.del(0x100_0000), Some(None), "freeing the lost allocation is not NOT_FOUND");
         assert!(!inventory.is_overflowed(A));
         inventory.gather(A, &mut out).unwrap();
         assert_eq!(out.len(), 16);
@@ -621,26 +927,29 @@ mod tests {
     #[test]
     fn an_allocation_of_unknown_owner_declines_every_agent_until_freed() {
         let inventory: Inventory<16, 32> = Inventory::new();
-        inventory.insert_unknown(0x5000);
+        inventory.set_enabled(true, true);
+        inventory.add_unknown(0x5000);
         assert!(inventory.is_overflowed(A) && inventory.is_overflowed(B));
-        inventory.remove(0x5000);
+        inventory.del(0x5000);
         assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
     }
 
     #[test]
     fn a_successful_retry_supersedes_the_lost_mark_of_the_same_allocation() {
         let inventory: Inventory<16, 32> = Inventory::new();
-        inventory.insert_unknown(0x5000);
-        inventory.insert(0x5000, 64, A).unwrap();
+        inventory.set_enabled(true, true);
+        inventory.add_unknown(0x5000);
+        inventory.add(0x5000, 64, A).unwrap();
         assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
-        assert!(matches!(inventory.remove(0x5000), Some(Some(_))));
-        assert!(inventory.remove(0x5000).is_none(), "one free takes it out entirely");
+        assert!(matches!(inventory.del(0x5000), Some(Some(_))));
+        assert!(inventory.del(0x5000).is_none(), "one free takes it out entirely");
     }
 
     #[test]
     #[cfg_attr(miri, ignore = "fills the 4096-entry mapping table")]
     fn lost_mappings_end_with_the_unmaps_that_cover_them() {
         let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.set_enabled(true, true);
         let slice = 0x1000;
         for i in 0..VMEM_CAPACITY {
             inventory.insert_vmem(0x1000_0000 + i * slice, slice, A).unwrap();
@@ -649,49 +958,51 @@ mod tests {
         assert_eq!(inventory.insert_vmem(past, 4 * slice, A), Err(InsertError::Full));
         assert!(inventory.is_overflowed(A) && !inventory.is_overflowed(B));
         // A hole in the middle keeps it; unmapping its head and then its tail ends it.
-        assert_eq!(inventory.remove_vmem(past + slice, slice).touched, 1);
-        assert_eq!(inventory.remove_vmem(past, slice).touched, 1);
+        assert_eq!(inventory.unmap(past + slice, slice).touched, 1);
+        assert_eq!(inventory.unmap(past, slice).touched, 1);
         assert!(inventory.is_overflowed(A));
-        assert_eq!(inventory.remove_vmem(past + slice, 3 * slice).touched, 1);
+        assert_eq!(inventory.unmap(past + slice, 3 * slice).touched, 1);
         assert!(!inventory.is_overflowed(A));
         // The tail of a split that could not be stored ends when it is unmapped.
-        let outcome = inventory.remove_vmem(0x1000_0000 + 0x100, 0x100);
+        let outcome = inventory.unmap(0x1000_0000 + 0x100, 0x100);
         assert!(outcome.lost);
         assert!(inventory.is_overflowed(A));
-        assert_eq!(inventory.remove_vmem(0x1000_0000 + 0x200, slice - 0x200).touched, 1);
+        assert_eq!(inventory.unmap(0x1000_0000 + 0x200, slice - 0x200).touched, 1);
         assert!(!inventory.is_overflowed(A));
         // A lost mapping is not ended by a free of the same address, nor a lost allocation by an unmap.
-        inventory.insert_unknown(0x7000_0000);
-        assert_eq!(inventory.remove_vmem(0x7000_0000, slice).touched, 0);
+        inventory.add_unknown(0x7000_0000);
+        assert_eq!(inventory.unmap(0x7000_0000, slice).touched, 0);
         assert!(inventory.is_overflowed(B));
-        assert!(inventory.remove(0x7000_0000).is_some());
+        assert!(inventory.del(0x7000_0000).is_some());
         assert!(!inventory.is_overflowed(B));
     }
 
     #[test]
     fn a_reused_address_gets_a_new_generation() {
         let inventory: Inventory<16, 32> = Inventory::new();
-        inventory.insert(0x4000, 128, A).unwrap();
-        let first = inventory.with_live(0x4000, RegionKind::Allocation, 0, 0, |_| ()).is_none();
+        inventory.set_enabled(true, true);
+        inventory.add(0x4000, 128, A).unwrap();
+        let first = !inventory.is_live(0x4000, 0, 0);
         assert!(first, "generation 0 is never handed out");
         let mut out = Vec::new();
         inventory.gather(A, &mut out).unwrap();
         let old = out[0].generation;
-        inventory.remove(0x4000).unwrap();
-        inventory.insert(0x4000, 128, A).unwrap();
+        inventory.del(0x4000).unwrap();
+        inventory.add(0x4000, 128, A).unwrap();
         out.clear();
         inventory.gather(A, &mut out).unwrap();
         assert_ne!(out[0].generation, old);
-        assert!(inventory.with_live(0x4000, RegionKind::Allocation, old, 128, |_| ()).is_none());
-        assert!(inventory.with_live(0x4000, RegionKind::Allocation, out[0].generation, 128, |_| ()).is_some());
-        assert!(inventory.with_live(0x4000, RegionKind::Allocation, out[0].generation, 129, |_| ()).is_none());
+        assert!(!inventory.is_live(0x4000, old, 128));
+        assert!(inventory.is_live(0x4000, out[0].generation, 128));
+        assert!(!inventory.is_live(0x4000, out[0].generation, 129));
     }
 
     #[test]
     fn gather_returns_only_the_agents_regions() {
         let inventory: Inventory<64, 128> = Inventory::new();
+        inventory.set_enabled(true, true);
         for i in 0..40 {
-            inventory.insert(0x10_0000 + i * 0x1000, 16, if i % 4 == 0 { A } else { B }).unwrap();
+            inventory.add(0x10_0000 + i * 0x1000, 16, if i % 4 == 0 { A } else { B }).unwrap();
         }
         inventory.insert_vmem(0x9000_0000, 0x10000, A).unwrap();
         let mut out = Vec::new();
@@ -704,43 +1015,46 @@ mod tests {
     #[test]
     fn a_mapping_of_unknown_owner_declines_every_agent_until_unmapped() {
         let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.set_enabled(true, true);
         inventory.insert_vmem_unknown(0x10000, 0x4000);
         assert!(inventory.is_overflowed(A) && inventory.is_overflowed(B));
-        inventory.remove_vmem(0x10000, 0x2000);
+        inventory.unmap(0x10000, 0x2000);
         assert!(inventory.is_overflowed(A), "half of the mapping is still there");
-        inventory.remove_vmem(0x12000, 0x2000);
+        inventory.unmap(0x12000, 0x2000);
         assert!(!inventory.is_overflowed(A) && !inventory.is_overflowed(B));
     }
 
     #[test]
     fn partial_unmaps_trim_and_split_mappings() {
         let inventory: Inventory<16, 32> = Inventory::new();
+        inventory.set_enabled(true, true);
         inventory.insert_vmem(0x10000, 0x10000, A).unwrap();
         // Middle: split into [0x10000, 0x14000) and [0x18000, 0x20000).
-        assert_eq!(inventory.remove_vmem(0x14000, 0x4000).touched, 1);
+        assert_eq!(inventory.unmap(0x14000, 0x4000).touched, 1);
         let mut out = Vec::new();
         inventory.gather(A, &mut out).unwrap();
         out.sort_by_key(|r| r.base);
         let ranges: Vec<_> = out.iter().map(|r| (r.base, r.size)).collect();
         assert_eq!(ranges, [(0x10000, 0x4000), (0x18000, 0x8000)]);
         // Head of the second piece, then the tail of the first.
-        inventory.remove_vmem(0x18000, 0x1000);
-        inventory.remove_vmem(0x13000, 0x1000);
+        inventory.unmap(0x18000, 0x1000);
+        inventory.unmap(0x13000, 0x1000);
         out.clear();
         inventory.gather(A, &mut out).unwrap();
         out.sort_by_key(|r| r.base);
         let ranges: Vec<_> = out.iter().map(|r| (r.base, r.size)).collect();
         assert_eq!(ranges, [(0x10000, 0x3000), (0x19000, 0x7000)]);
         // A range covering everything removes both.
-        assert_eq!(inventory.remove_vmem(0, 0x100000).touched, 2);
+        assert_eq!(inventory.unmap(0, 0x100000).touched, 2);
         assert!(inventory.is_empty());
-        assert_eq!(inventory.remove_vmem(0, 0x100000).touched, 0);
+        assert_eq!(inventory.unmap(0, 0x100000).touched, 0);
     }
 
     #[test]
     fn concurrent_inserts_and_removes_keep_the_table_consistent() {
         static INVENTORY: Inventory<4096, 8192> = Inventory::new();
         let inventory = &INVENTORY;
+        inventory.set_enabled(true, true);
         let threads: Vec<_> = (0..4)
             .map(|t| {
                 std::thread::spawn(move || {
@@ -748,23 +1062,23 @@ mod tests {
                     for round in 0..if cfg!(miri) { 4 } else { 200 } {
                         for i in 0..64 {
                             let base = ((t as usize) << 32) | ((i + 1) << 12);
-                            inventory.insert(base, round + 1, agent).unwrap();
+                            inventory.add(base, round + 1, agent).unwrap();
                         }
                         for i in (0..64).step_by(2) {
                             let base = ((t as usize) << 32) | ((i + 1) << 12);
-                            assert!(inventory.remove(base).is_some());
+                            assert!(inventory.del(base).is_some());
                         }
                         for i in (0..64).step_by(2) {
                             let base = ((t as usize) << 32) | ((i + 1) << 12);
-                            assert!(inventory.remove(base).is_none());
+                            assert!(inventory.del(base).is_none());
                         }
                         for i in (1..64).step_by(2) {
                             let base = ((t as usize) << 32) | ((i + 1) << 12);
-                            assert!(inventory.remove(base).is_some());
+                            assert!(inventory.del(base).is_some());
                         }
                     }
                     for i in 0..10 {
-                        inventory.insert(((t as usize) << 32) | ((i + 1) << 12), 8, agent).unwrap();
+                        inventory.add(((t as usize) << 32) | ((i + 1) << 12), 8, agent).unwrap();
                     }
                 })
             })

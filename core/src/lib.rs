@@ -15,6 +15,7 @@
 
 extern crate alloc;
 
+pub mod activity;
 pub mod clock;
 pub mod engine;
 pub mod error;
@@ -23,16 +24,21 @@ pub mod host_memory;
 pub mod inventory;
 pub mod lock;
 pub mod log;
+pub mod modules;
 pub mod ops;
+pub mod opsets;
 pub mod policy;
 pub mod snapshot;
-pub mod staging;
+pub mod storage;
 pub mod types;
+
+/// The host staging pools, under the name the C API gives them.
+pub use storage::host as staging;
 
 #[cfg(test)]
 mod testing;
 
 pub use engine::Engine;
 pub use error::{DeclineReason, Error, Result};
-pub use ops::DeviceOps;
+pub use ops::{CopyJob, DeviceOps, Digest, DigestJob};
 pub use types::{Agent, AllocFlags, GlobalFlags, ModuleVariable, PointerInfo, PointerType};

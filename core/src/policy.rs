@@ -1,40 +1,81 @@
-//! Policy: how snapshots use host memory.
+//! Policy: how snapshots use host and device memory.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crate::lock::RwLock;
+
+/// Smallest digest block.
+pub const MIN_DIGEST_BLOCK: usize = 4096;
+/// Largest digest block.
+pub const MAX_DIGEST_BLOCK: usize = 16 << 20;
+/// Digest block when the host leaves it at 0.
+pub const DEFAULT_DIGEST_BLOCK: usize = 64 << 10;
 
 /// The host's choices for snapshots.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// Page-lock retained staging through the device ops, once, and keep it locked while retained.
     pub pin_staging: bool,
     /// Decline snapshots that would capture more than this many bytes; 0 means no limit.
     pub max_snapshot_bytes: usize,
+    /// Device memory per agent that snapshots may hold (with `device_alloc`); 0 keeps everything on the host.
+    pub device_budget_bytes: usize,
+    /// With the digest op: restore, and re-capture across dispatches, only the blocks whose digest changed.
+    pub dirty_only: bool,
+    /// Digest block size: a power of two in [`MIN_DIGEST_BLOCK`, `MAX_DIGEST_BLOCK`].
+    pub digest_block_bytes: usize,
+    /// Reuse an agent's last complete module scan until [`crate::Engine::modules_changed`].
+    pub cache_module_scan: bool,
 }
 
-/// A [`Policy`] that can be read and replaced from any thread.
-#[derive(Default)]
-pub struct AtomicPolicy {
-    pin_staging: AtomicBool,
-    max_snapshot_bytes: AtomicUsize,
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            pin_staging: false,
+            max_snapshot_bytes: 0,
+            device_budget_bytes: 0,
+            dirty_only: false,
+            digest_block_bytes: DEFAULT_DIGEST_BLOCK,
+            cache_module_scan: false,
+        }
+    }
+}
+
+impl Policy {
+    /// Whether every field is within its range.
+    pub fn is_valid(&self) -> bool {
+        self.digest_block_bytes.is_power_of_two()
+            && (MIN_DIGEST_BLOCK..=MAX_DIGEST_BLOCK).contains(&self.digest_block_bytes)
+    }
+}
+
+/// A [`Policy`] that can be read and replaced from any thread; a reader sees one whole policy.
+pub struct AtomicPolicy(RwLock<Policy>);
+
+impl Default for AtomicPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl AtomicPolicy {
-    /// The default policy: pageable staging, no budget.
+    /// The default policy: pageable staging, host only, no budget, full copies, no module cache.
     pub const fn new() -> Self {
-        AtomicPolicy { pin_staging: AtomicBool::new(false), max_snapshot_bytes: AtomicUsize::new(0) }
+        AtomicPolicy(RwLock::new(Policy {
+            pin_staging: false,
+            max_snapshot_bytes: 0,
+            device_budget_bytes: 0,
+            dirty_only: false,
+            digest_block_bytes: DEFAULT_DIGEST_BLOCK,
+            cache_module_scan: false,
+        }))
     }
 
     /// The current policy.
     pub fn get(&self) -> Policy {
-        Policy {
-            pin_staging: self.pin_staging.load(Ordering::Relaxed),
-            max_snapshot_bytes: self.max_snapshot_bytes.load(Ordering::Relaxed),
-        }
+        *self.0.read()
     }
 
     /// Replaces the policy; snapshots already under way keep the one they started with.
     pub fn set(&self, policy: Policy) {
-        self.pin_staging.store(policy.pin_staging, Ordering::Relaxed);
-        self.max_snapshot_bytes.store(policy.max_snapshot_bytes, Ordering::Relaxed);
+        *self.0.write() = policy;
     }
 }

@@ -706,7 +706,7 @@ fn reset() {
     kreplay_sim_reset();
     disarm();
     let policy =
-        kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), pin_staging: false, max_snapshot_bytes: 0 };
+        kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), ..Default::default() };
     // SAFETY: a valid policy.
     assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
 }

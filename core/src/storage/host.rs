@@ -1,4 +1,4 @@
-//! Staging pools: per-agent host memory that holds captured contents, retained across dispatches so that the
+//! Host staging: per-agent host memory that holds captured contents, retained across dispatches so that the
 //! per-dispatch cost is the copy and nothing else.
 //!
 //! - Storage comes from [`crate::host_memory`] (anonymous mmap) and is never zero-filled by the library.
@@ -10,23 +10,25 @@
 //! - The pools live in a static that is never destroyed: a buffer released during the host's static
 //!   destruction still has a pool to go back to.
 //!
-//! Everything is in fixed-capacity tables behind per-agent spin mutexes. Nothing here knows about devices:
-//! page-locked blocks are unlocked through a callback the caller supplies.
+//! - A pool that holds nothing is given up, so a process that sees many agents over its life never runs out
+//!   of pools for good.
+//!
+//! Everything is in fixed-capacity tables behind per-agent spin mutexes; nothing is logged under them. Nothing
+//! here knows about devices: page-locked blocks are unlocked through a callback the caller supplies.
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arrayvec::ArrayVec;
 
+use super::blocks::{Block, BlockPool, next_loan};
+use super::slots::{AgentSlots, Claimed};
 use crate::error::{Error, Result};
 use crate::host_memory;
-use crate::lock::Mutex;
+use crate::opsets::OpsHold;
 use crate::types::Agent;
 
-/// Agents (GPUs, or GPU partitions) that can have a pool.
-pub const MAX_AGENTS: usize = 64;
-/// Page-backed blocks (idle or lent) one agent's pool keeps track of.
-pub const BLOCKS_PER_AGENT: usize = 1024;
+pub use super::blocks::BLOCKS_PER_AGENT;
+pub use super::slots::MAX_AGENTS;
 /// The largest request served from a slab.
 pub const SMALL_MAX: usize = 2048;
 const SMALL_CLASSES: [usize; 8] = [16, 32, 64, 128, 256, 512, 1024, 2048];
@@ -45,52 +47,17 @@ pub struct Lease {
     pub capacity: usize,
     /// The pool it came from.
     pub agent: Agent,
-    /// Whether the storage is page-locked (it stays so while retained).
-    pub locked: bool,
+    /// The set of ops the storage is page-locked through (it stays locked while retained), if it is.
+    pub hold: Option<OpsHold>,
     /// Identifies this loan: a stale copy of a lease whose storage has since been lent again is refused.
     pub loan: u64,
 }
 
-static NEXT_LOAN: AtomicU64 = AtomicU64::new(1);
-
-/// A fresh loan number; never 0, so a zero-initialised C buffer never matches a loan.
-fn next_loan() -> u64 {
-    NEXT_LOAN.fetch_add(1, Ordering::Relaxed)
-}
-
-/// The part of a loan number a slab slot remembers (slots keep 32 bits to keep the tables small).
-fn slot_tag(loan: u64) -> u32 {
-    (loan as u32).max(1)
-}
-
-/// A page-backed mapping known to a pool.
-#[derive(Copy, Clone, Debug)]
-struct Block {
-    ptr: NonNull<u8>,
-    capacity: usize,
-    locked: bool,
-    lent: bool,
-    /// The loan it is lent under (meaningful while `lent`); its low bits are the block's index.
-    loan: u64,
-}
-
-/// Low bits of a block's loan number that hold its index in the pool, so a release finds it without a search.
-const BLOCK_INDEX_BITS: u32 = 10;
-const _: () = assert!(BLOCKS_PER_AGENT <= 1 << BLOCK_INDEX_BITS);
-
-fn block_loan(index: usize) -> u64 {
-    (next_loan() << BLOCK_INDEX_BITS) | index as u64
-}
-
-fn block_index(loan: u64) -> usize {
-    (loan & ((1 << BLOCK_INDEX_BITS) - 1)) as usize
-}
-
-/// An idle block, as listed in [`AgentPool::idle`].
-#[derive(Copy, Clone, Debug)]
-struct IdleBlock {
-    capacity: usize,
-    index: u16,
+impl Lease {
+    /// Whether the storage is page-locked.
+    pub fn is_locked(&self) -> bool {
+        self.hold.is_some()
+    }
 }
 
 /// One mapping cut into equal slots.
@@ -104,8 +71,8 @@ struct Chunk {
     free: [u64; MAX_SLOTS_PER_CHUNK / 64],
     slots: u16,
     idle: u16,
-    /// The loan tag of each lent slot.
-    tags: [u32; MAX_SLOTS_PER_CHUNK],
+    /// The loan number of each lent slot.
+    tags: [u64; MAX_SLOTS_PER_CHUNK],
 }
 
 impl Chunk {
@@ -128,7 +95,7 @@ impl Chunk {
         self.free[word] &= !(1u64 << bit);
         self.idle -= 1;
         let slot = word * 64 + bit;
-        self.tags[slot] = slot_tag(loan);
+        self.tags[slot] = loan;
         Some(slot)
     }
 
@@ -136,7 +103,7 @@ impl Chunk {
     /// stale copy released after the slot went to a new owner).
     fn give_back(&mut self, slot: usize, loan: u64) -> bool {
         let (word, bit) = (slot / 64, slot % 64);
-        if slot >= self.slots as usize || self.free[word] & (1u64 << bit) != 0 || self.tags[slot] != slot_tag(loan) {
+        if slot >= self.slots as usize || self.free[word] & (1u64 << bit) != 0 || self.tags[slot] != loan {
             return false;
         }
         self.free[word] |= 1u64 << bit;
@@ -162,58 +129,28 @@ const fn slots_per_chunk(class_size: usize) -> usize {
     if slots > MAX_SLOTS_PER_CHUNK { MAX_SLOTS_PER_CHUNK } else { slots }
 }
 
-/// # Invariants
-/// `idle` lists exactly the blocks that are present and not lent, each once, ordered by capacity.
-struct AgentPool {
-    /// Every page-backed block the pool tracks, idle or lent; `None` is a free slot. Blocks never move, so a
-    /// loan number can carry its block's index.
-    blocks: ArrayVec<Option<Block>, BLOCKS_PER_AGENT>,
-    /// The idle blocks by capacity: the best fit is a binary search, whatever the number of blocks.
-    idle: ArrayVec<IdleBlock, BLOCKS_PER_AGENT>,
+/// One agent's host storage: page-backed blocks and slabs.
+pub(crate) struct AgentPool {
+    blocks: BlockPool,
     slabs: [ArrayVec<Chunk, CHUNKS_PER_CLASS>; SMALL_CLASSES.len()],
 }
 
+// SAFETY: the pointers in a pool are addresses of mappings the pool owns; they are only read or written under
+// the slot's mutex, and the memory behind them is handed out only through leases.
+unsafe impl Send for AgentPool {}
+
+impl Claimed for AgentPool {
+    const EMPTY: Self =
+        AgentPool { blocks: BlockPool::new(), slabs: [const { ArrayVec::new_const() }; SMALL_CLASSES.len()] };
+
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.slabs.iter().all(|chunks| chunks.is_empty())
+    }
+}
+
 impl AgentPool {
-    const fn new() -> Self {
-        AgentPool {
-            blocks: ArrayVec::new_const(),
-            idle: ArrayVec::new_const(),
-            slabs: [const { ArrayVec::new_const() }; SMALL_CLASSES.len()],
-        }
-    }
-
-    /// Takes the smallest idle block with capacity in `[size, 2 * size]` off the idle list; returns its index.
-    fn take_best_fit(&mut self, size: usize) -> Option<usize> {
-        let first = self.idle.partition_point(|b| b.capacity < size);
-        let capacity = self.idle.get(first)?.capacity;
-        if capacity > size.saturating_mul(2) {
-            return None;
-        }
-        // Of equal blocks take the last listed: removing it moves the fewest entries.
-        let last = self.idle.partition_point(|b| b.capacity <= capacity) - 1;
-        Some(self.idle.remove(last).index as usize)
-    }
-
-    /// Lists block `index` (present, just released) as idle.
-    fn list_idle(&mut self, index: usize, capacity: usize) {
-        let at = self.idle.partition_point(|b| b.capacity <= capacity);
-        // Cannot overflow: `idle` has room for every block.
-        self.idle.insert(at, IdleBlock { capacity, index: index as u16 });
-    }
-
-    /// Stores a new block in a free slot; `None` when every slot is taken.
-    fn add_block(&mut self, block: Block) -> Option<usize> {
-        match self.blocks.iter().position(Option::is_none) {
-            Some(index) => {
-                self.blocks[index] = Some(block);
-                Some(index)
-            }
-            None => self.blocks.try_push(Some(block)).ok().map(|()| self.blocks.len() - 1),
-        }
-    }
-
     fn retained_bytes(&self) -> usize {
-        let blocks: usize = self.idle.iter().map(|b| b.capacity).sum();
+        let blocks = self.blocks.idle_bytes();
         let slabs: usize = self
             .slabs
             .iter()
@@ -226,35 +163,18 @@ impl AgentPool {
     }
 }
 
-// SAFETY: the pointers in a pool are addresses of mappings the pool owns; they are only read or written under
-// the slot's mutex, and the memory behind them is handed out only through leases.
-unsafe impl Send for AgentPool {}
-
-struct PoolSlot {
-    agent: AtomicU64,
-    claimed: AtomicBool,
-    pool: Mutex<AgentPool>,
-}
-
-impl PoolSlot {
-    const fn new() -> Self {
-        PoolSlot { agent: AtomicU64::new(0), claimed: AtomicBool::new(false), pool: Mutex::new(AgentPool::new()) }
-    }
-}
-
 /// Memory to give back to the system, collected under a pool's lock and unmapped outside it.
 struct Victim {
     ptr: NonNull<u8>,
     len: usize,
-    locked: bool,
+    hold: Option<OpsHold>,
 }
 
 const TRIM_BATCH: usize = 64;
 
 /// The staging pools of every agent.
 pub struct Pools {
-    slots: [PoolSlot; MAX_AGENTS],
-    claiming: Mutex<()>,
+    slots: AgentSlots<AgentPool>,
 }
 
 impl Default for Pools {
@@ -266,35 +186,7 @@ impl Default for Pools {
 impl Pools {
     /// Empty pools.
     pub const fn new() -> Self {
-        Pools { slots: [const { PoolSlot::new() }; MAX_AGENTS], claiming: Mutex::new(()) }
-    }
-
-    fn find(&self, agent: Agent) -> Option<&PoolSlot> {
-        self.slots
-            .iter()
-            .find(|slot| slot.claimed.load(Ordering::Acquire) && slot.agent.load(Ordering::Relaxed) == agent.0)
-    }
-
-    fn find_or_claim(&self, agent: Agent) -> Result<&PoolSlot> {
-        if let Some(slot) = self.find(agent) {
-            return Ok(slot);
-        }
-        let _claiming = self.claiming.lock();
-        if let Some(slot) = self.find(agent) {
-            return Ok(slot);
-        }
-        let slot = self.slots.iter().find(|slot| !slot.claimed.load(Ordering::Acquire)).ok_or_else(|| {
-            crate::log!(
-                crate::log::Level::Error,
-                "agent {:#x}: no staging pool left (at most {} agents)",
-                agent.0,
-                MAX_AGENTS
-            );
-            Error::CapacityExceeded
-        })?;
-        slot.agent.store(agent.0, Ordering::Relaxed);
-        slot.claimed.store(true, Ordering::Release);
-        Ok(slot)
+        Pools { slots: AgentSlots::new() }
     }
 
     /// Storage for `size` bytes from `agent`'s pool: a slab slot for small requests, else the best-fitting
@@ -321,50 +213,41 @@ impl Pools {
         let len = host_memory::mapping_len(reserve)
             .filter(|&len| len <= isize::MAX as usize)
             .ok_or(Error::InvalidArgument)?;
-        let slot = self.find_or_claim(agent)?;
-        {
-            let mut pool = slot.pool.lock();
-            if let Some(index) = pool.take_best_fit(size) {
-                let block = pool.blocks[index].as_mut().ok_or(Error::Internal)?;
-                block.lent = true;
-                block.loan = block_loan(index);
-                return Ok(Lease {
-                    data: block.ptr,
-                    size,
-                    capacity: block.capacity,
-                    agent,
-                    locked: block.locked,
-                    loan: block.loan,
-                });
-            }
+        let lease = |loaned: super::blocks::Loaned| Lease {
+            data: loaned.ptr,
+            size,
+            capacity: loaned.capacity,
+            agent,
+            hold: loaned.hold,
+            loan: loaned.loan,
+        };
+        if let Some(loaned) = self.slots.with_or_claim(agent, |pool| pool.blocks.take_best_fit(size))? {
+            return Ok(lease(loaned));
         }
         let data = host_memory::map(len)?;
-        let mut pool = slot.pool.lock();
-        let added = pool.add_block(Block { ptr: data, capacity: len, locked: false, lent: true, loan: 0 });
-        let Some(index) = added else {
-            drop(pool);
-            // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
-            unsafe { host_memory::unmap(data, len) };
-            crate::log!(
-                crate::log::Level::Warning,
-                "agent {:#x}: staging pool tracks {} blocks already; release or trim some",
-                agent.0,
-                BLOCKS_PER_AGENT
-            );
-            return Err(Error::CapacityExceeded);
-        };
-        let loan = block_loan(index);
-        if let Some(block) = pool.blocks[index].as_mut() {
-            block.loan = loan;
+        let added = self.slots.with_or_claim(agent, |pool| pool.blocks.add_lent(Block::new(data, len, None)));
+        match added {
+            Ok(Some(loaned)) => Ok(lease(loaned)),
+            failed => {
+                // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
+                unsafe { host_memory::unmap(data, len) };
+                if failed.is_ok() {
+                    crate::log!(
+                        crate::log::Level::Warning,
+                        "agent {:#x}: staging pool tracks {} blocks already; release or trim some",
+                        agent.0,
+                        BLOCKS_PER_AGENT
+                    );
+                }
+                Err(Error::CapacityExceeded)
+            }
         }
-        Ok(Lease { data, size, capacity: len, agent, locked: false, loan })
     }
 
     /// `Ok(None)` when the slab for this class is full and the request should take a block instead.
     fn acquire_small(&self, agent: Agent, size: usize) -> Result<Option<Lease>> {
         let class = class_index(size);
         let class_size = SMALL_CLASSES[class];
-        let slot = self.find_or_claim(agent)?;
         let loan = next_loan();
         let lease = |base: NonNull<u8>, index: usize| Lease {
             // SAFETY: `index < slots`, so the slot lies inside the chunk's mapping, and a pointer into a mapping
@@ -373,32 +256,33 @@ impl Pools {
             size,
             capacity: class_size,
             agent,
-            locked: false,
+            hold: None,
             loan,
         };
-        {
-            let mut pool = slot.pool.lock();
+        let taken = self.slots.with_or_claim(agent, |pool| {
             for chunk in pool.slabs[class].iter_mut() {
                 if let Some(index) = chunk.take(loan) {
-                    return Ok(Some(lease(chunk.base, index)));
+                    return Some(Some((chunk.base, index)));
                 }
             }
-            if pool.slabs[class].is_full() {
-                return Ok(None);
-            }
+            if pool.slabs[class].is_full() { Some(None) } else { None }
+        })?;
+        match taken {
+            Some(Some((base, index))) => return Ok(Some(lease(base, index))),
+            Some(None) => return Ok(None),
+            None => {}
         }
         let slots = slots_per_chunk(class_size);
         let len = slots * class_size;
         let data = host_memory::map(len)?;
         let mut chunk = Chunk::new(data, slots);
         let index = chunk.take(loan).ok_or(Error::Internal)?;
-        let mut pool = slot.pool.lock();
-        if pool.slabs[class].try_push(chunk).is_err() {
-            // Another thread filled the class meanwhile.
-            drop(pool);
+        let added = self.slots.with_or_claim(agent, |pool| pool.slabs[class].try_push(chunk).is_ok());
+        if added != Ok(true) {
+            // Another thread filled the class meanwhile, or no slot is left.
             // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
             unsafe { host_memory::unmap(data, len) };
-            return Ok(None);
+            return added.map(|_| None);
         }
         Ok(Some(lease(data, index)))
     }
@@ -407,64 +291,47 @@ impl Pools {
     /// not outstanding in that pool: never lent, released already, lent again since (a stale copy), or released
     /// to the wrong agent.
     pub fn release(&self, agent: Agent, data: NonNull<u8>, capacity: usize, loan: u64) -> Result<()> {
-        let slot = self.find(agent).ok_or(Error::NotFound)?;
         let addr = data.as_ptr() as usize;
-        let mut pool = slot.pool.lock();
-        if capacity <= SMALL_MAX {
-            let class = class_index(capacity.max(1));
-            let class_size = SMALL_CLASSES[class];
-            if class_size == capacity {
-                for chunk in pool.slabs[class].iter_mut() {
-                    let start = chunk.base.as_ptr() as usize;
-                    let end = start + chunk.slots as usize * class_size;
-                    if addr >= start && addr < end && (addr - start) % class_size == 0 {
-                        return if chunk.give_back((addr - start) / class_size, loan) {
-                            Ok(())
-                        } else {
-                            Err(Error::NotFound)
-                        };
+        let released = self.slots.with(agent, |pool| {
+            if capacity <= SMALL_MAX {
+                let class = class_index(capacity.max(1));
+                let class_size = SMALL_CLASSES[class];
+                if class_size == capacity {
+                    for chunk in pool.slabs[class].iter_mut() {
+                        let start = chunk.base.as_ptr() as usize;
+                        let end = start + chunk.slots as usize * class_size;
+                        if addr >= start && addr < end && (addr - start) % class_size == 0 {
+                            return chunk.give_back((addr - start) / class_size, loan);
+                        }
                     }
                 }
             }
-        }
-        let index = block_index(loan);
-        match pool.blocks.get_mut(index) {
-            Some(Some(block))
-                if block.ptr == data && block.capacity == capacity && block.lent && block.loan == loan =>
-            {
-                block.lent = false;
-                pool.list_idle(index, capacity);
-                Ok(())
-            }
-            _ => Err(Error::NotFound),
+            pool.blocks.give_back(data, capacity, loan)
+        });
+        if released == Some(true) { Ok(()) } else { Err(Error::NotFound) }
+    }
+
+    /// Records that a lent block is now page-locked through `hold`'s set of ops (or no longer), so that it is
+    /// unlocked through that set before it is unmapped. False when the lease is not outstanding.
+    pub fn set_hold(&self, lease: &mut Lease, hold: Option<OpsHold>) -> bool {
+        let recorded = self.slots.with(lease.agent, |pool| pool.blocks.set_hold(lease.loan, lease.data, hold));
+        if recorded == Some(true) {
+            lease.hold = hold;
+            true
+        } else {
+            false
         }
     }
 
-    /// Records that a lent block is now page-locked (or no longer), so that it is unlocked before unmapping.
-    pub fn set_locked(&self, lease: &mut Lease, locked: bool) {
-        lease.locked = locked;
-        if let Some(slot) = self.find(lease.agent) {
-            let mut pool = slot.pool.lock();
-            if let Some(Some(block)) = pool.blocks.get_mut(block_index(lease.loan)) {
-                if block.ptr == lease.data && block.loan == lease.loan {
-                    block.locked = locked;
-                }
-            }
-        }
-    }
-
-    /// Unmaps all of `agent`'s idle storage, calling `unlock` first for page-locked blocks.
-    pub fn trim(&self, agent: Agent, unlock: &mut dyn FnMut(NonNull<u8>, usize)) {
-        let Some(slot) = self.find(agent) else { return };
+    /// Unmaps all of `agent`'s idle storage, calling `unlock` first for page-locked blocks (with the hold to
+    /// unlock through and give back). No lock is held during `unlock`.
+    pub fn trim(&self, agent: Agent, unlock: &mut dyn FnMut(NonNull<u8>, usize, OpsHold)) {
         loop {
             let mut victims: ArrayVec<Victim, TRIM_BATCH> = ArrayVec::new();
-            {
-                let mut pool = slot.pool.lock();
+            let found = self.slots.with(agent, |pool| {
                 while !victims.is_full() {
-                    let Some(idle) = pool.idle.pop() else { break };
-                    if let Some(block) = pool.blocks[idle.index as usize].take() {
-                        victims.push(Victim { ptr: block.ptr, len: block.capacity, locked: block.locked });
-                    }
+                    let Some(block) = pool.blocks.pop_idle() else { break };
+                    victims.push(Victim { ptr: block.ptr, len: block.capacity, hold: block.hold });
                 }
                 for (class, chunks) in pool.slabs.iter_mut().enumerate() {
                     let len = slots_per_chunk(SMALL_CLASSES[class]) * SMALL_CLASSES[class];
@@ -475,16 +342,16 @@ impl Pools {
                             continue;
                         }
                         let chunk = chunks.swap_remove(i);
-                        victims.push(Victim { ptr: chunk.base, len, locked: false });
+                        victims.push(Victim { ptr: chunk.base, len, hold: None });
                     }
                 }
-            }
-            if victims.is_empty() {
+            });
+            if found.is_none() || victims.is_empty() {
                 return;
             }
             for victim in victims {
-                if victim.locked {
-                    unlock(victim.ptr, victim.len);
+                if let Some(hold) = victim.hold {
+                    unlock(victim.ptr, victim.len, hold);
                 }
                 // SAFETY: the victim was an idle mapping of this pool, removed from it under the lock, so nothing
                 // else can reach it; ptr and len are exactly what `map` returned.
@@ -495,7 +362,7 @@ impl Pools {
 
     /// Bytes of idle storage `agent`'s pool holds: idle blocks and wholly idle slab chunks (what a trim unmaps).
     pub fn retained_bytes(&self, agent: Agent) -> usize {
-        self.find(agent).map_or(0, |slot| slot.pool.lock().retained_bytes())
+        self.slots.with(agent, |pool| pool.retained_bytes()).unwrap_or(0)
     }
 }
 
@@ -511,8 +378,8 @@ mod tests {
         }};
     }
 
-    fn no_unlock() -> impl FnMut(NonNull<u8>, usize) {
-        |_, _| panic!("nothing here is page-locked")
+    fn no_unlock() -> impl FnMut(NonNull<u8>, usize, OpsHold) {
+        |_, _, _| panic!("nothing here is page-locked")
     }
 
     #[test]
@@ -662,13 +529,19 @@ mod tests {
         let pools = pools!();
         let agent = Agent(8);
         let mut lease = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
-        pools.set_locked(&mut lease, true);
+        let table = crate::opsets::OpsTable::new();
+        table.install(()).unwrap();
+        let hold = table.get().unwrap().hold();
+        assert!(pools.set_hold(&mut lease, Some(hold)));
         pools.release(agent, lease.data, lease.capacity, lease.loan).unwrap();
         let again = pools.acquire_block(agent, 1 << 20, 1 << 20).unwrap();
-        assert!(again.locked, "a retained block stays locked");
+        assert_eq!(again.hold, Some(hold), "a retained block stays locked, through the same ops");
         pools.release(agent, again.data, again.capacity, again.loan).unwrap();
         let mut unlocked = Vec::new();
-        pools.trim(agent, &mut |ptr, len| unlocked.push((ptr, len)));
+        pools.trim(agent, &mut |ptr, len, by| {
+            assert_eq!(by, hold);
+            unlocked.push((ptr, len))
+        });
         assert_eq!(unlocked, [(lease.data, lease.capacity)]);
     }
 
@@ -691,5 +564,9 @@ mod tests {
             pools.release(lease.agent, lease.data, lease.capacity, lease.loan).unwrap();
             pools.trim(lease.agent, &mut no_unlock());
         }
+        // Every pool is empty again: a new agent gets one (the slot of an empty pool is given up).
+        let lease = pools.acquire(Agent(5000), 16).unwrap();
+        pools.release(lease.agent, lease.data, lease.capacity, lease.loan).unwrap();
+        pools.trim(lease.agent, &mut no_unlock());
     }
 }

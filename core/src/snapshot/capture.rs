@@ -1,0 +1,347 @@
+//! Capture: plan -> stage -> transfer -> report.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use super::plan::place;
+use super::transfer::{Direction, Dirty, Outcome};
+use super::{Digests, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, gigabytes_per_second, try_box};
+use crate::clock;
+use crate::engine::Engine;
+use crate::error::DeclineReason;
+use crate::log::Level;
+use crate::ops::{DeviceOps, Digest};
+use crate::policy::Policy;
+use crate::storage::device::DeviceLease;
+use crate::types::Agent;
+
+/// New storage gets this much headroom (1/8), so a footprint that grows a little reuses its block.
+const HEADROOM_DIVISOR: usize = 8;
+
+/// Which tiers of the previous snapshot's storage a capture took over (their ranges may be re-copied dirty-only).
+#[derive(Copy, Clone, Debug, Default)]
+struct Reused {
+    host: bool,
+    device: bool,
+}
+
+impl<O: DeviceOps> Engine<O> {
+    /// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture
+    /// ends, the agent's idle storage (host and device) that this snapshot did not take is given back, so
+    /// memory held between dispatches is bounded by the last snapshot's footprint.
+    pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
+        let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
+        let result = self.capture(agent);
+        self.trim_host(agent);
+        self.trim_device(agent);
+        if let Err(reason) = result {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: snapshot declined: {}; the dispatch runs once, unreplayed",
+                agent.0,
+                reason.describe()
+            );
+        }
+        result
+    }
+
+    fn capture(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
+        let ops = self.ops().map_err(|_| DeclineReason::NotConfigured)?;
+        if !self.tracking_enabled() {
+            crate::log!(Level::Warning, "agent {:#x}: tracking is off, so allocations are not recorded", agent.0);
+            return Err(DeclineReason::NotConfigured);
+        }
+        let policy = self.policy();
+        let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
+
+        // Plan.
+        let ranges = self.plan(&ops, agent, &policy, &mut info)?;
+        let total: usize = ranges.iter().map(|r| r.size).sum();
+        if policy.max_snapshot_bytes != 0 && total > policy.max_snapshot_bytes {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: the snapshot needs {total} bytes, above max_snapshot_bytes = {}",
+                agent.0,
+                policy.max_snapshot_bytes
+            );
+            return Err(DeclineReason::HostBudget);
+        }
+        let dirty = policy.dirty_only && ops.can_digest();
+        let stash = self.retained.take(agent);
+        let stash = match stash {
+            Some(stash)
+                if dirty && stash.digests.as_ref().is_some_and(|d| d.block_bytes == policy.digest_block_bytes) =>
+            {
+                Some(stash)
+            }
+            other => {
+                if let Some(stash) = other {
+                    stash.release(self);
+                }
+                None
+            }
+        };
+        // From here on a decline drops `snapshot`, which gives its storage back (it has no digests yet), and
+        // whatever storage of the previous snapshot this one did not take over is given back below.
+        let mut snapshot = Snapshot { engine: self, storage: Storage::default(), ranges, digests: None, info };
+        let mut stash = stash;
+        let moved = (|| {
+            // Stage.
+            let start = clock::now_ns();
+            let reused = self.stage(&ops, agent, &policy, &mut snapshot, stash.as_mut())?;
+            snapshot.info.staging_ns = clock::since(start);
+            // Transfer.
+            let start = clock::now_ns();
+            self.capture_transfer(&ops, agent, &policy, &mut snapshot, dirty, reused, stash.as_ref())?;
+            snapshot.info.copy_ns = clock::since(start).saturating_sub(snapshot.info.digest_ns);
+            Ok(())
+        })();
+        if let Some(stash) = stash {
+            stash.release(self);
+        }
+        moved?;
+
+        // Report.
+        for range in &snapshot.ranges {
+            match range.source {
+                Source::Tracked { .. } => snapshot.info.regions += 1,
+                Source::ModuleVariable => snapshot.info.module_variables += 1,
+            }
+            snapshot.info.bytes += range.size;
+            if range.tier == Tier::Device {
+                snapshot.info.device_bytes += range.size;
+            }
+        }
+        let info = snapshot.info;
+        let boxed = try_box(snapshot).ok_or(DeclineReason::MetadataMemory)?;
+        crate::log!(
+            Level::Info,
+            "agent {:#x}: snapshot of {} regions and {} module variables, {} bytes ({} on the device, {} copied); \
+             inventory {} us, module scan {} us, staging {} us, digest {} us, copy {} us ({:.2} GB/s)",
+            agent.0,
+            info.regions,
+            info.module_variables,
+            info.bytes,
+            info.device_bytes,
+            info.copied_bytes,
+            info.inventory_ns / 1000,
+            info.module_scan_ns / 1000,
+            info.staging_ns / 1000,
+            info.digest_ns / 1000,
+            info.copy_ns / 1000,
+            gigabytes_per_second(info.copied_bytes, info.copy_ns)
+        );
+        Ok(boxed)
+    }
+
+    /// Places the ranges and takes storage for them: device memory of the agent up to its budget (reusing the
+    /// previous snapshot's when it fits), host staging for the rest. Returns which tiers of `stash` were taken
+    /// over; the stash's other storage is given back.
+    fn stage(
+        &self,
+        ops: &O,
+        agent: Agent,
+        policy: &Policy,
+        snapshot: &mut Snapshot<'_, O>,
+        mut stash: Option<&mut Stash>,
+    ) -> core::result::Result<Reused, DeclineReason> {
+        let mut reused = Reused::default();
+        let stash_device = stash.as_ref().and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
+        let device_limit = if policy.device_budget_bytes > 0 && ops.can_alloc_device() {
+            // Device memory lent to other live snapshots of this agent counts against the budget.
+            let lent = self.device.held_bytes(agent) - self.device.idle_bytes(agent) - stash_device;
+            policy.device_budget_bytes.saturating_sub(lent)
+        } else {
+            0
+        };
+        let mut placement = place(&mut snapshot.ranges, device_limit).ok_or(DeclineReason::HostBudget)?;
+
+        if placement.device > 0 {
+            match self.take_device(ops, agent, placement.device, device_limit, stash.as_deref_mut()) {
+                Ok((lease, from_stash)) => {
+                    reused.device = from_stash;
+                    snapshot.storage.device = Some(lease);
+                }
+                Err(error) => {
+                    crate::log!(
+                        Level::Info,
+                        "agent {:#x}: {} bytes of device storage could not be allocated ({error:?}); the snapshot is \
+                         kept in host staging",
+                        agent.0,
+                        placement.device
+                    );
+                    placement = place(&mut snapshot.ranges, 0).ok_or(DeclineReason::HostBudget)?;
+                }
+            }
+        }
+        if let Some(lease) = stash.as_deref_mut().and_then(|s| s.storage.device.take()) {
+            let _ = self.device.release(&lease);
+        }
+
+        if placement.host > 0 {
+            let from_stash = stash.as_deref_mut().and_then(|s| {
+                s.storage.host.take_if(|lease| lease.capacity >= placement.host && lease.capacity / 2 <= placement.host)
+            });
+            let mut lease = match from_stash {
+                Some(lease) => {
+                    reused.host = true;
+                    lease
+                }
+                None => {
+                    let reserve = placement.host.saturating_add(placement.host / HEADROOM_DIVISOR);
+                    self.pools.acquire_block(agent, placement.host, reserve).map_err(|error| {
+                        crate::log!(
+                            Level::Warning,
+                            "agent {:#x}: {} bytes of staging could not be mapped ({error:?})",
+                            agent.0,
+                            placement.host
+                        );
+                        DeclineReason::StagingMemory
+                    })?
+                }
+            };
+            if policy.pin_staging && !lease.is_locked() && ops.can_lock_host() {
+                match ops.host_lock(lease.data.as_ptr(), lease.capacity) {
+                    Ok(()) => {
+                        let hold = self.ops().map(|current| current.hold());
+                        // The ops just used may have been replaced meanwhile: hold the set that locked it.
+                        match hold {
+                            Ok(hold) if self.pools.set_hold(&mut lease, Some(hold)) => {}
+                            other => {
+                                if let Ok(hold) = other {
+                                    self.ops.release_hold(hold);
+                                }
+                                let _ = ops.host_unlock(lease.data.as_ptr(), lease.capacity);
+                            }
+                        }
+                    }
+                    Err(error) => crate::log!(
+                        Level::Warning,
+                        "agent {:#x}: page-locking {} bytes of staging failed ({error:?}); copies use pageable memory",
+                        agent.0,
+                        lease.capacity
+                    ),
+                }
+            }
+            snapshot.storage.host = Some(lease);
+        }
+        if let Some(lease) = stash.as_deref_mut().and_then(|s| s.storage.host.take()) {
+            let _ = self.pools.release(lease.agent, lease.data, lease.capacity, lease.loan);
+        }
+        Ok(reused)
+    }
+
+    /// Device storage of at least `size` bytes and at most `limit`: the previous snapshot's block if it fits,
+    /// else the best idle block, else a new allocation (after giving idle blocks back, so that the budget holds).
+    fn take_device(
+        &self,
+        ops: &O,
+        agent: Agent,
+        size: usize,
+        limit: usize,
+        stash: Option<&mut Stash>,
+    ) -> crate::Result<(DeviceLease, bool)> {
+        if let Some(lease) =
+            stash.and_then(|s| s.storage.device.take_if(|lease| lease.capacity >= size && lease.capacity / 2 <= size))
+        {
+            return Ok((lease, true));
+        }
+        if let Some(lease) = self.device.take(agent, size, limit) {
+            return Ok((lease, false));
+        }
+        self.trim_device(agent);
+        let len = size.saturating_add(size / HEADROOM_DIVISOR).min(limit).max(size);
+        let ptr = ops.device_alloc(agent, len)?;
+        let hold = self.ops()?.hold();
+        match self.device.add(agent, ptr, len, hold) {
+            Ok(lease) => Ok((lease, false)),
+            Err(error) => {
+                self.free_device(agent, ptr, len, hold);
+                Err(error)
+            }
+        }
+    }
+
+    /// Copies every range into the snapshot's storage; with dirty-only, digests them first and re-copies only
+    /// the changed blocks of ranges whose previous contents are still in the reused storage.
+    #[allow(clippy::too_many_arguments)]
+    fn capture_transfer(
+        &self,
+        ops: &O,
+        agent: Agent,
+        policy: &Policy,
+        snapshot: &mut Snapshot<'_, O>,
+        dirty: bool,
+        reused: Reused,
+        stash: Option<&Stash>,
+    ) -> core::result::Result<(), DeclineReason> {
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        outcomes.try_reserve_exact(snapshot.ranges.len()).map_err(|_| DeclineReason::MetadataMemory)?;
+        outcomes.resize(snapshot.ranges.len(), Outcome::Pending);
+
+        let block = policy.digest_block_bytes;
+        let mut digests: Vec<Digest> = Vec::new();
+        // For each range, the index of its previous digests in the stash, where its storage holds them.
+        let mut known: Vec<Option<usize>> = Vec::new();
+        if dirty {
+            let blocks: usize =
+                snapshot.ranges.iter().filter(|r| r.pin_key().is_some()).map(|r| r.size.div_ceil(block)).sum();
+            if digests.try_reserve_exact(blocks).is_err() || known.try_reserve_exact(snapshot.ranges.len()).is_err() {
+                return Err(DeclineReason::MetadataMemory);
+            }
+            digests.resize(blocks, Digest::default());
+            let mut at = 0;
+            for range in snapshot.ranges.iter_mut().filter(|r| r.pin_key().is_some()) {
+                range.digest_at = at;
+                at += range.size.div_ceil(block);
+            }
+            known.extend(snapshot.ranges.iter().map(|range| previous(range, reused, stash)));
+        }
+
+        let moved = {
+            let known_at = |i: usize| known.get(i).copied().flatten();
+            let empty: [Digest; 0] = [];
+            let reference = stash.and_then(|s| s.digests.as_ref()).map_or(&empty[..], |d| &d.all[..]);
+            let rule = dirty.then(|| Dirty { block_bytes: block, live: &mut digests[..], known: &known_at, reference });
+            self.transfer(ops, agent, &snapshot.storage, &snapshot.ranges, Direction::Capture, rule, &mut outcomes)
+        };
+        snapshot.info.copied_bytes = moved.copied_bytes;
+        snapshot.info.digest_ns = moved.digest_ns;
+        if outcomes.contains(&Outcome::Failed) {
+            return Err(DeclineReason::CopyFailed);
+        }
+        if outcomes.contains(&Outcome::Pending) {
+            return Err(DeclineReason::Finalized);
+        }
+        if dirty && !moved.digest_failed {
+            snapshot.digests = Some(Digests { block_bytes: block, all: digests });
+        }
+        // Regions freed since the inventory was listed are simply left out.
+        let mut outcome = outcomes.iter();
+        snapshot.ranges.retain(|_| outcome.next() != Some(&Outcome::Skipped));
+        Ok(())
+    }
+}
+
+/// Where the previous snapshot's digests of `range` are, if the storage that now holds `range` still holds
+/// them: same base, generation, size, tier and offset, in a tier taken over from the stash.
+fn previous(range: &Range, reused: Reused, stash: Option<&Stash>) -> Option<usize> {
+    let stash = stash?;
+    let Source::Tracked { generation, .. } = range.source else { return None };
+    let tier_reused = match range.tier {
+        Tier::Host => reused.host,
+        Tier::Device => reused.device,
+    };
+    if !tier_reused || stash.digests.is_none() {
+        return None;
+    }
+    // Tracked ranges come first, sorted by address (see `plan`).
+    let tracked = stash.ranges.partition_point(|r| matches!(r.source, Source::Tracked { .. }));
+    let at = stash.ranges[..tracked].binary_search_by_key(&range.address, |r| r.address).ok()?;
+    let old = &stash.ranges[at];
+    let same = old.size == range.size
+        && old.tier == range.tier
+        && old.offset == range.offset
+        && matches!(old.source, Source::Tracked { generation: g, .. } if g == generation);
+    same.then_some(old.digest_at)
+}

@@ -1,0 +1,293 @@
+//! Snapshot (device to storage) and restore (storage to device).
+//!
+//! A capture is a short sequence of steps ([`capture`]): *plan* the ranges (the agent's tracked regions and its
+//! module variables, [`plan`]), *stage* storage for them (device memory up to the agent's budget, host staging
+//! for the rest), then *transfer* in batches ([`transfer`]) and *report*. A restore plans nothing: it transfers
+//! the snapshot's ranges back, re-validating each tracked region as its batch is pinned.
+//!
+//! With the digest op and `dirty_only`, both directions copy only what changed: the live ranges are digested
+//! block by block, and only blocks whose digest differs from the snapshot's are written back; a capture that
+//! finds the previous snapshot of a range still in the agent's retained storage re-copies only its changed
+//! blocks. A digest that fails means full copies for that call, never a decline.
+//!
+//! A snapshot is complete or it is declined: any failure releases what was taken and leaves device memory
+//! untouched.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::alloc::Layout;
+
+use crate::engine::Engine;
+use crate::inventory::{PinKey, RegionKind};
+use crate::lock::Mutex;
+use crate::log::Level;
+use crate::ops::{DeviceOps, Digest};
+use crate::storage::device::DeviceLease;
+use crate::storage::host::Lease;
+use crate::storage::slots::MAX_AGENTS;
+use crate::types::Agent;
+
+mod capture;
+mod plan;
+mod restore;
+mod transfer;
+
+#[cfg(test)]
+mod tests;
+
+/// Captured ranges start at multiples of this many bytes in their storage.
+pub const STAGING_ALIGN: usize = 64;
+/// Module variables above this size are not captured (their writes leak across passes, with a warning).
+pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
+
+/// Where a captured range came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A tracked allocation or mapping, valid only while it keeps this generation.
+    Tracked { kind: RegionKind, generation: u64 },
+    /// A module-scope variable: part of a loaded executable, always written back, never digested.
+    ModuleVariable,
+}
+
+/// Which storage holds a range's contents.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Host staging.
+    Host,
+    /// Device memory of the same agent.
+    Device,
+}
+
+/// One captured range and where its contents are kept.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Range {
+    pub address: usize,
+    pub size: usize,
+    pub tier: Tier,
+    pub offset: usize,
+    pub source: Source,
+    /// Index of its first block digest, for tracked ranges of a snapshot that has digests.
+    pub digest_at: usize,
+}
+
+impl Range {
+    pub(crate) fn pin_key(&self) -> Option<PinKey> {
+        match self.source {
+            Source::Tracked { kind, generation } => {
+                Some(PinKey { base: self.address, kind, generation, min_size: self.size })
+            }
+            Source::ModuleVariable => None,
+        }
+    }
+}
+
+/// Sizes and phase timings of a capture.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The agent captured.
+    pub agent: Agent,
+    /// Tracked allocations and mappings captured.
+    pub regions: usize,
+    /// Module-scope variables captured.
+    pub module_variables: usize,
+    /// Bytes captured, both kinds.
+    pub bytes: usize,
+    /// Time to list the agent's tracked regions.
+    pub inventory_ns: u64,
+    /// Time of the module scan (or of taking the cached one).
+    pub module_scan_ns: u64,
+    /// Time to take (and, the first time, map and page-lock, or allocate on the device) storage.
+    pub staging_ns: u64,
+    /// Time of the copies.
+    pub copy_ns: u64,
+    /// Of `bytes`, how many are held in device memory.
+    pub device_bytes: usize,
+    /// Bytes this capture moved; below `bytes` when unchanged blocks were reused.
+    pub copied_bytes: usize,
+    /// Time spent digesting.
+    pub digest_ns: u64,
+}
+
+/// What a restore did. Module variables count like regions.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Regions and module variables that hold the captured contents again (written, or verified unchanged).
+    pub restored: usize,
+    /// Tracked regions freed, shrunk or reallocated since the snapshot: not written.
+    pub skipped: usize,
+    /// Regions whose copy failed (or that a finalize stopped before they were written).
+    pub failed: usize,
+    /// Bytes written back.
+    pub bytes: usize,
+    /// Bytes verified unchanged by digest, so not written.
+    pub clean_bytes: usize,
+}
+
+/// The storage of one snapshot: a host block, a device block, or both.
+#[derive(Default)]
+pub(crate) struct Storage {
+    pub host: Option<Lease>,
+    pub device: Option<DeviceLease>,
+}
+
+impl Storage {
+    /// The address of a range's contents.
+    pub(crate) fn at(&self, range: &Range) -> *mut u8 {
+        let base = match range.tier {
+            Tier::Host => self.host.as_ref().map(|lease| lease.data),
+            Tier::Device => self.device.as_ref().map(|lease| lease.data),
+        };
+        // SAFETY: placement put `offset + size` within the tier's block (see `plan::place`).
+        base.map_or(core::ptr::null_mut(), |base| unsafe { base.as_ptr().add(range.offset) })
+    }
+
+    fn bytes(&self, tier: Tier) -> usize {
+        match tier {
+            Tier::Host => self.host.as_ref().map_or(0, |lease| lease.capacity),
+            Tier::Device => self.device.as_ref().map_or(0, |lease| lease.capacity),
+        }
+    }
+}
+
+/// Block digests of a snapshot's tracked ranges, as captured.
+pub(crate) struct Digests {
+    pub block_bytes: usize,
+    pub all: Vec<Digest>,
+}
+
+/// A complete capture of one agent's device memory. Dropping it returns its storage to the agent's pools (or,
+/// with digests, keeps it for the next capture of the agent to re-copy only what changed).
+pub struct Snapshot<'e, O: DeviceOps> {
+    pub(crate) engine: &'e Engine<O>,
+    pub(crate) storage: Storage,
+    pub(crate) ranges: Vec<Range>,
+    pub(crate) digests: Option<Digests>,
+    pub(crate) info: SnapshotInfo,
+}
+
+impl<O: DeviceOps> Snapshot<'_, O> {
+    /// Sizes and timings of the capture.
+    pub fn info(&self) -> SnapshotInfo {
+        self.info
+    }
+}
+
+impl<O: DeviceOps> Drop for Snapshot<'_, O> {
+    fn drop(&mut self) {
+        let stash = Stash {
+            agent: self.info.agent,
+            storage: core::mem::take(&mut self.storage),
+            ranges: core::mem::take(&mut self.ranges),
+            digests: self.digests.take(),
+        };
+        if stash.digests.is_some() && self.engine.policy().dirty_only && !self.engine.is_finalized() {
+            self.engine.retained.put(self.engine, stash);
+        } else {
+            stash.release(self.engine);
+        }
+    }
+}
+
+/// Storage and layout of an agent's last snapshot with digests, kept after it was freed so that the next
+/// capture of the agent copies only the blocks that changed.
+pub(crate) struct Stash {
+    pub agent: Agent,
+    pub storage: Storage,
+    pub ranges: Vec<Range>,
+    pub digests: Option<Digests>,
+}
+
+impl Stash {
+    /// Gives the storage back to the agent's pools.
+    pub(crate) fn release<O: DeviceOps>(self, engine: &Engine<O>) {
+        release_storage(engine, self.agent, self.storage);
+    }
+}
+
+pub(crate) fn release_storage<O: DeviceOps>(engine: &Engine<O>, agent: Agent, storage: Storage) {
+    if let Some(lease) = storage.host {
+        if engine.pools.release(lease.agent, lease.data, lease.capacity, lease.loan).is_err() {
+            crate::log!(Level::Error, "agent {:#x}: a snapshot's staging was not lent by its pool", agent.0);
+        }
+    }
+    if let Some(lease) = storage.device {
+        if engine.device.release(&lease).is_err() {
+            crate::log!(Level::Error, "agent {:#x}: a snapshot's device storage was not lent by its pool", agent.0);
+        }
+    }
+}
+
+/// The stashes of every agent (at most one each).
+pub(crate) struct Retained {
+    stashes: Mutex<arrayvec::ArrayVec<Stash, MAX_AGENTS>>,
+}
+
+// SAFETY: a stash holds leases (addresses of storage lent to it) and plain vectors; it is moved between threads
+// only under the mutex, and the storage behind the leases is used only by the one capture that takes the stash.
+unsafe impl Send for Stash {}
+
+impl Retained {
+    pub(crate) const fn new() -> Self {
+        Retained { stashes: Mutex::new(arrayvec::ArrayVec::new_const()) }
+    }
+
+    /// Keeps `stash` as its agent's, releasing the one it replaces (and `stash` itself if none can be kept).
+    pub(crate) fn put<O: DeviceOps>(&self, engine: &Engine<O>, stash: Stash) {
+        let evicted = {
+            let mut stashes = self.stashes.lock();
+            match stashes.iter().position(|s| s.agent == stash.agent) {
+                Some(at) => Some(core::mem::replace(&mut stashes[at], stash)),
+                None => stashes.try_push(stash).err().map(|full| full.element()),
+            }
+        };
+        if let Some(evicted) = evicted {
+            evicted.release(engine);
+        }
+    }
+
+    /// Takes `agent`'s stash.
+    pub(crate) fn take(&self, agent: Agent) -> Option<Stash> {
+        let mut stashes = self.stashes.lock();
+        let at = stashes.iter().position(|s| s.agent == agent)?;
+        Some(stashes.swap_remove(at))
+    }
+
+    /// Releases `agent`'s stash if it holds storage of `tier` (a trim of that tier).
+    pub(crate) fn drop_agent<O: DeviceOps>(&self, engine: &Engine<O>, agent: Agent, tier: Tier) {
+        let taken = {
+            let mut stashes = self.stashes.lock();
+            stashes.iter().position(|s| s.agent == agent && s.storage.bytes(tier) > 0).map(|at| stashes.swap_remove(at))
+        };
+        if let Some(stash) = taken {
+            stash.release(engine);
+        }
+    }
+
+    /// Storage of `tier` that `agent`'s stash holds.
+    pub(crate) fn bytes(&self, agent: Agent, tier: Tier) -> usize {
+        self.stashes.lock().iter().filter(|s| s.agent == agent).map(|s| s.storage.bytes(tier)).sum()
+    }
+}
+
+/// Allocates a box without aborting when the allocator fails (stable Rust has no `Box::try_new`).
+pub(crate) fn try_box<T>(value: T) -> Option<Box<T>> {
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        return Some(Box::new(value));
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc::alloc::alloc(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: 1. `ptr` is a fresh allocation of `T`'s layout from the global allocator, so writing a `T` there is
+    // valid; 2. `Box::from_raw` then owns memory allocated exactly as `Box` itself would allocate it.
+    unsafe {
+        ptr.write(value);
+        Some(Box::from_raw(ptr))
+    }
+}
+
+pub(crate) fn gigabytes_per_second(bytes: usize, ns: u64) -> f64 {
+    if ns == 0 { 0.0 } else { bytes as f64 / ns as f64 }
+}

@@ -1,0 +1,195 @@
+//! Plan: the ranges a capture takes (the agent's tracked regions, then its module variables) and where each
+//! one's contents go (device storage while the budget lasts, host staging for the rest).
+
+use alloc::vec::Vec;
+
+use super::{MAX_MODULE_VARIABLE_BYTES, Range, STAGING_ALIGN, SnapshotInfo, Source, Tier};
+use crate::clock;
+use crate::engine::Engine;
+use crate::error::DeclineReason;
+use crate::inventory::{CAPACITY_SETTING, GatherError};
+use crate::log::Level;
+use crate::modules::CachedVariable;
+use crate::ops::DeviceOps;
+use crate::policy::Policy;
+use crate::types::{Agent, DisplayName, ModuleVariable};
+
+/// Bytes each tier needs for a placement.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub host: usize,
+    pub device: usize,
+}
+
+impl<O: DeviceOps> Engine<O> {
+    /// Lists the ranges to capture: tracked regions first, then module variables (from the cache when the policy
+    /// allows and it is current).
+    pub(crate) fn plan(
+        &self,
+        ops: &O,
+        agent: Agent,
+        policy: &Policy,
+        info: &mut SnapshotInfo,
+    ) -> Result<Vec<Range>, DeclineReason> {
+        let start = clock::now_ns();
+        let mut ranges: Vec<Range> = Vec::new();
+        let listed = self.inventory.gather_with(agent, &mut ranges, |region| Range {
+            address: region.base,
+            size: region.size,
+            tier: Tier::Host,
+            offset: 0,
+            source: Source::Tracked { kind: region.kind, generation: region.generation },
+            digest_at: 0,
+        });
+        listed.map_err(|error| match error {
+            GatherError::Overflow => {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: an allocation or mapping of this agent, or of an unknown owner, could not be \
+                     recorded and may be live (the inventory was full, its pointer query failed, or its owner is \
+                     unknown); if the inventory was full, raise {}",
+                    agent.0,
+                    CAPACITY_SETTING
+                );
+                DeclineReason::InventoryOverflow
+            }
+            GatherError::OutOfMemory => DeclineReason::MetadataMemory,
+        })?;
+        // In address order, so the layout of an unchanged footprint is the same from one dispatch to the next
+        // (a re-capture then finds each range where the previous snapshot put it).
+        ranges.sort_unstable_by_key(|range| range.address);
+        info.inventory_ns = clock::since(start);
+
+        let start = clock::now_ns();
+        self.plan_module_variables(ops, agent, policy, &mut ranges)?;
+        info.module_scan_ns = clock::since(start);
+        Ok(ranges)
+    }
+
+    fn plan_module_variables(
+        &self,
+        ops: &O,
+        agent: Agent,
+        policy: &Policy,
+        ranges: &mut Vec<Range>,
+    ) -> Result<(), DeclineReason> {
+        let variable_range = |address: usize, size: usize| Range {
+            address,
+            size,
+            tier: Tier::Host,
+            offset: 0,
+            source: Source::ModuleVariable,
+            digest_at: 0,
+        };
+        if policy.cache_module_scan {
+            let generation = self.modules.generation();
+            if let Some(cached) = self.modules.take(agent) {
+                let reserved = ranges.try_reserve(cached.len());
+                if reserved.is_ok() {
+                    ranges.extend(cached.iter().map(|v| variable_range(v.address, v.size)));
+                }
+                self.modules.store(agent, generation, cached);
+                return reserved.map_err(|_| DeclineReason::MetadataMemory);
+            }
+        }
+        // Scan, at capture time: constant memory may be filled after the executable loads.
+        let generation = self.modules.generation();
+        let mut cache: Vec<CachedVariable> = Vec::new();
+        let mut out_of_memory = false;
+        let mut wraps = false;
+        let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
+            if variable.address.checked_add(variable.size).is_none() {
+                wraps = true;
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: module variable {} at {:#x} of {} bytes wraps around the address space",
+                    agent.0,
+                    DisplayName(variable.name),
+                    variable.address,
+                    variable.size
+                );
+                return false;
+            }
+            if !keep_module_variable(agent, variable) {
+                return true;
+            }
+            if (ranges.len() == ranges.capacity() && ranges.try_reserve(ranges.len().max(16)).is_err())
+                || (policy.cache_module_scan
+                    && cache.len() == cache.capacity()
+                    && cache.try_reserve(cache.len().max(16)).is_err())
+            {
+                out_of_memory = true;
+                return false;
+            }
+            ranges.push(variable_range(variable.address, variable.size));
+            if policy.cache_module_scan {
+                cache.push(CachedVariable { address: variable.address, size: variable.size });
+            }
+            true
+        });
+        if let Err(error) = scan {
+            crate::log!(Level::Warning, "agent {:#x}: the module scan failed ({error:?})", agent.0);
+            return Err(DeclineReason::ModuleScanIncomplete);
+        }
+        if wraps {
+            return Err(DeclineReason::ModuleScanIncomplete);
+        }
+        if out_of_memory {
+            return Err(DeclineReason::MetadataMemory);
+        }
+        if policy.cache_module_scan {
+            self.modules.store(agent, generation, cache);
+        }
+        Ok(())
+    }
+}
+
+/// Places `ranges` in order: in device storage while its end stays within `device_limit`, the rest in host
+/// staging, each at a multiple of [`STAGING_ALIGN`]. `None` when the host part overflows.
+pub(crate) fn place(ranges: &mut [Range], device_limit: usize) -> Option<Placement> {
+    let mut placement = Placement::default();
+    for range in ranges.iter_mut() {
+        let (offset, end) = align_after(placement.device, range.size)?;
+        if end <= device_limit {
+            range.tier = Tier::Device;
+            range.offset = offset;
+            placement.device = end;
+            continue;
+        }
+        let (offset, end) = align_after(placement.host, range.size)?;
+        range.tier = Tier::Host;
+        range.offset = offset;
+        placement.host = end;
+    }
+    Some(placement)
+}
+
+/// The first multiple of [`STAGING_ALIGN`] at or after `end`, and the end of `size` bytes placed there.
+pub(crate) fn align_after(end: usize, size: usize) -> Option<(usize, usize)> {
+    let offset = end.checked_next_multiple_of(STAGING_ALIGN)?;
+    let end = offset.checked_add(size).filter(|&end| end <= isize::MAX as usize)?;
+    Some((offset, end))
+}
+
+fn keep_module_variable(agent: Agent, variable: &ModuleVariable<'_>) -> bool {
+    if variable.address == 0 || variable.size == 0 {
+        return false;
+    }
+    // HIP emits a one-byte `__hip_cuid_*` marker per compilation unit; kernels never write it.
+    if variable.size == 1 && variable.name.is_some_and(|name| name.starts_with(b"__hip_cuid_")) {
+        return false;
+    }
+    if variable.size > MAX_MODULE_VARIABLE_BYTES {
+        crate::log!(
+            Level::Warning,
+            "agent {:#x}: module variable {} at {:#x} is {} bytes, above the 1 GiB cap: it is not captured, and a \
+             kernel's writes to it will leak across passes",
+            agent.0,
+            DisplayName(variable.name),
+            variable.address,
+            variable.size
+        );
+        return false;
+    }
+    true
+}

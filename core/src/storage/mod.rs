@@ -1,0 +1,9 @@
+//! Storage for captured contents, in two tiers that share one block pool ([`blocks`]) and one per-agent slot
+//! table ([`slots`]):
+//! - [`host`]: retained host memory (anonymous mmap, optionally page-locked), also the C API's staging buffers;
+//! - [`device`]: retained device memory of the same agent, under a budget.
+
+pub mod blocks;
+pub mod device;
+pub mod host;
+pub mod slots;
