@@ -12,8 +12,30 @@
 //                                         restore is not written: skipped == 1, SUCCESS, the others restored,
 //                                         and a new allocation (often at the same address) keeps its contents;
 // each under pageable and page-locked (pin_staging) staging, plus steady_state_maps_nothing (a second
-// snapshot reuses the retained staging) and staging_pinned_as_policy_says (host_lock used or not).
+// snapshot reuses the retained staging) and staging_pinned_as_policy_says (host_lock used or not). Then the
+// version-2 behaviours:
+//   batch_copies_are_exact               the adapter's copy_batch, many small (4,096 x 64 KiB plus odd sizes and
+//                                         addresses) and few large (4 x 64 MiB) copies, device <-> page-locked
+//                                         host, device <-> device, device <-> pageable host: every byte arrives;
+//   digest_self_test                     digest_selftest.hpp (host agreement, 10,000 single-bit flips, swapped
+//                                         words, equal bytes);
+//   device_tier_whole_footprint          device_budget_bytes = the footprint: the snapshot is on the device,
+//                                         restores are exact, the storage is retained idle and device_trim gives
+//                                         it back;
+//   device_tier_spill                    a budget of half the footprint: part on the device, within the budget,
+//                                         the rest in host staging, restores exact;
+//   dirty_only_restores_exactly          dirty_only with the digest op, host tier and device tier: a kernel
+//                                         writes 1 % of the 64 KiB blocks at random before every restore; after
+//                                         each, memory equals the original byte for byte and clean_bytes > 0; a
+//                                         second dispatch re-captures only what changed (copied_bytes < bytes);
+//   module_scan_cached_until_symbols_change  cache_module_scan: a second snapshot scans nothing, a new symbol
+//                                         table (register_symbols) makes the next one scan;
+//   ops_released_when_replaced           install again: the old set of ops is released once unused;
+//   oom_retry_trims_device_storage       device 0: with kreplay's retained device storage filling the device, a
+//                                         cudaMalloc through malloc_tracked fails, trims, and succeeds.
 // Closing line: "N passed, M failed"; the exit status is non-zero on any failure.
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cinttypes>
 #include <cstdarg>
@@ -28,6 +50,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.hpp"
+#include "digest_selftest.hpp"
 #include "kreplay.h"
 #include "kreplay/cuda.hpp"
 
@@ -347,6 +370,120 @@ struct device_harness {
     kreplay_snapshot_free(snapshot);
   }
 
+  // ---- Version 2 ----------------------------------------------------------------------------------------
+
+  // P passes from `snapshot`, each but the first after a restore that must bring back `start` exactly.
+  void passes_with_restores(test_case& t, const kreplay_snapshot_t* snapshot, const state_image& start) {
+    (void)run_pass();
+    for (int p = 1; p < kPasses; ++p) {
+      restore(t, snapshot, 0);
+      expect_state(t, start, "after a restore");
+      (void)run_pass();
+    }
+    restore(t, snapshot, 0);
+    expect_state(t, start, "after the final restore");
+  }
+
+  // Device tier: `budget` bytes of device storage for this agent's snapshots (the policy is set by the caller).
+  void device_tier(test_case& t, size_t budget, bool whole) {
+    CUDA_CHECK(cudaSetDevice(device));
+    const state_image start = capture();
+    kreplay_snapshot_info_t info{};
+    kreplay_snapshot_t* snapshot = snap(t, &info);
+    if (snapshot == nullptr) {
+      return;
+    }
+    t.expect(info.device_bytes > 0 && info.device_bytes <= budget,
+             "%zu bytes of the snapshot on the device with a budget of %zu", info.device_bytes, budget);
+    if (whole) {
+      t.expect(info.device_bytes >= tracked_bytes, "only %zu of the %zu tracked bytes on the device",
+               info.device_bytes, tracked_bytes);
+    } else {
+      t.expect(info.device_bytes < info.bytes, "a budget of %zu held the whole snapshot (%zu bytes) on the device",
+               budget, info.bytes);
+    }
+    passes_with_restores(t, snapshot, start);
+    kreplay_snapshot_free(snapshot);
+    const size_t retained = kreplay_retained_device_bytes(agent);
+    t.expect(retained > 0, "no device storage retained after the snapshot was freed");
+    kreplay_device_trim(agent);
+    t.expect(kreplay_retained_device_bytes(agent) == 0, "%zu bytes of device storage retained after device_trim",
+             kreplay_retained_device_bytes(agent));
+    say("  device %d: device tier, budget %zu: %zu of %zu bytes on the device, %zu retained idle before the trim\n",
+        device, budget, info.device_bytes, info.bytes, retained);
+  }
+
+  // Writes `fraction` of the footprint's 64 KiB blocks (at least one), chosen at random, and the module variables,
+  // as a kernel that writes a little of what it can reach would.
+  void write_some_blocks(uint64_t& seed, double fraction) {
+    constexpr size_t kBlock = 64u << 10;
+    std::vector<std::pair<size_t, size_t>> blocks;  // region, block
+    for (size_t r = 0; r < regions.size(); ++r) {
+      for (size_t b = 0; b * kBlock < bytes[r]; ++b) {
+        blocks.emplace_back(r, b);
+      }
+    }
+    size_t count = static_cast<size_t>(static_cast<double>(blocks.size()) * fraction);
+    count = count == 0 ? 1 : count;
+    CUDA_CHECK(cudaMemset(sums, 0, sizeof(unsigned long long) * (kRegions + 2)));
+    for (size_t i = 0; i < count; ++i) {
+      const std::pair<size_t, size_t> pick = blocks[xorshift(seed) % blocks.size()];
+      const size_t offset = pick.second * kBlock;
+      const size_t n = (bytes[pick.first] - offset < kBlock ? bytes[pick.first] - offset : kBlock) / sizeof(unsigned);
+      rewrite_region<<<16, 256>>>(static_cast<unsigned int*>(regions[pick.first]) + offset / sizeof(unsigned), n,
+                                  sums + pick.first);
+      CUDA_CHECK_LAUNCH();
+    }
+    rewrite_table<<<1, kTableSize>>>(sums + kRegions);
+    CUDA_CHECK_LAUNCH();
+    bump_counter<<<1, 1>>>(sums + kRegions + 1);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // dirty_only is on (the caller set the policy). Two dispatches; between them 1 % of the blocks change.
+  void dirty_only_restores_exactly(test_case& t) {
+    CUDA_CHECK(cudaSetDevice(device));
+    uint64_t seed = 0x2545F4914F6CDD1Dull ^ static_cast<uint64_t>(device + 1);
+    for (int dispatch = 0; dispatch < 2; ++dispatch) {
+      const state_image start = capture();
+      kreplay_snapshot_info_t info{};
+      kreplay_snapshot_t* snapshot = snap(t, &info);
+      if (snapshot == nullptr) {
+        return;
+      }
+      if (dispatch == 1) {
+        t.expect(info.copied_bytes < info.bytes,
+                 "the second dispatch re-captured %zu of %zu bytes with 1 %% of the blocks changed",
+                 info.copied_bytes, info.bytes);
+      }
+      size_t clean = 0;
+      for (int p = 1; p < kPasses; ++p) {
+        write_some_blocks(seed, 0.01);
+        kreplay_restore_report_t report{};
+        const kreplay_status_t status = kreplay_restore(snapshot, &report);
+        t.expect(status == KREPLAY_STATUS_SUCCESS && report.failed == 0 && report.skipped == 0,
+                 "dirty restore: %s, failed %zu, skipped %zu", kreplay_status_string(status), report.failed,
+                 report.skipped);
+        clean += report.clean_bytes;
+        expect_state(t, start, "after a dirty-only restore");
+      }
+      t.expect(clean > 0, "no restore of dispatch %d found a clean block", dispatch);
+      say("  device %d: dirty-only dispatch %d: captured %zu bytes, copied %zu, digest %.3f ms; restores skipped "
+          "%zu clean bytes in all\n",
+          device, dispatch, info.bytes, info.copied_bytes, static_cast<double>(info.digest_ns) / 1e6, clean);
+      kreplay_snapshot_free(snapshot);
+      write_some_blocks(seed, 0.01);  // what the application does between two replayed dispatches
+    }
+  }
+
+  // One snapshot taken and freed (for the module-scan and ops-lifetime checks).
+  void snap_and_free(test_case& t) {
+    CUDA_CHECK(cudaSetDevice(device));
+    kreplay_snapshot_t* snapshot = snap(t, nullptr);
+    kreplay_snapshot_free(snapshot);
+  }
+
   void teardown() {
     CUDA_CHECK(cudaSetDevice(device));
     for (void* ptr : regions) {
@@ -385,6 +522,234 @@ void set_pinning(bool pin) {
   policy.pin_staging = pin;
   policy.max_snapshot_bytes = 0;
   KREPLAY_CHECK(kreplay_set_policy(&policy));
+}
+
+// The adapter's recommended policy (pinned staging, module-scan cache, 64 KiB digest blocks) with a device
+// budget and dirty-only as given.
+void set_v2_policy(size_t device_budget, bool dirty_only) {
+  kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+  policy.device_budget_bytes = device_budget;
+  policy.dirty_only = dirty_only;
+  KREPLAY_CHECK(kreplay_set_policy(&policy));
+}
+
+// ---- Adapter-only checks: a set of ops of its own, not installed ----------------------------------------
+
+void expect_equal(test_case& t, const std::vector<unsigned char>& got, const std::vector<unsigned char>& want,
+                  const char* what) {
+  size_t first = SIZE_MAX;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (got[i] != want[i]) {
+      first = i;
+      break;
+    }
+  }
+  t.expect(got.size() == want.size() && first == SIZE_MAX, "%s: bytes differ from offset %zu", what, first);
+}
+
+// copy_batch moves every byte of many small and few large copies, in every direction kreplay uses, with odd
+// sizes and addresses among them.
+void batch_copies_are_exact(int device, test_case& t) {
+  CUDA_CHECK(cudaSetDevice(device));
+  const kreplay_agent_t agent = kreplay_cuda::agent_of_device(device);
+  kreplay_device_ops_t ops{};
+  KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+  uint64_t seed = 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(device);
+  struct piece {
+    size_t device_offset;
+    size_t host_offset;
+    size_t bytes;
+  };
+  struct layout {
+    const char* name;
+    std::vector<piece> pieces;
+    size_t span;
+  };
+  std::vector<layout> layouts(2);
+  layouts[0].name = "4,096 x 64 KiB and odd pieces";
+  size_t offset = 0;
+  for (size_t i = 0; i < 4096; ++i, offset += 64u << 10) {
+    layouts[0].pieces.push_back({offset, offset, 64u << 10});
+  }
+  // A module variable's 13 bytes at an odd address, a region with a 4-byte tail, and a piece whose two sides are
+  // misaligned differently.
+  layouts[0].pieces.push_back({offset + 4, offset + 4, 13});
+  layouts[0].pieces.push_back({offset + 256, offset + 256, (64u << 10) + 4});
+  layouts[0].pieces.push_back({offset + (128u << 10) + 1, offset + (128u << 10) + 3, 100000});
+  layouts[0].span = offset + (256u << 10);
+  layouts[1].name = "4 x 64 MiB";
+  for (size_t i = 0; i < 4; ++i) {
+    layouts[1].pieces.push_back({i * (64u << 20), i * (64u << 20), 64u << 20});
+  }
+  layouts[1].span = 256u << 20;
+
+  kreplay_copy_t bad{nullptr, nullptr, 1};
+  t.expect(ops.copy_batch(ops.user_data, kreplay_agent_t{0}, &bad, 1) == KREPLAY_STATUS_INVALID_ARGUMENT,
+           "copy_batch for agent 0 was not refused");
+  kreplay_digest_t digest_out{};
+  kreplay_digest_job_t job{&bad, 1, &digest_out};
+  t.expect(ops.digest(ops.user_data, agent, &job, 1, 3000) == KREPLAY_STATUS_INVALID_ARGUMENT,
+           "digest with 3000-byte blocks was not refused");
+
+  for (const layout& l : layouts) {
+    std::vector<unsigned char> pattern(l.span);
+    for (unsigned char& byte : pattern) {
+      byte = static_cast<unsigned char>(xorshift(seed));
+    }
+    unsigned char* dev = nullptr;
+    CUDA_CHECK(cudaMalloc(&dev, l.span));
+    void* storage = nullptr;
+    KREPLAY_CHECK(ops.device_alloc(ops.user_data, agent, l.span, &storage));
+    void* map = mmap(nullptr, l.span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+      t.expect(false, "mmap of %zu bytes failed", l.span);
+      return;
+    }
+    unsigned char* host = static_cast<unsigned char*>(map);
+    // Only the pieces' bytes are compared; the rest of each buffer is whatever it held.
+    // Only the pieces' bytes are compared; the rest of each buffer is whatever it held.
+    auto from_device = [&](const void* ptr) {
+      std::vector<unsigned char> all(l.span);
+      CUDA_CHECK(cudaMemcpy(all.data(), ptr, l.span, cudaMemcpyDeviceToHost));
+      return all;
+    };
+    auto masked = [&](const std::vector<unsigned char>& all, bool by_host) {
+      std::vector<unsigned char> got(l.span, 0);
+      std::vector<unsigned char> want(l.span, 0);
+      for (const piece& p : l.pieces) {
+        const size_t at = by_host ? p.host_offset : p.device_offset;
+        std::memcpy(got.data() + at, all.data() + at, p.bytes);
+        std::memcpy(want.data() + at, pattern.data() + p.device_offset, p.bytes);
+      }
+      return std::make_pair(got, want);
+    };
+    for (bool pinned : {true, false}) {
+      if (pinned) {
+        KREPLAY_CHECK(ops.host_lock(ops.user_data, host, l.span));
+      }
+      std::vector<kreplay_copy_t> down, up, to_storage, from_storage;
+      for (const piece& p : l.pieces) {
+        down.push_back({host + p.host_offset, dev + p.device_offset, p.bytes});
+        up.push_back({dev + p.device_offset, host + p.host_offset, p.bytes});
+        to_storage.push_back({static_cast<unsigned char*>(storage) + p.host_offset, dev + p.device_offset, p.bytes});
+        from_storage.push_back({dev + p.device_offset, static_cast<unsigned char*>(storage) + p.host_offset, p.bytes});
+      }
+      const std::string tag = std::string(l.name) + (pinned ? ", page-locked" : ", pageable");
+      CUDA_CHECK(cudaMemcpy(dev, pattern.data(), l.span, cudaMemcpyHostToDevice));
+      std::memset(host, 0, l.span);
+      t.expect(ops.copy_batch(ops.user_data, agent, down.data(), down.size()) == KREPLAY_STATUS_SUCCESS,
+               "%s: device to host batch failed (%s)", tag.c_str(), kreplay_cuda::last_op_error());
+      auto r = masked(std::vector<unsigned char>(host, host + l.span), true);
+      expect_equal(t, r.first, r.second, (tag + ", device to host").c_str());
+
+      CUDA_CHECK(cudaMemset(dev, 0, l.span));
+      t.expect(ops.copy_batch(ops.user_data, agent, up.data(), up.size()) == KREPLAY_STATUS_SUCCESS,
+               "%s: host to device batch failed (%s)", tag.c_str(), kreplay_cuda::last_op_error());
+      r = masked(from_device(dev), false);
+      expect_equal(t, r.first, r.second, (tag + ", host to device").c_str());
+
+      if (pinned) {
+        CUDA_CHECK(cudaMemset(storage, 0, l.span));
+        t.expect(ops.copy_batch(ops.user_data, agent, to_storage.data(), to_storage.size()) == KREPLAY_STATUS_SUCCESS,
+                 "%s: device to storage batch failed", tag.c_str());
+        r = masked(from_device(storage), true);
+        expect_equal(t, r.first, r.second, (std::string(l.name) + ", device to device storage").c_str());
+        CUDA_CHECK(cudaMemset(dev, 0, l.span));
+        t.expect(
+            ops.copy_batch(ops.user_data, agent, from_storage.data(), from_storage.size()) == KREPLAY_STATUS_SUCCESS,
+            "%s: storage to device batch failed", tag.c_str());
+        r = masked(from_device(dev), false);
+        expect_equal(t, r.first, r.second, (std::string(l.name) + ", device storage to device").c_str());
+        KREPLAY_CHECK(ops.host_unlock(ops.user_data, host, l.span));
+      }
+    }
+    munmap(map, l.span);
+    KREPLAY_CHECK(ops.device_free(ops.user_data, agent, storage, l.span));
+    CUDA_CHECK(cudaFree(dev));
+  }
+  const uint64_t releases = kreplay_cuda::stats().releases;
+  ops.release(ops.user_data);
+  t.expect(kreplay_cuda::stats().releases == releases + 1, "release did not run");
+}
+
+void digest_self_test(int device, test_case& t) {
+  CUDA_CHECK(cudaSetDevice(device));
+  kreplay_device_ops_t ops{};
+  KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+  const digest_selftest::result r =
+      digest_selftest::run(ops, kreplay_cuda::agent_of_device(device), 10000, 0xD1CE5EEDull + device);
+  ops.release(ops.user_data);
+  t.expect(r.failures == 0, "%" PRIu64 " of %" PRIu64 " trials failed; first: %s", r.failures, r.trials,
+           r.first_failure.c_str());
+  t.expect(r.trials >= 10000, "only %" PRIu64 " trials ran", r.trials);
+  say("  device %d: digest self-test, %" PRIu64 " trials, %" PRIu64 " failures\n", device, r.trials, r.failures);
+}
+
+// With kreplay holding idle device storage that the application needs, malloc_tracked's first cudaMalloc fails,
+// it trims kreplay's storage and its second succeeds. Device 0 only: it fills the device.
+void oom_retry_trims_device_storage(device_harness& h, test_case& t) {
+  CUDA_CHECK(cudaSetDevice(h.device));
+  constexpr size_t kGiB = 1ull << 30;
+  set_v2_policy(8 * kGiB, false);
+  std::vector<void*> tracked;
+  for (int i = 0; i < 8; ++i) {
+    void* p = nullptr;
+    kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
+    CUDA_CHECK(kreplay_cuda::malloc_tracked(&p, 256u << 20, &record));
+    tracked.push_back(p);
+  }
+  kreplay_snapshot_info_t info{};
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  t.expect(kreplay_snap(h.agent, &snapshot, &reason) == KREPLAY_STATUS_SUCCESS, "snap declined: %s",
+           kreplay_decline_reason_string(reason));
+  if (snapshot != nullptr) {
+    KREPLAY_CHECK(kreplay_snapshot_info(snapshot, &info));
+  }
+  kreplay_snapshot_free(snapshot);
+  for (void* p : tracked) {
+    CUDA_CHECK(kreplay_cuda::free_tracked(p));
+  }
+  const size_t retained = kreplay_retained_device_bytes(h.agent);
+  t.expect(retained >= 2 * kGiB, "only %zu bytes of device storage retained (snapshot: %zu on the device)", retained,
+           info.device_bytes);
+  // Take everything but 1 GiB, so that a 1.5 GiB allocation fits only once kreplay's 2 GiB are given back.
+  std::vector<void*> hog;
+  size_t free_bytes = 0;
+  size_t total = 0;
+  for (;;) {
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    if (free_bytes <= kGiB + (64u << 20)) {
+      break;
+    }
+    void* p = nullptr;
+    const size_t take = free_bytes - kGiB > kGiB ? kGiB : free_bytes - kGiB;
+    if (cudaMalloc(&p, take) != cudaSuccess) {
+      (void)cudaGetLastError();
+      break;
+    }
+    hog.push_back(p);
+  }
+  const uint64_t retries = kreplay_cuda::stats().oom_retries;
+  void* wanted = nullptr;
+  kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
+  const cudaError_t error = kreplay_cuda::malloc_tracked(&wanted, 3 * kGiB / 2, &record);
+  t.expect(error == cudaSuccess && record == KREPLAY_STATUS_SUCCESS,
+           "malloc_tracked of 1.5 GiB with %zu bytes free and %zu retained: %s / %s", free_bytes, retained,
+           cudaGetErrorName(error), kreplay_status_string(record));
+  t.expect(kreplay_cuda::stats().oom_retries == retries + 1, "%" PRIu64 " retries, expected 1",
+           kreplay_cuda::stats().oom_retries - retries);
+  t.expect(kreplay_retained_device_bytes(h.agent) == 0, "%zu bytes still retained after the trim",
+           kreplay_retained_device_bytes(h.agent));
+  t.expect(cudaGetLastError() == cudaSuccess, "the failed first cudaMalloc left its error behind");
+  say("  device %d: %zu bytes retained, %zu free before malloc_tracked(1.5 GiB): %s after %" PRIu64 " retry\n",
+      h.device, retained, free_bytes, cudaGetErrorName(error), kreplay_cuda::stats().oom_retries - retries);
+  if (error == cudaSuccess) {
+    CUDA_CHECK(kreplay_cuda::free_tracked(wanted));
+  }
+  for (void* p : hog) {
+    CUDA_CHECK(cudaFree(p));
+  }
 }
 
 }  // namespace
@@ -476,11 +841,108 @@ int main() {
     }
   }
 
+  // ---- Version 2 --------------------------------------------------------------------------------------------
+  {
+    std::vector<test_case> batch(devices), digest(devices);
+    on_every_device(devices, [&](int d) {
+      batch[d].name = "device " + std::to_string(d) + ": batch_copies_are_exact";
+      batch_copies_are_exact(d, batch[d]);
+      digest[d].name = "device " + std::to_string(d) + ": digest_self_test";
+      digest_self_test(d, digest[d]);
+    });
+    for (int d = 0; d < devices; ++d) {
+      totals.add(batch[d]);
+      totals.add(digest[d]);
+    }
+  }
+
+  const size_t footprint = harness[0].tracked_bytes + kModuleBytes;
+  for (bool whole : {true, false}) {
+    const size_t budget = whole ? footprint : footprint / 2;
+    set_v2_policy(budget, false);
+    std::vector<test_case> tier(devices);
+    on_every_device(devices, [&](int d) {
+      tier[d].name = "device " + std::to_string(d) + (whole ? ": device_tier_whole_footprint" : ": device_tier_spill");
+      harness[d].device_tier(tier[d], budget, whole);
+    });
+    for (const test_case& t : tier) {
+      totals.add(t);
+    }
+  }
+  {
+    test_case given_back{"device_storage_given_back_by_trim"};
+    given_back.expect(kreplay_cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
+                      kreplay_cuda::stats().device_bytes);
+    totals.add(given_back);
+  }
+
+  for (bool on_device : {false, true}) {
+    set_v2_policy(on_device ? footprint : 0, true);
+    std::vector<test_case> dirty(devices);
+    on_every_device(devices, [&](int d) {
+      dirty[d].name = "device " + std::to_string(d) + ": dirty_only_restores_exactly (" +
+                      (on_device ? "device tier)" : "host tier)");
+      harness[d].dirty_only_restores_exactly(dirty[d]);
+      kreplay_device_trim(harness[d].agent);
+    });
+    for (const test_case& t : dirty) {
+      totals.add(t);
+    }
+  }
+
+  {
+    set_v2_policy(0, false);
+    test_case cache{"module_scan_cached_until_symbols_change"};
+    std::vector<test_case> rounds(devices);
+    auto round = [&] {
+      on_every_device(devices, [&](int d) {
+        rounds[d].name = "snapshot round";
+        harness[d].snap_and_free(rounds[d]);
+      });
+      for (const test_case& t : rounds) {
+        cache.failures += t.failures;
+      }
+      return kreplay_cuda::stats().module_scans;
+    };
+    const uint64_t first = round();
+    const uint64_t second = round();
+    cache.expect(second == first, "a second snapshot of each agent scanned %" PRIu64 " times with the cache on",
+                 second - first);
+    KREPLAY_CHECK(kreplay_cuda::register_symbols(kSymbols, kModuleVariables));
+    const uint64_t third = round();
+    cache.expect(third - second == static_cast<uint64_t>(devices),
+                 "after a new symbol table %" PRIu64 " scans for %d agents", third - second, devices);
+    totals.add(cache);
+
+    test_case released{"ops_released_when_replaced"};
+    const uint64_t before = kreplay_cuda::stats().releases;
+    KREPLAY_CHECK(kreplay_cuda::install(kSymbols, kModuleVariables));
+    // The old ops page-locked the retained staging: they stay in use until it is gone.
+    for (int d = 0; d < devices; ++d) {
+      kreplay_staging_trim(kreplay_cuda::agent_of_device(d));
+      kreplay_device_trim(kreplay_cuda::agent_of_device(d));
+    }
+    (void)round();
+    released.expect(kreplay_cuda::stats().releases == before + 1, "%" PRIu64 " releases after replacing the ops once",
+                    kreplay_cuda::stats().releases - before);
+    totals.add(released);
+  }
+
+  {
+    test_case oom{"device 0: oom_retry_trims_device_storage"};
+    oom_retry_trims_device_storage(harness[0], oom);
+    totals.add(oom);
+    set_v2_policy(0, false);
+  }
+
   on_every_device(devices, [&](int d) { harness[d].teardown(); });
   for (int d = 0; d < devices; ++d) {
     kreplay_staging_trim(kreplay_cuda::agent_of_device(d));
   }
+  kreplay_device_trim_all();
   test_case clean{"nothing_left_locked_or_tracked"};
+  clean.expect(kreplay_cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
+               kreplay_cuda::stats().device_bytes);
   clean.expect(kreplay_cuda::stats().locked_bytes == 0, "%" PRIu64 " bytes still locked",
                kreplay_cuda::stats().locked_bytes);
   for (int d = 0; d < devices; ++d) {
