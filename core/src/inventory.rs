@@ -634,6 +634,12 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                 }
             }
             if !busy {
+                // Mappings that survive this unmap (trimmed or split) may be pinned again.
+                for (region, pins) in state.mappings.iter().zip(&state.mapping_pins) {
+                    if region.base < end && base < region.base + region.size {
+                        pins.fetch_and(!DYING, Ordering::Relaxed);
+                    }
+                }
                 return Ok(state.unmap_range(base, size));
             }
             if !may_wait {
@@ -1091,5 +1097,138 @@ mod tests {
         for t in 0..4 {
             assert_eq!(inventory.stats(Agent(t)).regions, 10);
         }
+    }
+
+    fn key(inventory: &Inventory<64, 128>, base: usize) -> PinKey {
+        let mut out = Vec::new();
+        inventory.gather(A, &mut out).unwrap();
+        let region = out.iter().find(|r| r.base == base).unwrap();
+        PinKey { base, kind: region.kind, generation: region.generation, min_size: region.size }
+    }
+
+    fn pin(inventory: &Inventory<64, 128>, key: PinKey) -> bool {
+        let mut pinned = false;
+        inventory.pin_each(core::iter::once(key), |ok| pinned = ok);
+        pinned
+    }
+
+    #[test]
+    fn a_free_waits_for_the_pins_of_its_own_region_and_nothing_else_does() {
+        static INVENTORY: Inventory<64, 128> = Inventory::new();
+        let inventory = &INVENTORY;
+        inventory.add(0x1000, 64, A).unwrap();
+        inventory.add(0x2000, 64, A).unwrap();
+        let pinned = key(inventory, 0x1000);
+        assert!(pin(inventory, pinned));
+        let freed = std::sync::Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let freed = freed.clone();
+            std::thread::spawn(move || {
+                inventory.remove(0x1000, true).unwrap();
+                freed.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 5 } else { 50 }));
+        assert!(!freed.load(Ordering::SeqCst), "the free did not wait for the copy in flight");
+        // Unrelated frees and allocations go through while the pin is held.
+        assert!(inventory.del(0x2000).is_some());
+        inventory.add(0x3000, 64, B).unwrap();
+        // The region being freed cannot be pinned again.
+        assert!(!pin(inventory, pinned), "a dying region was pinned");
+        inventory.unpin_each(core::iter::once(pinned));
+        waiter.join().unwrap();
+        assert!(freed.load(Ordering::SeqCst));
+        assert_eq!(inventory.stats(A).regions, 0);
+    }
+
+    #[test]
+    fn a_free_that_may_not_wait_leaves_a_pinned_region_tracked_and_pinnable() {
+        let inventory: Inventory<64, 128> = Inventory::new();
+        inventory.add(0x1000, 64, A).unwrap();
+        let pinned = key(&inventory, 0x1000);
+        assert!(pin(&inventory, pinned));
+        assert_eq!(inventory.remove(0x1000, false), Err(RemoveError::InUse));
+        assert!(pin(&inventory, pinned), "the refused free left the region dying");
+        inventory.unpin_each([pinned, pinned].into_iter());
+        assert!(inventory.remove(0x1000, false).is_ok(), "unpinned: removed without waiting");
+    }
+
+    #[test]
+    fn an_insert_prepared_before_tracking_was_turned_off_is_refused() {
+        let inventory: Inventory<64, 128> = Inventory::new();
+        inventory.set_enabled(true, true);
+        let epoch = inventory.epoch();
+        inventory.set_enabled(false, true);
+        assert_eq!(inventory.insert(0x1000, 64, A, epoch), Ok(None));
+        inventory.set_enabled(true, true);
+        assert_eq!(inventory.insert(0x1000, 64, A, epoch), Ok(None), "off and on again is another epoch");
+        inventory.insert_unknown(0x9000, epoch);
+        assert_eq!(inventory.len(), 0);
+        assert!(!inventory.is_overflowed(A));
+        inventory.insert(0x1000, 64, A, inventory.epoch()).unwrap();
+        assert_eq!(inventory.len(), 1);
+    }
+
+    #[test]
+    fn turning_tracking_off_waits_until_no_copy_touches_a_region() {
+        static INVENTORY: Inventory<64, 128> = Inventory::new();
+        let inventory = &INVENTORY;
+        inventory.add(0x1000, 64, A).unwrap();
+        let pinned = key(inventory, 0x1000);
+        assert!(pin(inventory, pinned));
+        let off = std::sync::Arc::new(AtomicBool::new(false));
+        let toggler = {
+            let off = off.clone();
+            std::thread::spawn(move || {
+                inventory.set_enabled(false, true);
+                off.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 5 } else { 50 }));
+        assert!(!off.load(Ordering::SeqCst), "tracking off returned while a copy was in flight");
+        assert_eq!(inventory.len(), 0, "the regions are forgotten at once");
+        inventory.unpin_each(core::iter::once(pinned));
+        toggler.join().unwrap();
+        assert_eq!(inventory.set_enabled(false, false), 0);
+    }
+
+    #[test]
+    fn a_free_is_undone_with_its_generation() {
+        let inventory: Inventory<64, 128> = Inventory::new();
+        inventory.add(0x1000, 64, A).unwrap();
+        let before = key(&inventory, 0x1000);
+        inventory.del(0x1000).unwrap();
+        inventory.undo_remove(0x1000).unwrap();
+        assert_eq!(key(&inventory, 0x1000), before, "same region, same generation");
+        assert!(pin(&inventory, before), "a snapshot taken before the free still restores it");
+        inventory.unpin_each(core::iter::once(before));
+        assert_eq!(inventory.undo_remove(0x1000), Err(RemoveError::NotFound), "undone once");
+        assert_eq!(inventory.undo_remove(0x7000), Err(RemoveError::NotFound));
+        // A lost allocation comes back as lost.
+        inventory.add_unknown(0x5000);
+        inventory.del(0x5000).unwrap();
+        assert!(!inventory.is_overflowed(A));
+        inventory.undo_remove(0x5000).unwrap();
+        assert!(inventory.is_overflowed(A));
+    }
+
+    #[test]
+    fn an_unmap_waits_for_pinned_mappings_and_a_trimmed_mapping_can_be_pinned_again() {
+        static INVENTORY: Inventory<64, 128> = Inventory::new();
+        let inventory = &INVENTORY;
+        inventory.set_enabled(true, true);
+        inventory.insert_vmem(0x10000, 0x4000, A).unwrap();
+        let whole = key(inventory, 0x10000);
+        assert!(pin(inventory, whole));
+        assert_eq!(inventory.remove_vmem(0x13000, 0x1000, false), Err(RemoveError::InUse));
+        let unmapper = std::thread::spawn(move || inventory.unmap(0x13000, 0x1000).touched);
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 5 } else { 50 }));
+        assert!(!unmapper.is_finished(), "the unmap did not wait for the copy in flight");
+        inventory.unpin_each(core::iter::once(whole));
+        assert_eq!(unmapper.join().unwrap(), 1);
+        let head = key(inventory, 0x10000);
+        assert_eq!(head.min_size, 0x3000);
+        assert!(pin(inventory, head), "the surviving head is still dying");
+        inventory.unpin_each(core::iter::once(head));
     }
 }

@@ -149,7 +149,7 @@ impl<O: DeviceOps> Engine<O> {
         let stash_device = stash.as_ref().and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
         let device_limit = if policy.device_budget_bytes > 0 && ops.can_alloc_device() {
             // Device memory lent to other live snapshots of this agent counts against the budget.
-            let lent = self.device.held_bytes(agent) - self.device.idle_bytes(agent) - stash_device;
+            let lent = self.device.held_bytes(agent).saturating_sub(self.device.idle_bytes(agent) + stash_device);
             policy.device_budget_bytes.saturating_sub(lent)
         } else {
             0
@@ -241,10 +241,13 @@ impl<O: DeviceOps> Engine<O> {
         limit: usize,
         stash: Option<&mut Stash>,
     ) -> crate::Result<(DeviceLease, bool)> {
-        if let Some(lease) =
-            stash.and_then(|s| s.storage.device.take_if(|lease| lease.capacity >= size && lease.capacity / 2 <= size))
-        {
-            return Ok((lease, true));
+        if let Some(lease) = stash.and_then(|s| s.storage.device.take()) {
+            if lease.capacity >= size && lease.capacity / 2 <= size && lease.capacity <= limit {
+                return Ok((lease, true));
+            }
+            // Give it back first: it may be the best fit, and otherwise the trim below frees it before any new
+            // allocation, so the budget holds.
+            let _ = self.device.release(&lease);
         }
         if let Some(lease) = self.device.take(agent, size, limit) {
             return Ok((lease, false));
