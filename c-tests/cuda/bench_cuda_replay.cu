@@ -1,32 +1,44 @@
-// Benchmark of kreplay's snapshot and restore on a CUDA GPU, side by side with the reference design, the link
-// limit and CUPTI's Checkpoint API (needs an NVIDIA GPU). Prints figures; asserts nothing about speed.
+// Benchmark of kreplay's snapshot and restore on a CUDA GPU, side by side with the reference design, the link and
+// device limits and CUPTI's Checkpoint API (needs an NVIDIA GPU). Prints figures; asserts nothing about speed.
 //
 // For each footprint (bytes in regions of one size) every row runs D dispatches of P passes: one snapshot, then
-// P - 1 times a kernel that changes every region followed by a restore. Only the snapshot, the restores and the
-// per-dispatch release are timed (host monotonic clock, after cudaDeviceSynchronize); the kernel between
-// passes is a one-word touch per region, run and synchronised outside the timed spans. After every restore a
-// kernel checks that each region's first word is back to its captured value (untimed), so a row that does not
-// really restore shows up in the `verified` column.
+// P - 1 times a kernel that writes to the footprint followed by a restore. Only the snapshot, the restores and the
+// per-dispatch release are timed (host monotonic clock, after cudaDeviceSynchronize); the kernel between passes
+// runs and is synchronised outside the timed spans. It changes one word per region ("touch"), or, in the rows
+// with a written fraction, rewrites that fraction of the footprint's 64 KiB blocks, chosen at random each pass.
+// After every restore a kernel compares a checksum of every 64 KiB block with the one taken before the snapshot
+// (untimed), so a row that does not really restore shows up in the `verified` column.
 //
 // Rows (see docs/performance.md, "Real GPU (H200)"):
-//   1  kreplay_pinned        kreplay_snap / kreplay_restore, retained staging page-locked (pin_staging)
-//   1n kreplay_pinned_nosync row 1 with the adapter's wait after each copy turned off (diagnostic: with page-locked
-//                            staging cudaMemcpy is synchronous anyway, so the difference is that wait's cost)
+//   1  kreplay_pinned        kreplay_snap / kreplay_restore, host tier, retained staging page-locked (pin_staging)
+//   1n kreplay_pinned_nosync row 1 with the adapter's wait after each single copy turned off (diagnostic)
 //   2  kreplay_pageable      the same, staging left pageable
+//   6  kreplay_host_dirty    row 1 with dirty_only (the adapter's digest op), per written fraction
+//   7  kreplay_device        device tier: device_budget_bytes covers the footprint
+//   8  kreplay_device_dirty  row 7 with dirty_only, per written fraction
+//   9  kreplay_spill         a device budget of half the footprint: the rest spills to pinned host staging
 //   3  reference_per_dispatch a zero-filled std::vector<char> per region per dispatch, pageable copies through
 //                            the adapter's copy op, freed at the end of the dispatch (the design before retention)
-//   4  raw_pinned            cudaMemcpy per region from and to one cudaMallocHost buffer: the link limit
-//   4b raw_registered        the same into mmap'd memory page-locked with cudaHostRegister (what kreplay's
-//                            pinned staging is), to tell memory kind from library overhead
-//   4r raw_pinned_repeat     row 4 again after rows 1-3, for the run-to-run spread
+//   4  raw_pinned            cudaMemcpy per region from and to one cudaMallocHost buffer
+//   4b raw_registered        the same into mmap'd memory page-locked with cudaHostRegister (diagnostic)
+//   4c raw_pinned_one_copy   the whole footprint as one cudaMemcpy each way, to and from cudaMallocHost memory:
+//                            the link limit
+//   4d raw_d2d_one_copy      the whole footprint as one device-to-device cudaMemcpy each way: the device limit
+//   4r raw_pinned_repeat     row 4 again after the kreplay rows, for the run-to-run spread
 //   5a cupti_device          cuptiCheckpointSave / cuptiCheckpointRestore, checkpoint allowed in device memory
 //   5b cupti_host            the same with the checkpoint kept out of device memory: reserveDeviceMB set to the
 //                            device's whole memory in MiB (--cupti-host-reserve total, the default) or to -1
 //                            (--cupti-host-reserve minus1, what cupti_checkpoint.h documents; refused by CUPTI 13.0)
+//   5c cupti_device_transfer 5a with CUPTI_CHECKPOINT_OPT_TRANSFER (restores only what changed), per fraction
+//   5d cupti_host_transfer   5b with CUPTI_CHECKPOINT_OPT_TRANSFER, per fraction
+// Per row: first dispatch, steady-state snapshot, restore and dispatch (medians of dispatches 2..D), device and
+// host memory held while the snapshot exists (cudaMemGetInfo of the row's device and the process's resident set,
+// against the same readings before the row). Also: the adapter's digest of the 1 GiB footprints (row D).
 // CUPTI's context (--cupti-context): "null" leaves CUpti_Checkpoint::ctx NULL (the current context), "explicit"
 // names the current (primary) context, "created" runs the CUPTI rows on a fresh allocation of the same footprint
 // in a context made with cuCtxCreate, as NVIDIA's sample does. cupti_probe tells which one this driver accepts.
-// With several devices, one thread per device runs every row at the same time as the others (one agent each).
+// With several devices, one thread per device runs every row at the same time as the others (one agent each);
+// --devices 1 runs one. --rows and --fractions select a subset (so a run fits a time limit); --help lists all.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -83,13 +95,6 @@ __global__ void fill_region(unsigned int* x, size_t n, unsigned long long seed) 
   }
 }
 
-__global__ void record_first_words(unsigned int* const* regions, size_t count, unsigned int* expected) {
-  size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (r < count) {
-    expected[r] = regions[r][0];
-  }
-}
-
 __global__ void touch_first_words(unsigned int* const* regions, size_t count) {
   size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (r < count) {
@@ -100,11 +105,62 @@ __global__ void touch_first_words(unsigned int* const* regions, size_t count) {
   }
 }
 
-__global__ void check_first_words(unsigned int* const* regions, size_t count, const unsigned int* expected,
-                                  unsigned int* mismatches) {
-  size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  if (r < count && regions[r][0] != expected[r]) {
-    atomicAdd(mismatches, 1u);
+constexpr size_t kBlockBytes = 64u << 10;  // the unit of the written fractions and of the verification
+constexpr unsigned kBlockWords = kBlockBytes / sizeof(unsigned int);
+
+__device__ unsigned long long block_sum_warp(unsigned long long v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v += __shfl_down_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// One position-weighted checksum per 64 KiB block (one thread block per footprint block), into `out`; with
+// `compare`, counts the blocks whose checksum differs from it instead.
+__global__ void block_checksums(unsigned int* const* regions, size_t blocks_per_region, size_t region_words,
+                                unsigned long long* out, const unsigned long long* compare, unsigned int* mismatches) {
+  __shared__ unsigned long long partial[8];
+  const size_t block = blockIdx.x;
+  const unsigned int* base = regions[block / blocks_per_region] + (block % blocks_per_region) * kBlockWords;
+  const size_t words = region_words - (block % blocks_per_region) * kBlockWords < kBlockWords
+                           ? region_words - (block % blocks_per_region) * kBlockWords
+                           : kBlockWords;
+  unsigned long long local = 0;
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
+    local += static_cast<unsigned long long>(base[i]) * (i * 2 + 1);
+  }
+  local = block_sum_warp(local);
+  if ((threadIdx.x & 31) == 0) {
+    partial[threadIdx.x / 32] = local;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long sum = 0;
+    for (int w = 0; w < 8; ++w) {
+      sum += partial[w];
+    }
+    sum += g_bench_epoch;  // the module variable the passes change
+    if (compare == nullptr) {
+      out[block] = sum;
+    } else if (compare[block] != sum) {
+      atomicAdd(mismatches, 1u);
+    }
+  }
+}
+
+// Rewrites whole 64 KiB blocks of the footprint: `list` holds the global block numbers to write.
+__global__ void write_blocks(unsigned int* const* regions, size_t blocks_per_region, size_t region_words,
+                             const unsigned int* list, unsigned int salt) {
+  const size_t block = list[blockIdx.x];
+  unsigned int* base = regions[block / blocks_per_region] + (block % blocks_per_region) * kBlockWords;
+  const size_t words = region_words - (block % blocks_per_region) * kBlockWords < kBlockWords
+                           ? region_words - (block % blocks_per_region) * kBlockWords
+                           : kBlockWords;
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
+    base[i] = base[i] * 2654435761u + salt;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    g_bench_epoch += 1;
   }
 }
 
@@ -178,10 +234,16 @@ struct config_t {
   int devices = 0;  // 0: all
   std::vector<footprint_t> footprints = {
       {64ull << 20, 64ull << 20}, {1ull << 30, 64ull << 20}, {4ull << 30, 64ull << 20}, {1ull << 30, 64ull << 10}};
+  std::vector<double> fractions = {0.001, 0.01, 0.1, 1.0};
+  std::vector<std::string> rows;  // empty: all
   std::string csv = "h200-replay-benchmark.csv";
   std::string info_log = "kreplay-info.log";
   std::string cupti_context = "explicit";
   std::string cupti_host_reserve = "total";
+
+  bool wants(const std::string& id) const {
+    return rows.empty() || std::find(rows.begin(), rows.end(), id) != rows.end();
+  }
 };
 
 // Timings of one row on one device for one footprint.
@@ -190,15 +252,21 @@ struct row_result {
   footprint_t footprint{};
   std::string row;
   std::string id;
+  double fraction = 0;  // of the 64 KiB blocks written per pass; 0: one word per region
   std::vector<double> snap_ms, release_ms, dispatch_ms;
   std::vector<std::vector<double>> restore_ms;  // per dispatch
   std::vector<double> staging_ms, copy_ms;      // kreplay's own phase timings, per snapshot
+  std::vector<double> digest_ms, copied_mib, on_device_mib;  // kreplay v2 snapshot info, per snapshot
+  std::vector<double> clean_mib;                // kreplay restore reports, per restore
   double checkpoint_device_mib = NAN;
+  double device_held_mib = NAN;  // while the last dispatch's snapshot exists, against before the row
+  double host_held_mib = NAN;
   uint64_t mismatches = 0;
   uint64_t checks = 0;
   std::string status = "ok";
 
   double first_dispatch() const { return dispatch_ms.empty() ? NAN : dispatch_ms[0]; }
+  double first_staging() const { return staging_ms.empty() ? NAN : staging_ms[0]; }
   // Dispatches 2..D (all of them when there is only one). Built element by element: GCC 13 at -O3 reports a
   // false -Warray-bounds for the iterator-range constructor here.
   static std::vector<double> steady(const std::vector<double>& all) {
@@ -226,25 +294,58 @@ struct row_ops {
   std::function<bool()> restore;
   std::function<void()> release;  // end of the dispatch
   std::function<void()> finish;   // after the last dispatch, untimed
+  bool verify = true;             // false: the row restores no region (the one-copy limits)
 };
+
+// The process's resident set, in bytes (page-locked and pageable host memory alike).
+double resident_bytes() {
+  FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) {
+    return NAN;
+  }
+  char line[256];
+  double kib = NAN;
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    if (std::strncmp(line, "VmRSS:", 6) == 0) {
+      kib = std::strtod(line + 6, nullptr);
+      break;
+    }
+  }
+  std::fclose(status);
+  return kib * 1024.0;
+}
+
+double device_free_bytes() {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<double>(free_bytes);
+}
 
 struct device_footprint {
   int device = 0;
   kreplay_agent_t agent{};
   footprint_t footprint{};
   std::vector<void*> regions;
-  unsigned int** region_table = nullptr;  // device copy of `regions`, for the touch and check kernels
-  unsigned int* expected = nullptr;
+  unsigned int** region_table = nullptr;  // device copy of `regions`, for the kernels
+  unsigned long long* expected = nullptr;  // a checksum per 64 KiB block, taken before each snapshot
   unsigned int* mismatches = nullptr;
+  unsigned int* write_list = nullptr;      // blocks the next pass writes
+  std::vector<unsigned int> all_blocks;
+  uint64_t rng = 0;
+  unsigned int salt = 1;
   bool own_context = false;  // working in a context made for this thread: cudaSetDevice would leave it
 
   size_t count() const { return regions.size(); }
   unsigned blocks() const { return static_cast<unsigned>((count() + 255) / 256); }
+  size_t blocks_per_region() const { return (footprint.region + kBlockBytes - 1) / kBlockBytes; }
+  size_t total_blocks() const { return blocks_per_region() * count(); }
 
   void allocate(int ordinal, footprint_t fp) {
     device = ordinal;
     agent = kreplay_cuda::agent_of_device(ordinal);
     footprint = fp;
+    rng = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(ordinal + 1);
     if (!own_context) {
       CUDA_CHECK(cudaSetDevice(device));
     }
@@ -264,13 +365,18 @@ struct device_footprint {
     // Untracked bookkeeping: cudaMalloc directly, so kreplay never sees it.
     CUDA_CHECK(cudaMalloc(&region_table, sizeof(unsigned int*) * n));
     CUDA_CHECK(cudaMemcpy(region_table, regions.data(), sizeof(void*) * n, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMalloc(&expected, sizeof(unsigned int) * n));
+    CUDA_CHECK(cudaMalloc(&expected, sizeof(unsigned long long) * total_blocks()));
     CUDA_CHECK(cudaMalloc(&mismatches, sizeof(unsigned int)));
-    unsigned int salt[16];
-    for (unsigned i = 0; i < 16; ++i) {
-      salt[i] = word_hash(i + 77);
+    CUDA_CHECK(cudaMalloc(&write_list, sizeof(unsigned int) * total_blocks()));
+    all_blocks.resize(total_blocks());
+    for (size_t b = 0; b < all_blocks.size(); ++b) {
+      all_blocks[b] = static_cast<unsigned int>(b);
     }
-    CUDA_CHECK(cudaMemcpyToSymbol(c_bench_salt, salt, sizeof(salt)));
+    unsigned int salt_table[16];
+    for (unsigned i = 0; i < 16; ++i) {
+      salt_table[i] = word_hash(i + 77);
+    }
+    CUDA_CHECK(cudaMemcpyToSymbol(c_bench_salt, salt_table, sizeof(salt_table)));
     CUDA_CHECK(cudaDeviceSynchronize());
   }
 
@@ -287,31 +393,56 @@ struct device_footprint {
     CUDA_CHECK(cudaFree(region_table));
     CUDA_CHECK(cudaFree(expected));
     CUDA_CHECK(cudaFree(mismatches));
+    CUDA_CHECK(cudaFree(write_list));
+  }
+
+  void checksums(const unsigned long long* compare) {
+    block_checksums<<<static_cast<unsigned>(total_blocks()), 256>>>(
+        region_table, blocks_per_region(), footprint.region / sizeof(unsigned int), expected, compare, mismatches);
+    CUDA_CHECK_LAUNCH();
   }
 
   void record_expected() {
-    record_first_words<<<blocks(), 256>>>(region_table, count(), expected);
+    checksums(nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+  // One word per region (fraction 0), or `fraction` of the 64 KiB blocks, drawn at random without repetition.
+  void touch(double fraction) {
+    if (fraction <= 0) {
+      touch_first_words<<<blocks(), 256>>>(region_table, count());
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaDeviceSynchronize());
+      return;
+    }
+    size_t n = static_cast<size_t>(std::llround(fraction * static_cast<double>(all_blocks.size())));
+    n = std::max<size_t>(1, std::min(n, all_blocks.size()));
+    for (size_t i = 0; i < n && n < all_blocks.size(); ++i) {  // a partial Fisher-Yates shuffle
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      std::swap(all_blocks[i], all_blocks[i + rng % (all_blocks.size() - i)]);
+    }
+    CUDA_CHECK(cudaMemcpy(write_list, all_blocks.data(), sizeof(unsigned int) * n, cudaMemcpyHostToDevice));
+    write_blocks<<<static_cast<unsigned>(n), 256>>>(region_table, blocks_per_region(),
+                                                    footprint.region / sizeof(unsigned int), write_list, ++salt);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  void touch() {
-    touch_first_words<<<blocks(), 256>>>(region_table, count());
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaDeviceSynchronize());
-  }
-
+  // Blocks whose checksum differs from the one taken before the snapshot.
   unsigned int check() {
     unsigned int found = 0;
     CUDA_CHECK(cudaMemset(mismatches, 0, sizeof(unsigned int)));
-    check_first_words<<<blocks(), 256>>>(region_table, count(), expected, mismatches);
-    CUDA_CHECK_LAUNCH();
+    checksums(expected);
     CUDA_CHECK(cudaMemcpy(&found, mismatches, sizeof(found), cudaMemcpyDeviceToHost));
     return found;
   }
 };
 
-void run_row(const config_t& config, device_footprint& fp, row_result& result, row_ops ops) {
+// `baseline_*`: readings before the row took anything (its own buffers included).
+void run_row(const config_t& config, device_footprint& fp, row_result& result, row_ops ops, double baseline_free,
+             double baseline_resident) {
   result.device = fp.device;
   result.footprint = fp.footprint;
   for (int d = 0; d < config.dispatches; ++d) {
@@ -324,10 +455,14 @@ void run_row(const config_t& config, device_footprint& fp, row_result& result, r
     if (!ok) {
       break;
     }
+    if (d == config.dispatches - 1) {
+      result.device_held_mib = (baseline_free - device_free_bytes()) / (1 << 20);
+      result.host_held_mib = (resident_bytes() - baseline_resident) / (1 << 20);
+    }
     double dispatch = snap;
     std::vector<double> restores;
     for (int p = 1; p < config.passes; ++p) {
-      fp.touch();
+      fp.touch(result.fraction);
       t0 = now_ms();
       ok = ops.restore();
       CUDA_CHECK(cudaDeviceSynchronize());
@@ -337,13 +472,15 @@ void run_row(const config_t& config, device_footprint& fp, row_result& result, r
       }
       restores.push_back(restore);
       dispatch += restore;
-      result.mismatches += fp.check();
-      result.checks += fp.count();
+      if (ops.verify) {
+        result.mismatches += fp.check();
+        result.checks += fp.total_blocks();
+      }
     }
     if (!ok) {
       break;
     }
-    fp.touch();  // the last pass
+    fp.touch(result.fraction);  // the last pass
     t0 = now_ms();
     ops.release();
     const double release = now_ms() - t0;
@@ -358,14 +495,25 @@ void run_row(const config_t& config, device_footprint& fp, row_result& result, r
   }
 }
 
-void set_pinning(bool pin) {
-  kreplay_policy_t policy{};
-  policy.struct_size = sizeof(policy);
-  policy.pin_staging = pin;
+// The process-wide policy of a kreplay row (set by device 0's thread while the others wait).
+struct kreplay_mode {
+  const char* id;
+  const char* row;
+  bool pin;
+  bool sync_after_copy;
+  int budget;  // 0: host only; 1: the footprint and headroom; 2: half the footprint
+  bool dirty;
+};
+
+void set_policy(const kreplay_mode& mode, size_t footprint) {
+  kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+  policy.pin_staging = mode.pin;
+  policy.dirty_only = mode.dirty;
+  policy.device_budget_bytes = mode.budget == 0 ? 0 : mode.budget == 1 ? footprint + (16u << 20) : footprint / 2;
   KREPLAY_CHECK(kreplay_set_policy(&policy));
 }
 
-row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t*& snapshot) {
+row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t*& snapshot, bool dirty) {
   row_ops ops;
   ops.snap = [&fp, &result, &snapshot] {
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
@@ -383,16 +531,23 @@ row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t
     }
     result.staging_ms.push_back(static_cast<double>(info.staging_ns) / 1e6);
     result.copy_ms.push_back(static_cast<double>(info.copy_ns) / 1e6);
+    result.digest_ms.push_back(static_cast<double>(info.digest_ns) / 1e6);
+    result.copied_mib.push_back(static_cast<double>(info.copied_bytes) / (1 << 20));
+    result.on_device_mib.push_back(static_cast<double>(info.device_bytes) / (1 << 20));
     return true;
   };
-  ops.restore = [&fp, &result, &snapshot] {
+  ops.restore = [&fp, &result, &snapshot, dirty] {
     kreplay_restore_report_t report{};
     kreplay_status_t status = kreplay_restore(snapshot, &report);
-    if (status != KREPLAY_STATUS_SUCCESS || report.skipped != 0 || report.restored != fp.count() + 2) {
+    // A dirty-only restore writes back what changed; the others every region and the 2 module variables.
+    if (status != KREPLAY_STATUS_SUCCESS || report.skipped != 0 || report.failed != 0 ||
+        (!dirty && report.restored != fp.count() + 2)) {
       result.status = std::string("restore: ") + kreplay_status_string(status) + ", restored " +
-                      std::to_string(report.restored) + ", skipped " + std::to_string(report.skipped);
+                      std::to_string(report.restored) + ", skipped " + std::to_string(report.skipped) +
+                      ", failed " + std::to_string(report.failed);
       return false;
     }
+    result.clean_mib.push_back(static_cast<double>(report.clean_bytes) / (1 << 20));
     return true;
   };
   ops.release = [&snapshot] {
@@ -421,6 +576,26 @@ row_ops raw_row(device_footprint& fp, unsigned char* host) {
       CUDA_CHECK(cudaMemcpy(fp.regions[r], host + r * fp.footprint.region, fp.footprint.region,
                             cudaMemcpyHostToDevice));
     }
+    return true;
+  };
+  ops.release = [] {};
+  return ops;
+}
+
+// The whole footprint's bytes as one copy each way, between a contiguous device buffer of that size and `other`
+// (page-locked host memory or another device buffer): the limit that any split into regions can only approach.
+// It copies no region, so the row verifies nothing.
+row_ops one_copy_row(size_t bytes, unsigned char* contiguous, unsigned char* other) {
+  row_ops ops;
+  ops.verify = false;
+  ops.snap = [bytes, contiguous, other] {
+    CUDA_CHECK(cudaMemcpy(other, contiguous, bytes, cudaMemcpyDefault));
+    CUDA_CHECK(cudaDeviceSynchronize());  // a device-to-device cudaMemcpy returns before it completes
+    return true;
+  };
+  ops.restore = [bytes, contiguous, other] {
+    CUDA_CHECK(cudaMemcpy(contiguous, other, bytes, cudaMemcpyDefault));
+    CUDA_CHECK(cudaDeviceSynchronize());
     return true;
   };
   ops.release = [] {};
@@ -475,8 +650,9 @@ size_t device_used_bytes() {
 }
 
 // One handle for the whole row, saved over with allowOverwrite: CUPTI's counterpart of retained staging.
+// transfer: CUPTI_CHECKPOINT_OPT_TRANSFER (1 in cupti_checkpoint.h), CUPTI's own "restore only what changed".
 row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory, CUcontext ctx,
-                  const std::string& host_reserve) {
+                  const std::string& host_reserve, bool transfer) {
   std::memset(&checkpoint, 0, sizeof(checkpoint));
   checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
   checkpoint.ctx = ctx;  // the context that holds the footprint (NULL: the current one)
@@ -488,7 +664,7 @@ row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved,
   checkpoint.reserveDeviceMB = device_memory ? 0 : no_device;
   checkpoint.reserveHostMB = 0;
   checkpoint.allowOverwrite = 1;
-  checkpoint.optimizations = 0;  // no dirty-block tracking: every restore writes everything, as kreplay does
+  checkpoint.optimizations = transfer ? 1 : 0;
   checkpoint.pPriv = nullptr;
   saved = false;
   row_ops ops;
@@ -548,32 +724,44 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
   fp.allocate(device, footprint);
   const std::string label = size_label(footprint.total) + " in " + std::to_string(footprint.total / footprint.region) +
                             " x " + size_label(footprint.region);
-  auto start_row = [&](const char* id, const char* row) {
+  double baseline_free = 0;
+  double baseline_resident = 0;
+  auto start_row = [&](const std::string& id, const std::string& row, double fraction) {
     sync.wait();
+    const std::string name = fraction > 0 ? row + " @" + std::to_string(fraction * 100) + "%" : row;
     if (device == 0) {
-      set_info_tag(label + " / " + row);
+      set_info_tag(label + " / " + name);
     }
-    say("device %d: %s: row %s %s\n", device, label.c_str(), id, row);
+    say("device %d: %s: row %s %s\n", device, label.c_str(), id.c_str(), name.c_str());
     row_result result;
     result.id = id;
     result.row = row;
+    result.fraction = fraction;
+    baseline_free = device_free_bytes();
+    baseline_resident = resident_bytes();
     return result;
   };
   auto finish_row = [&](row_result& result) {
     sync.wait();
     out.push_back(result);
   };
+  auto run = [&](row_result& result, row_ops ops) {
+    run_row(config, fp, result, std::move(ops), baseline_free, baseline_resident);
+  };
 
-  {
-    row_result result = start_row("4", "raw_pinned");
+  auto raw_pinned = [&](const char* id, const char* name) {
+    row_result result = start_row(id, name, 0);
     unsigned char* host = nullptr;
     CUDA_CHECK(cudaMallocHost(&host, footprint.total));
-    run_row(config, fp, result, raw_row(fp, host));
+    run(result, raw_row(fp, host));
     CUDA_CHECK(cudaFreeHost(host));
     finish_row(result);
+  };
+  if (config.wants("4")) {
+    raw_pinned("4", "raw_pinned");
   }
-  {
-    row_result result = start_row("4b", "raw_registered");
+  if (config.wants("4b")) {
+    row_result result = start_row("4b", "raw_registered", 0);
     void* map = mmap(nullptr, footprint.total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
       std::fprintf(stderr, "mmap of %zu bytes failed\n", footprint.total);
@@ -581,82 +769,168 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     }
     (void)madvise(map, footprint.total, MADV_HUGEPAGE);  // as kreplay advises its large staging
     CUDA_CHECK(cudaHostRegister(map, footprint.total, cudaHostRegisterPortable));
-    run_row(config, fp, result, raw_row(fp, static_cast<unsigned char*>(map)));
+    run(result, raw_row(fp, static_cast<unsigned char*>(map)));
     CUDA_CHECK(cudaHostUnregister(map));
     munmap(map, footprint.total);
     finish_row(result);
   }
-  struct kreplay_mode {
-    const char* id;
-    const char* row;
-    bool pin;
-    bool sync_after_copy;
-  };
-  for (const kreplay_mode& mode : {kreplay_mode{"1", "kreplay_pinned", true, true},
-                                   kreplay_mode{"1n", "kreplay_pinned_nosync", true, false},
-                                   kreplay_mode{"2", "kreplay_pageable", false, true}}) {
-    const bool pin = mode.pin;
-    row_result result = start_row(mode.id, mode.row);
-    // An empty pool, so the first dispatch pays for mapping (and locking) its staging as a fresh process would.
+  for (bool on_device : {false, true}) {
+    const char* id = on_device ? "4d" : "4c";
+    if (!config.wants(id)) {
+      continue;
+    }
+    row_result result = start_row(id, on_device ? "raw_d2d_one_copy" : "raw_pinned_one_copy", 0);
+    unsigned char* contiguous = nullptr;
+    unsigned char* other = nullptr;
+    CUDA_CHECK(cudaMalloc(&contiguous, footprint.total));
+    CUDA_CHECK(cudaMemset(contiguous, 0x5a, footprint.total));
+    if (on_device) {
+      CUDA_CHECK(cudaMalloc(&other, footprint.total));
+    } else {
+      CUDA_CHECK(cudaMallocHost(&other, footprint.total));
+    }
+    run(result, one_copy_row(footprint.total, contiguous, other));
+    CUDA_CHECK(cudaFree(contiguous));
+    CUDA_CHECK(on_device ? cudaFree(other) : cudaFreeHost(other));
+    result.status = "limit: copies no region";
+    finish_row(result);
+  }
+
+  auto kreplay_rows = [&](const kreplay_mode& mode, double fraction) {
+    if (!config.wants(mode.id)) {
+      return;
+    }
+    row_result result = start_row(mode.id, mode.row, fraction);
+    // An empty pool, so the first dispatch pays for mapping (and locking) its storage as a fresh process would.
     kreplay_staging_trim(fp.agent);
+    kreplay_device_trim(fp.agent);
+    baseline_free = device_free_bytes();
+    baseline_resident = resident_bytes();
     if (device == 0) {
-      set_pinning(pin);
+      set_policy(mode, footprint.total);
       kreplay_cuda::set_sync_after_copy(mode.sync_after_copy);
     }
     sync.wait();
     kreplay_snapshot_t* snapshot = nullptr;
-    run_row(config, fp, result, kreplay_row(fp, result, snapshot));
+    run(result, kreplay_row(fp, result, snapshot, mode.dirty));
     sync.wait();
     if (device == 0) {
       kreplay_cuda::set_sync_after_copy(true);
     }
     kreplay_staging_trim(fp.agent);  // nothing stays pinned for the rows below (CUPTI would capture it)
+    kreplay_device_trim(fp.agent);
     finish_row(result);
+  };
+  for (const kreplay_mode& mode : {kreplay_mode{"1", "kreplay_pinned", true, true, 0, false},
+                                   kreplay_mode{"1n", "kreplay_pinned_nosync", true, false, 0, false},
+                                   kreplay_mode{"2", "kreplay_pageable", false, true, 0, false},
+                                   kreplay_mode{"7", "kreplay_device", true, true, 1, false},
+                                   kreplay_mode{"9", "kreplay_spill", true, true, 2, false}}) {
+    kreplay_rows(mode, 0);
   }
-  {
-    row_result result = start_row("3", "reference_per_dispatch");
+  for (double fraction : config.fractions) {
+    kreplay_rows(kreplay_mode{"6", "kreplay_host_dirty", true, true, 0, true}, fraction);
+    kreplay_rows(kreplay_mode{"8", "kreplay_device_dirty", true, true, 1, true}, fraction);
+  }
+  if (device == 0) {
+    set_policy(kreplay_mode{"-", "-", true, true, 0, false}, footprint.total);
+  }
+
+  if (config.wants("3")) {
+    row_result result = start_row("3", "reference_per_dispatch", 0);
     std::vector<std::vector<char>> buffers;
-    run_row(config, fp, result, reference_row(fp, result, buffers));
+    run(result, reference_row(fp, result, buffers));
     finish_row(result);
   }
-  {
-    row_result result = start_row("4r", "raw_pinned_repeat");
-    unsigned char* host = nullptr;
-    CUDA_CHECK(cudaMallocHost(&host, footprint.total));
-    run_row(config, fp, result, raw_row(fp, host));
-    CUDA_CHECK(cudaFreeHost(host));
+  if (config.wants("4r")) {
+    raw_pinned("4r", "raw_pinned_repeat");
+  }
+
+  // The adapter's digest of the footprint in 64 KiB blocks (the work of a dirty-only restore's first step).
+  if (config.wants("D")) {
+    row_result result = start_row("D", "digest_64k_blocks", 0);
+    kreplay_device_ops_t ops{};
+    KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+    std::vector<kreplay_digest_t> digests(fp.total_blocks());
+    std::vector<kreplay_digest_job_t> jobs;
+    for (size_t r = 0; r < fp.count(); ++r) {
+      jobs.push_back({fp.regions[r], footprint.region, digests.data() + r * fp.blocks_per_region()});
+    }
+    result.device = device;
+    result.footprint = footprint;
+    for (int i = 0; i < 11; ++i) {
+      const double t0 = now_ms();
+      const kreplay_status_t status = ops.digest(ops.user_data, fp.agent, jobs.data(), jobs.size(), kBlockBytes);
+      const double ms = now_ms() - t0;
+      if (status != KREPLAY_STATUS_SUCCESS) {
+        result.status = std::string("digest: ") + kreplay_status_string(status);
+        break;
+      }
+      result.snap_ms.push_back(ms);
+    }
+    ops.release(ops.user_data);
+    if (result.status == "ok") {
+      result.status = "snapshot_ms = one digest of the footprint (host clock, read-back included)";
+    }
     finish_row(result);
   }
+
   CUcontext created = nullptr;
-  if (config.cupti_context == "created") {
+  const bool any_cupti = config.wants("5a") || config.wants("5b") || config.wants("5c") || config.wants("5d");
+  if (any_cupti && config.cupti_context == "created") {
     // The same footprint again, allocated and filled inside a context of its own.
     fp.release_all();
     created = driver_api::create_context(device);
     fp.own_context = true;
     fp.allocate(device, footprint);
   }
-  for (bool device_memory : {true, false}) {
-    row_result result = start_row(device_memory ? "5a" : "5b", device_memory ? "cupti_device" : "cupti_host");
+  auto cupti_rows = [&](bool device_memory, bool transfer, double fraction) {
+    const char* id = device_memory ? (transfer ? "5c" : "5a") : (transfer ? "5d" : "5b");
+    if (!config.wants(id)) {
+      return;
+    }
+    const char* name = device_memory ? (transfer ? "cupti_device_transfer" : "cupti_device")
+                                     : (transfer ? "cupti_host_transfer" : "cupti_host");
+    row_result result = start_row(id, name, fraction);
 #if defined(KREPLAY_HAVE_CUPTI_CHECKPOINT)
     CUpti_Checkpoint checkpoint;
     bool saved = false;
     const CUcontext ctx = config.cupti_context == "null" ? nullptr : driver_api::current_context();
-    run_row(config, fp, result, cupti_row(result, checkpoint, saved, device_memory, ctx, config.cupti_host_reserve));
+    run(result, cupti_row(result, checkpoint, saved, device_memory, ctx, config.cupti_host_reserve, transfer));
     if (created != nullptr) {
       result.status += " (own context)";
     }
 #else
+    (void)transfer;
     result.device = device;
     result.footprint = footprint;
     result.status = "not built (no cupti_checkpoint.h / libcheckpoint)";
 #endif
     finish_row(result);
+  };
+  cupti_rows(true, false, 0);
+  cupti_rows(false, false, 0);
+  for (double fraction : config.fractions) {
+    cupti_rows(true, true, fraction);
+    cupti_rows(false, true, fraction);
   }
   fp.release_all();
   if (created != nullptr) {
     driver_api::destroy_context(created);
     CUDA_CHECK(cudaSetDevice(device));
   }
+}
+
+const row_result* find_row(const std::vector<row_result>& rows, const row_result& like, const char* id,
+                           double fraction = 0) {
+  const row_result* found = nullptr;
+  for (const row_result& c : rows) {
+    if (c.id == id && c.device == like.device && c.footprint.total == like.footprint.total &&
+        c.footprint.region == like.footprint.region && std::fabs(c.fraction - fraction) < 1e-9) {
+      found = &c;
+    }
+  }
+  return found;
 }
 
 void write_csv(const config_t& config, const std::vector<row_result>& rows) {
@@ -666,69 +940,153 @@ void write_csv(const config_t& config, const std::vector<row_result>& rows) {
     std::exit(2);
   }
   std::fprintf(csv,
-               "device,footprint_bytes,region_bytes,regions,row_id,row,dispatches,passes,first_dispatch_ms,"
-               "snapshot_ms,restore_ms,release_ms,dispatch_ms,snapshot_gbps,restore_gbps,dispatch_gbps,"
-               "snapshot_vs_raw,restore_vs_raw,dispatch_vs_raw,kreplay_staging_ms,kreplay_copy_ms,"
-               "checkpoint_device_mib,restores_checked,mismatches,status\n");
+               "device,devices_at_once,footprint_bytes,region_bytes,regions,row_id,row,written_fraction,dispatches,"
+               "passes,first_dispatch_ms,snapshot_ms,restore_ms,release_ms,dispatch_ms,snapshot_gbps,restore_gbps,"
+               "dispatch_gbps,snapshot_vs_raw,restore_vs_raw,dispatch_vs_raw,snapshot_vs_link,restore_vs_link,"
+               "snapshot_vs_device,restore_vs_device,kreplay_staging_ms,kreplay_first_staging_ms,kreplay_copy_ms,"
+               "kreplay_digest_ms,kreplay_copied_mib,kreplay_on_device_mib,kreplay_clean_mib,device_held_mib,"
+               "host_held_mib,checkpoint_device_mib,blocks_checked,mismatches,status\n");
+  int devices_at_once = 0;
   for (const row_result& r : rows) {
-    const row_result* raw = nullptr;
-    for (const row_result& candidate : rows) {
-      if (candidate.id == "4" && candidate.device == r.device && candidate.footprint.total == r.footprint.total &&
-          candidate.footprint.region == r.footprint.region) {
-        raw = &candidate;
-      }
-    }
-    const double bytes = static_cast<double>(r.footprint.total);
-    const double gb = bytes / 1e9;
-    std::fprintf(csv, "%d,%zu,%zu,%zu,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,"
-                      "%.1f,%" PRIu64 ",%" PRIu64 ",\"%s\"\n",
-                 r.device, r.footprint.total, r.footprint.region, r.footprint.total / r.footprint.region, r.id.c_str(),
-                 r.row.c_str(), config.dispatches, config.passes, r.first_dispatch(), r.snap(), r.restore(),
-                 r.release(), r.dispatch(), gb / (r.snap() / 1e3), gb / (r.restore() / 1e3),
-                 gb * config.passes / (r.dispatch() / 1e3), raw ? r.snap() / raw->snap() : NAN,
-                 raw ? r.restore() / raw->restore() : NAN, raw ? r.dispatch() / raw->dispatch() : NAN,
-                 median(row_result::steady(r.staging_ms)), median(row_result::steady(r.copy_ms)),
-                 r.checkpoint_device_mib, r.checks, r.mismatches, r.status.c_str());
+    devices_at_once = std::max(devices_at_once, r.device + 1);
+  }
+  auto ratio = [](double a, const row_result* b, double (row_result::*f)() const) {
+    return b != nullptr ? a / (b->*f)() : NAN;
+  };
+  for (const row_result& r : rows) {
+    const row_result* raw = find_row(rows, r, "4");
+    const row_result* link = find_row(rows, r, "4c");
+    const row_result* dev = find_row(rows, r, "4d");
+    const double gb = static_cast<double>(r.footprint.total) / 1e9;
+    std::fprintf(csv,
+                 "%d,%d,%zu,%zu,%zu,%s,%s,%g,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+                 "%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%" PRIu64 ",%" PRIu64 ",\"%s\"\n",
+                 r.device, devices_at_once, r.footprint.total, r.footprint.region, r.footprint.total / r.footprint.region,
+                 r.id.c_str(), r.row.c_str(), r.fraction, config.dispatches, config.passes, r.first_dispatch(),
+                 r.snap(), r.restore(), r.release(), r.dispatch(), gb / (r.snap() / 1e3), gb / (r.restore() / 1e3),
+                 gb * config.passes / (r.dispatch() / 1e3), ratio(r.snap(), raw, &row_result::snap),
+                 ratio(r.restore(), raw, &row_result::restore), ratio(r.dispatch(), raw, &row_result::dispatch),
+                 ratio(r.snap(), link, &row_result::snap), ratio(r.restore(), link, &row_result::restore),
+                 ratio(r.snap(), dev, &row_result::snap), ratio(r.restore(), dev, &row_result::restore),
+                 median(row_result::steady(r.staging_ms)), r.first_staging(), median(row_result::steady(r.copy_ms)),
+                 median(row_result::steady(r.digest_ms)), median(row_result::steady(r.copied_mib)),
+                 median(row_result::steady(r.on_device_mib)), median(r.clean_mib), r.device_held_mib,
+                 r.host_held_mib, r.checkpoint_device_mib, r.checks, r.mismatches, r.status.c_str());
   }
   std::fclose(csv);
 }
 
 void print_table(const config_t& config, const std::vector<row_result>& rows) {
-  std::printf("\n%-3s %-12s %-4s %-23s %9s %9s %9s %9s %8s %8s %7s %7s %7s %s\n", "dev", "footprint", "id", "row",
-              "first_ms", "snap_ms", "rest_ms", "disp_ms", "snapGB/s", "restGB/s", "snap/r", "rest/r", "disp/r",
+  std::printf("\n%-3s %-10s %-4s %-22s %6s %9s %9s %9s %9s %7s %7s %8s %8s %s\n", "dev", "footprint", "id", "row",
+              "write%", "first_ms", "snap_ms", "rest_ms", "disp_ms", "snap/r", "rest/r", "devMiB", "hostMiB",
               "verified/status");
   for (const row_result& r : rows) {
-    const row_result* raw = nullptr;
-    for (const row_result& c : rows) {
-      if (c.id == "4" && c.device == r.device && c.footprint.total == r.footprint.total &&
-          c.footprint.region == r.footprint.region) {
-        raw = &c;
-      }
-    }
-    const double gb = static_cast<double>(r.footprint.total) / 1e9;
+    const row_result* raw = find_row(rows, r, "4");
     const std::string fp = size_label(r.footprint.total) + "/" + size_label(r.footprint.region);
-    std::printf("%-3d %-12s %-4s %-23s %9.2f %9.2f %9.2f %9.2f %8.2f %8.2f %7.3f %7.3f %7.3f %s%s\n", r.device,
-                fp.c_str(), r.id.c_str(), r.row.c_str(), r.first_dispatch(), r.snap(), r.restore(), r.dispatch(),
-                gb / (r.snap() / 1e3), gb / (r.restore() / 1e3), raw ? r.snap() / raw->snap() : NAN,
-                raw ? r.restore() / raw->restore() : NAN, raw ? r.dispatch() / raw->dispatch() : NAN,
+    std::printf("%-3d %-10s %-4s %-22s %6.1f %9.2f %9.3f %9.3f %9.2f %7.3f %7.3f %8.0f %8.0f %s%s\n", r.device,
+                fp.c_str(), r.id.c_str(), r.row.c_str(), r.fraction * 100, r.first_dispatch(), r.snap(), r.restore(),
+                r.dispatch(), raw ? r.snap() / raw->snap() : NAN, raw ? r.restore() / raw->restore() : NAN,
+                r.device_held_mib, r.host_held_mib,
                 r.mismatches == 0 && r.checks > 0 ? "yes " : (r.checks == 0 ? "- " : "NO "), r.status.c_str());
   }
-  (void)config;
-  std::printf("\nBar: steady-state pinned snapshot and restore within 1.1x of raw pinned copies (1 GiB, 4 GiB):\n");
+
+  // The bars of issues 11 to 14, each on the rows of this run.
+  int devices = 0;
   for (const row_result& r : rows) {
-    if (r.id != "1" || r.footprint.region != (64ull << 20) || r.footprint.total < (1ull << 30)) {
-      continue;
+    devices = std::max(devices, r.device + 1);
+  }
+  std::printf("\nBars (%d device%s replaying at once):\n", devices, devices == 1 ? "" : "s");
+  auto verdict = [](bool measured, bool met) { return !measured ? "not measured" : (met ? "met" : "NOT met"); };
+  for (int d = 0; d < devices; ++d) {
+    row_result at{};
+    at.device = d;
+    auto get = [&](size_t total, size_t region, const char* id, double fraction = 0) {
+      at.footprint = {total, region};
+      const row_result* r = find_row(rows, at, id, fraction);
+      return r != nullptr && !r->snap_ms.empty() && r->mismatches == 0 ? r : nullptr;
+    };
+    const size_t G = 1ull << 30;
+    const size_t M64 = 64ull << 20;
+    const size_t K64 = 64ull << 10;
+    {
+      const row_result* k = get(G, K64, "1");
+      const row_result* l = get(G, K64, "4c");
+      const bool m = k && l;
+      const double s = m ? k->snap() / l->snap() : NAN;
+      const double t = m ? k->restore() / l->restore() : NAN;
+      std::printf("  dev %d  1 GiB in 16,384 x 64 KiB, pinned snapshot / restore vs one 1 GiB pinned copy <= 1.15x: "
+                  "%.3fx / %.3fx: %s\n", d, s, t, verdict(m, s <= 1.15 && t <= 1.15));
     }
-    for (const row_result& raw : rows) {
-      if (raw.id == "4" && raw.device == r.device && raw.footprint.total == r.footprint.total &&
-          raw.footprint.region == r.footprint.region) {
-        const double s = r.snap() / raw.snap();
-        const double t = r.restore() / raw.restore();
-        std::printf("  device %d %s: snapshot %.3fx, restore %.3fx: %s\n", r.device,
-                    size_label(r.footprint.total).c_str(), s, t, s <= 1.1 && t <= 1.1 ? "met" : "NOT met");
-      }
+    {
+      const row_result* k = get(G, M64, "1");
+      const row_result* l = get(G, M64, "4");
+      const bool m = k && l;
+      const double s = m ? k->snap() / l->snap() : NAN;
+      const double t = m ? k->restore() / l->restore() : NAN;
+      std::printf("  dev %d  1 GiB in 16 x 64 MiB, pinned snapshot / restore vs raw pinned (row 4) <= 1.05x: "
+                  "%.3fx / %.3fx: %s\n", d, s, t, verdict(m, s <= 1.05 && t <= 1.05));
+    }
+    {
+      const row_result* k = get(G, M64, "7");
+      const row_result* l = get(G, M64, "4d");
+      const row_result* c = get(G, M64, "5a");
+      const bool m = k && l;
+      const double s = m ? k->snap() / l->snap() : NAN;
+      const double t = m ? k->restore() / l->restore() : NAN;
+      std::printf("  dev %d  device tier 1 GiB, snapshot / restore vs one 1 GiB device-to-device copy <= 1.2x: "
+                  "%.3fx / %.3fx: %s\n", d, s, t, verdict(m, s <= 1.2 && t <= 1.2));
+      std::printf("  dev %d  device tier 1 GiB, per dispatch <= CUPTI device tier's: %.3f vs %.3f ms: %s\n", d,
+                  k ? k->dispatch() : NAN, c ? c->dispatch() : NAN,
+                  verdict(k && c, k && c && k->dispatch() <= c->dispatch()));
+      const row_result* sp = get(G, M64, "9");
+      const row_result* h = get(G, M64, "1");
+      std::printf("  dev %d  spill (half budget) per dispatch between device tier and host tier: %.3f < %.3f < %.3f "
+                  "ms: %s\n", d, k ? k->dispatch() : NAN, sp ? sp->dispatch() : NAN, h ? h->dispatch() : NAN,
+                  verdict(k && sp && h, k && sp && h && k->dispatch() <= sp->dispatch() &&
+                                            sp->dispatch() <= h->dispatch()));
+    }
+    {
+      const row_result* hd = get(G, M64, "6", 0.01);
+      const row_result* dd = get(G, M64, "8", 0.01);
+      const row_result* c = get(G, M64, "5a");
+      const row_result* full = get(G, M64, "1");
+      const row_result* all = get(G, M64, "6", 1.0);
+      std::printf("  dev %d  host-tier dirty restore, 1 %% written, <= 1.0 ms: %.3f ms: %s\n", d,
+                  hd ? hd->restore() : NAN, verdict(hd != nullptr, hd && hd->restore() <= 1.0));
+      std::printf("  dev %d  host-tier dirty per dispatch <= CUPTI device tier's, no device memory for the snapshot: "
+                  "%.3f vs %.3f ms, %.0f MiB on the device: %s\n", d, hd ? hd->dispatch() : NAN,
+                  c ? c->dispatch() : NAN, hd ? median(row_result::steady(hd->on_device_mib)) : NAN,
+                  verdict(hd && c, hd && c && hd->dispatch() <= c->dispatch() &&
+                                       median(row_result::steady(hd->on_device_mib)) == 0));
+      std::printf("  dev %d  device-tier dirty per dispatch <= half CUPTI device tier's: %.3f vs %.3f ms: %s\n", d,
+                  dd ? dd->dispatch() : NAN, c ? c->dispatch() / 2 : NAN,
+                  verdict(dd && c, dd && c && dd->dispatch() <= c->dispatch() / 2));
+      std::printf("  dev %d  dirty with 100 %% written, restore <= 1.1x the full restore: %.3f vs %.3f ms: %s\n", d,
+                  all ? all->restore() : NAN, full ? full->restore() : NAN,
+                  verdict(all && full, all && full && all->restore() <= 1.1 * full->restore()));
+    }
+    {
+      const row_result* k = get(M64, M64, "1");
+      const row_result* l = get(M64, M64, "4");
+      const bool m = k && l;
+      const double s = m ? k->snap() / l->snap() : NAN;
+      const double t = m ? k->restore() / l->restore() : NAN;
+      std::printf("  dev %d  64 MiB in one region + 2 module variables, pinned snapshot / restore vs raw pinned "
+                  "<= 1.02x: %.3fx / %.3fx: %s\n", d, s, t, verdict(m, s <= 1.02 && t <= 1.02));
+      const row_result* f = get(G, M64, "1");
+      const double limit = devices == 1 ? 100.0 : 150.0;
+      std::printf("  dev %d  first dispatch of 1 GiB pinned, staging phase <= %.0f ms: %.1f ms: %s\n", d, limit,
+                  f ? f->first_staging() : NAN, verdict(f != nullptr, f && f->first_staging() <= limit));
+    }
+    {
+      const row_result* dg = get(G, M64, "D");
+      const row_result* ds = get(G, K64, "D");
+      std::printf("  dev %d  digest of 1 GiB in 64 KiB blocks >= 2.5 TB/s: %.0f GB/s (16 x 64 MiB), %.0f GB/s "
+                  "(16,384 x 64 KiB)\n", d, dg ? 1.073741824 / (dg->snap() / 1e3) : NAN,
+                  ds ? 1.073741824 / (ds->snap() / 1e3) : NAN);
     }
   }
+  (void)config;
 }
 
 size_t parse_size(const std::string& text) {
@@ -773,6 +1131,30 @@ config_t parse_args(int argc, char** argv) {
         std::fprintf(stderr, "--cupti-host-reserve takes total or minus1\n");
         std::exit(2);
       }
+    } else if (arg == "--rows") {
+      // Row ids, comma-separated (see the list at the top of this file).
+      config.rows.clear();
+      std::string list = value();
+      for (size_t start = 0; start < list.size();) {
+        size_t comma = list.find(',', start);
+        config.rows.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? list.size() : comma + 1;
+      }
+    } else if (arg == "--fractions") {
+      // Written fractions of the 64 KiB blocks per pass, in percent, comma-separated.
+      config.fractions.clear();
+      std::string list = value();
+      for (size_t start = 0; start < list.size();) {
+        size_t comma = list.find(',', start);
+        const double percent = std::atof(list.substr(start, comma == std::string::npos ? std::string::npos
+                                                                                         : comma - start).c_str());
+        if (!(percent > 0 && percent <= 100)) {
+          std::fprintf(stderr, "bad fraction in %s (percent, above 0 and at most 100)\n", list.c_str());
+          std::exit(2);
+        }
+        config.fractions.push_back(percent / 100);
+        start = comma == std::string::npos ? list.size() : comma + 1;
+      }
     } else if (arg == "--devices") {
       config.devices = std::atoi(value().c_str());
     } else if (arg == "--footprints") {
@@ -795,6 +1177,7 @@ config_t parse_args(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--footprints 64M:64M,1G:64M,4G:64M,1G:64K] [--dispatches 5] [--passes 5] "
+                   "[--rows 4,4b,4c,4d,1,1n,2,7,9,6,8,3,4r,D,5a,5b,5c,5d] [--fractions 0.1,1,10,100] "
                    "[--devices N] [--cupti-context null|explicit|created] [--cupti-host-reserve total|minus1] "
                    "[--csv FILE] [--info-log FILE]\n",
                    argv[0]);
@@ -861,10 +1244,14 @@ int main(int argc, char** argv) {
   }
   print_table(config, rows);
   const kreplay_cuda::stats_t stats = kreplay_cuda::stats();
-  say("\nadapter: %" PRIu64 " copies, %.1f GB, %" PRIu64 " failed; %" PRIu64 " host locks, %" PRIu64
-      " unlocks, %" PRIu64 " bytes still locked; %" PRIu64 " module scans\n",
-      stats.copies, static_cast<double>(stats.copy_bytes) / 1e9, stats.copy_failures, stats.host_locks,
-      stats.host_unlocks, stats.locked_bytes, stats.module_scans);
+  say("\nadapter: %" PRIu64 " copies, %.1f GB, %" PRIu64 " failed; %" PRIu64 " batches of %" PRIu64
+      " copies, %.1f GB, %" PRIu64 " failed; %" PRIu64 " digests, %.1f GB, %" PRIu64 " failed; %" PRIu64
+      " host locks, %" PRIu64 " unlocks, %" PRIu64 " bytes still locked; %" PRIu64 " device allocations, %" PRIu64
+      " bytes still allocated; %" PRIu64 " module scans\n",
+      stats.copies, static_cast<double>(stats.copy_bytes) / 1e9, stats.copy_failures, stats.batches,
+      stats.batch_copies, static_cast<double>(stats.batch_bytes) / 1e9, stats.batch_failures, stats.digests,
+      static_cast<double>(stats.digest_bytes) / 1e9, stats.digest_failures, stats.host_locks, stats.host_unlocks,
+      stats.locked_bytes, stats.device_allocs, stats.device_bytes, stats.module_scans);
   kreplay_set_logger(nullptr, nullptr, KREPLAY_LOG_WARNING);
   if (g_info_file != nullptr) {
     std::fclose(g_info_file);
