@@ -45,7 +45,25 @@ struct pool_desc_t {
   hsa_amd_memory_pool_t pool;
   hsa_agent_t owner;
   std::uint32_t global_flags;
+  bool runtime_alloc;
 };
+
+struct signal_t {
+  std::int64_t value;
+  int pending;  // async copies queued with this signal
+};
+
+struct async_copy_t {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+  std::uint64_t signal;
+  std::int64_t value_at_submit;
+  bool fault;
+};
+
+std::vector<std::pair<std::uint64_t, signal_t*>> signals;
+std::vector<async_copy_t> pending;
 
 // Rebuilt by reset() from the agent and pool handles.
 std::vector<pool_desc_t> pool_descs;
@@ -57,9 +75,23 @@ const pool_desc_t* find_pool(hsa_amd_memory_pool_t pool) {
   return nullptr;
 }
 
+std::size_t bytes_in(hsa_amd_memory_pool_t pool) {
+  std::size_t bytes = 0;
+  for (const auto& a : allocations) {
+    if (a.pool.handle == pool.handle) bytes += a.size;
+  }
+  return bytes;
+}
+
 hsa_status_t allocate(hsa_amd_memory_pool_t pool, std::size_t size, void** ptr) {
   if (ptr == nullptr || size == 0) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-  if (find_pool(pool) == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
+  const pool_desc_t* desc = find_pool(pool);
+  if (desc == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
+  if (!desc->runtime_alloc) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  const bool gpu_coarse = pool.handle == pools.gpu_coarse.handle || pool.handle == pools.gpu2_coarse.handle;
+  if (gpu_coarse && state.gpu_capacity != 0 && bytes_in(pool) + size > state.gpu_capacity) {
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
   auto* base = static_cast<char*>(std::calloc(1, size));
   if (base == nullptr) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
   allocations.push_back({base, size, pool});
@@ -98,6 +130,10 @@ hsa_status_t fake_memory_free(void* ptr) {
 hsa_status_t fake_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, std::uint32_t /*flags*/, void** ptr) {
   guard_t guard(fake_mutex);
   ++state.pool_allocate_calls;
+  if (state.oom_next_pool_allocations > 0) {
+    --state.oom_next_pool_allocations;
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
   return allocate(pool, size, ptr);
 }
 
@@ -176,8 +212,241 @@ hsa_status_t fake_memory_pool_get_info(hsa_amd_memory_pool_t pool, hsa_amd_memor
                                        void* value) {
   const pool_desc_t* desc = find_pool(pool);
   if (desc == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
-  if (attribute != HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
-  std::memcpy(value, &desc->global_flags, sizeof desc->global_flags);
+  switch (attribute) {
+    case HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS:
+      std::memcpy(value, &desc->global_flags, sizeof desc->global_flags);
+      return HSA_STATUS_SUCCESS;
+    case HSA_AMD_MEMORY_POOL_INFO_SEGMENT: {
+      const hsa_amd_segment_t segment = HSA_AMD_SEGMENT_GLOBAL;
+      std::memcpy(value, &segment, sizeof segment);
+      return HSA_STATUS_SUCCESS;
+    }
+    case HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED:
+      std::memcpy(value, &desc->runtime_alloc, sizeof desc->runtime_alloc);
+      return HSA_STATUS_SUCCESS;
+    default: return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
+}
+
+hsa_status_t fake_agent_memory_pool_get_info(hsa_agent_t agent, hsa_amd_memory_pool_t pool,
+                                             hsa_amd_agent_memory_pool_info_t attribute, void* value) {
+  const pool_desc_t* desc = find_pool(pool);
+  if (desc == nullptr) return static_cast<hsa_status_t>(HSA_STATUS_ERROR_INVALID_MEMORY_POOL);
+  if (attribute != HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  hsa_amd_memory_pool_access_t access = HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT;
+  if (desc->owner.handle != agent.handle) access = HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED;
+  if (state.gpu2_access_disallowed && pool.handle == pools.gpu2_coarse.handle) {
+    access = HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT;
+  }
+  std::memcpy(value, &access, sizeof access);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_agents_allow_access(std::uint32_t num_agents, const hsa_agent_t* agent_list,
+                                      const std::uint32_t* /*flags*/, const void* ptr) {
+  guard_t guard(fake_mutex);
+  ++state.allow_access_calls;
+  if (num_agents == 0 || agent_list == nullptr || ptr == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  return HSA_STATUS_SUCCESS;
+}
+
+// ---- Signals and async copies ----------------------------------------------------------------------------
+
+signal_t* find_signal(hsa_signal_t signal) {
+  for (auto& entry : signals) {
+    if (entry.first == signal.handle) return entry.second;
+  }
+  return nullptr;
+}
+
+hsa_status_t fake_signal_create(hsa_signal_value_t initial, std::uint32_t /*num_consumers*/,
+                                const hsa_agent_t* /*consumers*/, hsa_signal_t* signal) {
+  guard_t guard(fake_mutex);
+  ++state.signal_create_calls;
+  if (signal == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  if (state.signal_create_budget == 0) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  if (state.signal_create_budget > 0) --state.signal_create_budget;
+  auto* created = new signal_t{initial, 0};
+  signals.emplace_back(reinterpret_cast<std::uintptr_t>(created), created);
+  ++state.signals_live;
+  signal->handle = reinterpret_cast<std::uintptr_t>(created);
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_signal_destroy(hsa_signal_t signal) {
+  guard_t guard(fake_mutex);
+  auto it = std::find_if(signals.begin(), signals.end(), [&](const auto& e) { return e.first == signal.handle; });
+  if (it == signals.end()) return HSA_STATUS_ERROR_INVALID_SIGNAL;
+  if (it->second->pending != 0) ++state.signal_misuse;
+  delete it->second;
+  signals.erase(it);
+  --state.signals_live;
+  return HSA_STATUS_SUCCESS;
+}
+
+void fake_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value) {
+  guard_t guard(fake_mutex);
+  signal_t* s = find_signal(signal);
+  if (s == nullptr) {
+    ++state.signal_misuse;
+    return;
+  }
+  if (s->pending != 0) ++state.signal_misuse;
+  s->value = value;
+}
+
+// Completes queued copies in submission order until none is left for signal (all of them when signal is 0).
+void complete_until(std::uint64_t signal) {
+  while (!pending.empty()) {
+    if (signal != 0) {
+      signal_t* s = find_signal(hsa_signal_t{signal});
+      if (s == nullptr || s->pending == 0) return;
+    }
+    const async_copy_t copy = pending.front();
+    pending.erase(pending.begin());
+    signal_t* s = find_signal(hsa_signal_t{copy.signal});
+    if (!copy.fault) std::memmove(copy.dst, copy.src, copy.bytes);
+    ++state.async_copies_done;
+    if (s != nullptr) {
+      --s->pending;
+      // The engine writes what it computed at submission, not an atomic decrement.
+      s->value = copy.fault ? -1 : copy.value_at_submit - 1;
+    }
+  }
+}
+
+hsa_signal_value_t fake_signal_load_scacquire(hsa_signal_t signal) {
+  guard_t guard(fake_mutex);
+  signal_t* s = find_signal(signal);
+  if (s == nullptr) {
+    ++state.signal_misuse;
+    return -1;
+  }
+  return s->value;
+}
+
+hsa_signal_value_t fake_signal_wait_scacquire(hsa_signal_t signal, hsa_signal_condition_t condition,
+                                              hsa_signal_value_t compare_value, std::uint64_t /*timeout*/,
+                                              hsa_wait_state_t /*wait_state*/) {
+  guard_t guard(fake_mutex);
+  signal_t* s = find_signal(signal);
+  if (s == nullptr || condition != HSA_SIGNAL_CONDITION_LT) {
+    ++state.signal_misuse;
+    return -1;
+  }
+  if (s->value >= compare_value) complete_until(signal.handle);
+  return s->value;
+}
+
+// What a pointer of the fake is: 'd' device memory of owner (an allocation, or a module variable's storage),
+// 'l' locked host memory, 'p' pageable host memory.
+char classify(const void* ptr, std::size_t bytes, hsa_agent_t* owner) {
+  const auto* at = static_cast<const char*>(ptr);
+  for (const auto& a : allocations) {
+    if (at >= a.base && at + bytes <= a.base + a.size) {
+      *owner = find_pool(a.pool)->owner;
+      return 'd';
+    }
+  }
+  for (const auto& e : executables) {
+    for (const auto& sym : e.symbols) {
+      const auto* base = static_cast<const char*>(sym.address);
+      if (base != nullptr && at >= base && at + bytes <= base + sym.size) {
+        *owner = sym.agent;
+        return 'd';
+      }
+    }
+  }
+  for (const auto& l : locked) {
+    const auto* base = static_cast<const char*>(l.ptr);
+    if (at >= base && at + bytes <= base + l.size) return 'l';
+  }
+  return 'p';
+}
+
+hsa_status_t fake_async_copy(void* dst, hsa_agent_t dst_agent, const void* src, hsa_agent_t src_agent,
+                             std::size_t size, std::uint32_t num_dep_signals, const hsa_signal_t* /*dep_signals*/,
+                             hsa_signal_t completion_signal) {
+  guard_t guard(fake_mutex);
+  ++state.async_copy_calls;
+  if (state.fail_async_submit_at != 0 && state.async_copy_calls == state.fail_async_submit_at) {
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
+  signal_t* s = find_signal(completion_signal);
+  if (dst == nullptr || src == nullptr || s == nullptr || num_dep_signals != 0) {
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
+  // Each side's agent must be the one that owns it: the memory's GPU, or the CPU for locked host memory.
+  for (int side = 0; side < 2; ++side) {
+    const void* ptr = side == 0 ? dst : src;
+    const hsa_agent_t agent = side == 0 ? dst_agent : src_agent;
+    hsa_agent_t owner{0};
+    const char kind = classify(ptr, size, &owner);
+    if (kind == 'd' && owner.handle != agent.handle) ++state.async_bad_agent;
+    if (kind == 'l' && agent.handle != agents.cpu.handle) ++state.async_bad_agent;
+    if (kind == 'p') {
+      ++state.async_pageable;
+      return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+  }
+  const bool fault = state.fault_async_copy_at != 0 && state.async_copy_calls == state.fault_async_copy_at;
+  if (s->pending != 0) ++state.signal_misuse;
+  ++s->pending;
+  pending.push_back(async_copy_t{dst, src, size, completion_signal.handle, s->value, fault});
+  state.max_in_flight = std::max(state.max_in_flight, static_cast<int>(pending.size()));
+  return HSA_STATUS_SUCCESS;
+}
+
+// ---- Executables ------------------------------------------------------------------------------------------
+
+hsa_status_t fake_executable_destroy(hsa_executable_t executable) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  auto it = std::find_if(executables.begin(), executables.end(),
+                         [&](const executable_t& e) { return e.handle != 0 && e.handle == executable.handle; });
+  if (it == executables.end()) return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+  for (auto& sym : it->symbols) std::free(sym.address);
+  // ROCr's loader keeps the slot and reports it with a zero handle from then on.
+  it->handle = 0;
+  it->symbols.clear();
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_executable_freeze(hsa_executable_t /*executable*/, const char* /*options*/) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_load_code_object(hsa_executable_t, hsa_agent_t, hsa_code_object_t, const char*) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_load_program_code_object(hsa_executable_t, hsa_code_object_reader_t, const char*,
+                                           hsa_loaded_code_object_t*) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_load_agent_code_object(hsa_executable_t, hsa_agent_t, hsa_code_object_reader_t, const char*,
+                                         hsa_loaded_code_object_t*) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_global_variable_define(hsa_executable_t, const char*, void*) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
+  return HSA_STATUS_SUCCESS;
+}
+
+hsa_status_t fake_agent_variable_define(hsa_executable_t, hsa_agent_t, const char*, void*) {
+  guard_t guard(fake_mutex);
+  ++state.executable_calls;
   return HSA_STATUS_SUCCESS;
 }
 
@@ -225,6 +494,7 @@ hsa_status_t fake_iterate_agent_symbols(hsa_executable_t executable, hsa_agent_t
                                                                  hsa_executable_symbol_t, void*),
                                         void* data) {
   guard_t guard(fake_mutex);
+  ++state.symbol_walks;
   executable_t* e = find_executable(executable);
   if (e == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
   if (e->fail_iteration) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
@@ -245,6 +515,7 @@ hsa_status_t put(void* value, T v) {
 hsa_status_t fake_symbol_get_info(hsa_executable_symbol_t symbol, hsa_executable_symbol_info_t attribute,
                                   void* value) {
   guard_t guard(fake_mutex);
+  ++state.symbol_queries;
   const symbol_t* s = find_symbol(symbol);
   if (s == nullptr) return HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL;
   if (s->fail_attribute == static_cast<int>(attribute)) return HSA_STATUS_ERROR;
@@ -297,6 +568,9 @@ void release_everything() {
   for (auto& a : allocations) std::free(a.base);
   allocations.clear();
   locked.clear();
+  pending.clear();
+  for (auto& entry : signals) delete entry.second;
+  signals.clear();
   for (auto& e : executables) {
     for (auto& s : e.symbols) std::free(s.address);
   }
@@ -315,17 +589,18 @@ void reset(std::uint64_t base) {
   release_everything();
   state = state_t{};
   agents = {hsa_agent_t{base + 0x100}, hsa_agent_t{base + 0x200}, hsa_agent_t{base + 0x300}};
-  pools = {hsa_amd_memory_pool_t{base + 0x1001}, hsa_amd_memory_pool_t{base + 0x1002},
-           hsa_amd_memory_pool_t{base + 0x1003}, hsa_amd_memory_pool_t{base + 0x1004},
-           hsa_amd_memory_pool_t{base + 0x1005}};
+  pools = {hsa_amd_memory_pool_t{base + 0x1000}, hsa_amd_memory_pool_t{base + 0x1001},
+           hsa_amd_memory_pool_t{base + 0x1002}, hsa_amd_memory_pool_t{base + 0x1003},
+           hsa_amd_memory_pool_t{base + 0x1004}, hsa_amd_memory_pool_t{base + 0x1005}};
   gpu_region = hsa_region_t{base + 0x2001};
   pool_descs = {
-      {pools.gpu_coarse, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED},
-      {pools.gpu_fine, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
-      {pools.gpu2_coarse, agents.gpu2, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED},
+      {pools.gpu_coarse_fixed, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED, false},
+      {pools.gpu_coarse, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED, true},
+      {pools.gpu_fine, agents.gpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, true},
+      {pools.gpu2_coarse, agents.gpu2, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED, true},
       {pools.cpu_kernarg, agents.cpu,
-       HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT | HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
-      {pools.cpu_fine, agents.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED},
+       HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT | HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, true},
+      {pools.cpu_fine, agents.cpu, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED, true},
   };
   next_symbol_handle = base + 0x10000;
   // The slot of a destroyed executable, reported first by the loader iteration.
@@ -357,6 +632,22 @@ void fill_tables(CoreApiTable* core, AmdExtTable* amd_ext) {
   amd_ext->hsa_amd_memory_unlock_fn = &fake_memory_unlock;
   amd_ext->hsa_amd_agent_iterate_memory_pools_fn = &fake_agent_iterate_memory_pools;
   amd_ext->hsa_amd_memory_pool_get_info_fn = &fake_memory_pool_get_info;
+  amd_ext->hsa_amd_agent_memory_pool_get_info_fn = &fake_agent_memory_pool_get_info;
+  amd_ext->hsa_amd_agents_allow_access_fn = &fake_agents_allow_access;
+  amd_ext->hsa_amd_memory_async_copy_fn = &fake_async_copy;
+  core->hsa_signal_create_fn = &fake_signal_create;
+  core->hsa_signal_destroy_fn = &fake_signal_destroy;
+  core->hsa_signal_store_relaxed_fn = &fake_signal_store_relaxed;
+  core->hsa_signal_load_scacquire_fn = &fake_signal_load_scacquire;
+  core->hsa_signal_wait_scacquire_fn = &fake_signal_wait_scacquire;
+  core->hsa_executable_destroy_fn = &fake_executable_destroy;
+  core->hsa_executable_freeze_fn = &fake_executable_freeze;
+  core->hsa_executable_load_code_object_fn = &fake_load_code_object;
+  core->hsa_executable_load_program_code_object_fn = &fake_load_program_code_object;
+  core->hsa_executable_load_agent_code_object_fn = &fake_load_agent_code_object;
+  core->hsa_executable_global_variable_define_fn = &fake_global_variable_define;
+  core->hsa_executable_agent_global_variable_define_fn = &fake_agent_variable_define;
+  core->hsa_executable_readonly_variable_define_fn = &fake_agent_variable_define;
 }
 
 std::size_t add_standard_executable(hsa_agent_t agent, const std::string& suffix) {
@@ -398,9 +689,40 @@ hsa_status_t host_iterate_executables(void* user_data, kreplay::hsa::executable_
   return HSA_STATUS_SUCCESS;
 }
 
+std::size_t add_executable_with_variables(hsa_agent_t agent, std::size_t n, std::uint32_t size) {
+  guard_t guard(fake_mutex);
+  executable_t e{next_symbol_handle + 0x100000 + executables.size(), {}, false};
+  e.symbols.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    e.symbols.push_back(symbol_t{++next_symbol_handle, HSA_SYMBOL_KIND_VARIABLE, "var" + std::to_string(i),
+                                 std::calloc(1, size), size, HSA_VARIABLE_SEGMENT_GLOBAL, false, agent, -1});
+  }
+  executables.push_back(std::move(e));
+  return executables.size() - 1;
+}
+
 std::size_t live_allocations() {
   guard_t guard(fake_mutex);
   return allocations.size();
+}
+
+std::size_t pool_bytes(hsa_amd_memory_pool_t pool) {
+  guard_t guard(fake_mutex);
+  return bytes_in(pool);
+}
+
+bool in_pool(const void* ptr, hsa_amd_memory_pool_t pool) {
+  guard_t guard(fake_mutex);
+  const auto* at = static_cast<const char*>(ptr);
+  for (const auto& a : allocations) {
+    if (a.pool.handle == pool.handle && at >= a.base && at < a.base + a.size) return true;
+  }
+  return false;
+}
+
+std::size_t pending_async_copies() {
+  guard_t guard(fake_mutex);
+  return pending.size();
 }
 
 kreplay_inventory_stats_t stats(hsa_agent_t agent) {

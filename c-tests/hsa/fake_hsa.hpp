@@ -5,7 +5,15 @@
 // Topology: one CPU agent and two GPU agents, with handles chosen by each test (the kreplay library is a
 // process-wide singleton, and every test executable gets its own handles). Pools: a coarse-grained and a
 // fine-grained pool per GPU, a kernarg pool and a fine-grained pool on the CPU; one hsa_region_t for
-// hsa_memory_allocate on the first GPU (coarse-grained).
+// hsa_memory_allocate on the first GPU (coarse-grained). The first GPU also has, listed first, a coarse-grained
+// pool that does not allow runtime allocation (as ROCr reports for some partitions), which kreplay's device
+// storage must pass over.
+//
+// Signals and hsa_amd_memory_async_copy behave as ROCr's SDMA path without platform atomics: a copy is queued
+// at submission with the completion signal's value read then, and completes (in submission order) only when a
+// thread waits on a signal, storing that captured value minus one -- so copies that shared one signal would
+// never bring it to zero. A copy with pageable host memory on either side is refused, as ROCr's engines
+// cannot reach it.
 #ifndef KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 #define KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 
@@ -25,6 +33,7 @@ struct agents_t {
 };
 
 struct pools_t {
+  hsa_amd_memory_pool_t gpu_coarse_fixed;  // coarse-grained, no runtime allocation
   hsa_amd_memory_pool_t gpu_coarse;
   hsa_amd_memory_pool_t gpu_fine;
   hsa_amd_memory_pool_t gpu2_coarse;
@@ -66,6 +75,28 @@ struct state_t {
   int locked_ranges = 0;           // locked now
   int loader_table_requests = 0;
   int null_executables_reported = 0;
+  int symbol_queries = 0;             // hsa_executable_symbol_get_info calls
+  int symbol_walks = 0;               // hsa_executable_iterate_agent_symbols calls
+  int executable_calls = 0;           // calls of the entries that load, define, freeze or destroy
+  // signals and async copies
+  int signals_live = 0;
+  int signal_create_calls = 0;
+  int async_copy_calls = 0;           // submissions that reached the fake (refused ones included)
+  int async_copies_done = 0;          // completed, successfully or not
+  int max_in_flight = 0;
+  int signal_misuse = 0;              // a signal re-armed, re-used or destroyed while its copy was in flight
+  int async_bad_agent = 0;            // an agent argument that does not match the memory it names
+  int async_pageable = 0;             // submissions refused because a side was pageable host memory
+  int allow_access_calls = 0;
+  // faults
+  int signal_create_budget = -1;      // successful hsa_signal_create calls left; -1: unlimited
+  // Submissions are numbered by async_copy_calls after the call's own increment; to hit the k-th from now, set
+  // the knob to async_copy_calls + k.
+  int fail_async_submit_at = 0;       // that submission is refused (0: none)
+  int fault_async_copy_at = 0;        // that submission completes with a negative value, copying nothing
+  int oom_next_pool_allocations = 0;  // the next n pool allocations fail with HSA_STATUS_ERROR_OUT_OF_RESOURCES
+  std::size_t gpu_capacity = 0;       // bytes each GPU's coarse pool can hold (0: unlimited)
+  bool gpu2_access_disallowed = false;  // gpu2's access to its coarse pool is DISALLOWED_BY_DEFAULT
   // faults
   int fail_next_frees = 0;            // the next n frees (either API) fail and free nothing
   bool fail_pointer_info = false;      // every hsa_amd_pointer_info fails
@@ -100,8 +131,20 @@ extern int host_iterator_calls;
 extern hsa_status_t host_iterator_result;  // returned instead of walking when not HSA_STATUS_SUCCESS
 extern bool host_iterator_ignores_visit;   // a careless registry: walks on past a visitor's error, reports success
 
+// Adds an executable for agent with n variables of size bytes each (no kernels), returns its index.
+std::size_t add_executable_with_variables(hsa_agent_t agent, std::size_t n, std::uint32_t size);
+
 // Live allocations of the fake, for checks.
 std::size_t live_allocations();
+
+// Bytes live in pool.
+std::size_t pool_bytes(hsa_amd_memory_pool_t pool);
+
+// Whether ptr lies in an allocation of pool.
+bool in_pool(const void* ptr, hsa_amd_memory_pool_t pool);
+
+// Async copies queued and not yet completed.
+std::size_t pending_async_copies();
 
 // kreplay_inventory_stats for agent, asserting success.
 kreplay_inventory_stats_t stats(hsa_agent_t agent);

@@ -1,7 +1,7 @@
 // Snapshot and restore end to end through the adapter: allocations made through the wrapped tables and the
-// module-scope variables of the loaded executables (found through the AMD loader extension) are captured with
-// hsa_memory_copy, mutated as a kernel would, and written back; pinned staging goes through
-// hsa_amd_memory_lock/unlock for all agents and is unlocked again.
+// module-scope variables of the loaded executables (found through the AMD loader extension) are captured (with
+// copy_batch on the DMA engines where kreplay batches, else hsa_memory_copy), mutated as a kernel would, and
+// written back; pinned staging goes through hsa_amd_memory_lock/unlock for all agents and is unlocked again.
 #include "fake_hsa.hpp"
 
 #include <cstring>
@@ -75,7 +75,7 @@ int main() {
   fill(cuid.address, 1, 6);
   fill(flaky.address, flaky.size, 7);
 
-  const int copies_before = fake::state.copy_calls;
+  const int copies_before = fake::state.copy_calls + fake::state.async_copies_done;
   kreplay_snapshot_t* snapshot = snap(gpu);
   kreplay_snapshot_info_t info{};
   HSA_TEST_CHECK(kreplay_snapshot_info(snapshot, &info) == KREPLAY_STATUS_SUCCESS);
@@ -84,7 +84,11 @@ int main() {
   HSA_TEST_CHECK(info.regions == 2);
   HSA_TEST_CHECK(info.module_variables == 3);
   HSA_TEST_CHECK(info.bytes == 4096 + 1000 + 64 + 32 + 16);
-  HSA_TEST_CHECK(fake::state.copy_calls - copies_before == 5);
+  // One copy per range, on the DMA engines (copy_batch, staging pinned) or through hsa_memory_copy; never a
+  // signal shared in flight, an agent that does not own its side, or pageable memory handed to the engines.
+  HSA_TEST_CHECK(fake::state.copy_calls + fake::state.async_copies_done - copies_before == 5);
+  HSA_TEST_CHECK(fake::state.signal_misuse == 0 && fake::state.async_bad_agent == 0);
+  HSA_TEST_CHECK(fake::state.async_pageable == 0 && fake::pending_async_copies() == 0);
   // The destroyed executable's zero handle was reported by the loader and skipped, not fatal.
   HSA_TEST_CHECK(fake::state.null_executables_reported >= 1);
   HSA_TEST_CHECK(fake::state.loader_table_requests == 1);

@@ -1,6 +1,7 @@
 // Allocations made through the wrapped tables reach kreplay's inventory: coarse-grained device memory is
 // tracked, fine-grained, kernarg and executable allocations are not; a free takes the region out before the
-// runtime frees it, and a free the runtime refuses leaves it tracked.
+// runtime frees it, and a free the runtime refuses leaves it tracked with its generation; an allocation refused
+// for lack of memory is retried once after kreplay gives back its idle device storage.
 #include "fake_hsa.hpp"
 
 namespace {
@@ -92,17 +93,29 @@ int main() {
   HSA_TEST_CHECK(live_core.hsa_memory_free_fn(kept_region) == HSA_STATUS_SUCCESS);
   HSA_TEST_CHECK(fake::stats(gpu).regions == 0);
 
-  // If the runtime cannot even describe the allocation after a refused free, it is held as lost: snapshots
-  // are declined (never taken without it) until it is freed.
-  void* murky = pool_alloc(fake::pools.gpu_coarse, 64);
+  // A refused free puts the allocation back with the generation it had (kreplay_record_free_undo), without
+  // asking the runtime anything: a snapshot taken before the free still restores it afterwards (a region
+  // recorded anew would carry a new generation and be skipped), even when the runtime could not describe it.
+  void* kept_again = pool_alloc(fake::pools.gpu_coarse, 64);
+  static_cast<unsigned char*>(kept_again)[0] = 0x5A;
+  kreplay_snapshot_t* before_free = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  HSA_TEST_CHECK(kreplay_snap(fake::k(gpu), &before_free, &reason) == KREPLAY_STATUS_SUCCESS);
   fake::state.fail_next_frees = 1;
   fake::state.fail_pointer_info = true;
-  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(murky) == HSA_STATUS_ERROR);
+  const int queries = fake::state.pointer_info_calls;
+  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(kept_again) == HSA_STATUS_ERROR);
   fake::state.fail_pointer_info = false;
-  HSA_TEST_CHECK(fake::stats(gpu).overflowed == 1);
-  HSA_TEST_CHECK(snap_outcome(gpu) == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
-  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(murky) == HSA_STATUS_SUCCESS);
-  HSA_TEST_CHECK(fake::stats(gpu).overflowed == 0);
+  HSA_TEST_CHECK(fake::state.pointer_info_calls == queries);
+  HSA_TEST_CHECK(fake::stats(gpu).regions == 1 && fake::stats(gpu).bytes == 64 && fake::stats(gpu).overflowed == 0);
+  static_cast<unsigned char*>(kept_again)[0] = 0xA5;
+  kreplay_restore_report_t report{};
+  HSA_TEST_CHECK(kreplay_restore(before_free, &report) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(report.skipped == 0 && report.restored == 1);
+  HSA_TEST_CHECK(static_cast<unsigned char*>(kept_again)[0] == 0x5A);
+  kreplay_snapshot_free(before_free);
+  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(kept_again) == HSA_STATUS_SUCCESS);
+  HSA_TEST_CHECK(fake::stats(gpu).regions == 0);
   HSA_TEST_CHECK(snap_outcome(gpu) == KREPLAY_DECLINE_NONE);
 
   // A runtime whose pointer-info struct ends before global_flags: the grain comes from the owner's device type,
@@ -117,6 +130,26 @@ int main() {
   HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(old_fine) == HSA_STATUS_SUCCESS);
   HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(old_kernarg) == HSA_STATUS_SUCCESS);
 
+  // Out of memory: retried exactly once, after kreplay_device_trim_all; the second refusal is returned as is,
+  // and other errors are not retried.
+  int calls = fake::state.pool_allocate_calls;
+  fake::state.oom_next_pool_allocations = 1;
+  void* retried = pool_alloc(fake::pools.gpu_coarse, 256);
+  HSA_TEST_CHECK(fake::state.pool_allocate_calls == calls + 2);
+  HSA_TEST_CHECK(fake::stats(gpu).regions == 1);  // recorded once, after the retry
+  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(retried) == HSA_STATUS_SUCCESS);
+  calls = fake::state.pool_allocate_calls;
+  fake::state.oom_next_pool_allocations = 2;
+  void* refused = nullptr;
+  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_allocate_fn(fake::pools.gpu_coarse, 256, 0, &refused) ==
+                 HSA_STATUS_ERROR_OUT_OF_RESOURCES);
+  HSA_TEST_CHECK(fake::state.pool_allocate_calls == calls + 2 && fake::state.oom_next_pool_allocations == 0);
+  calls = fake::state.pool_allocate_calls;
+  HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_allocate_fn(fake::pools.gpu_coarse_fixed, 256, 0, &refused) ==
+                 HSA_STATUS_ERROR_INVALID_ARGUMENT);
+  HSA_TEST_CHECK(fake::state.pool_allocate_calls == calls + 1);
+  HSA_TEST_CHECK(fake::stats(gpu).regions == 0);
+
   // Untracked allocations free normally.
   for (void* ptr : {before, fine, kernarg, host_fine, executable}) {
     HSA_TEST_CHECK(live_amd.hsa_amd_memory_pool_free_fn(ptr) == HSA_STATUS_SUCCESS);
@@ -126,7 +159,7 @@ int main() {
 
   // After finalize the wrappers only forward.
   kreplay::hsa::finalize();
-  const int calls = fake::state.pool_allocate_calls;
+  calls = fake::state.pool_allocate_calls;
   void* late = pool_alloc(fake::pools.gpu_coarse, 32);
   HSA_TEST_CHECK(fake::state.pool_allocate_calls == calls + 1);
   kreplay_inventory_stats_t ignored{};

@@ -1,9 +1,13 @@
 // Fault injection through the HSA adapter, on the fake ROCr of c-tests/hsa (reused, not copied): every
 // hsa_memory_copy of a snapshot and of a restore fails in turn, every symbol query of the module scan fails in
 // turn, each executable's symbol iteration fails, pointer queries fail during allocation, a free fails, and
-// page-locking is refused. The same promises as on the simulated device: complete or declined (never a
-// snapshot missing a variable), device memory untouched by a declined snapshot, restore failures reported with
-// every other range written, nothing locked or mapped left behind.
+// page-locking is refused -- first with ops that have no copy_batch (a table without
+// hsa_amd_memory_async_copy), so that every copy is one hsa_memory_copy. Then with copy_batch: every async copy
+// fails in turn (at submission and at completion), alone (kreplay redoes the batch copy by copy: nothing is
+// lost) and together with the first copy of that redo (declined, or exactly one range reported failed), and
+// completion signals cannot be created. The same promises as on the simulated device: complete or declined
+// (never a snapshot missing a variable), device memory untouched by a declined snapshot, restore failures
+// reported with every other range written, nothing locked, mapped or signalled left behind.
 #include "../hsa/fake_hsa.hpp"
 
 #include <cstring>
@@ -102,6 +106,8 @@ int main() {
   real_lock = captured_amd.hsa_amd_memory_lock_fn;
   captured_core.hsa_memory_copy_fn = &faulty_copy;
   captured_amd.hsa_amd_memory_lock_fn = &faulty_lock;
+  AmdExtTable unbatched_amd = captured_amd;
+  unbatched_amd.hsa_amd_memory_async_copy_fn = nullptr;
   const hsa_agent_t gpu = fake::agents.gpu;
   const std::size_t exe = fake::add_standard_executable(gpu, "_x");
   const std::size_t exe2 = fake::add_standard_executable(gpu, "_y");
@@ -110,7 +116,7 @@ int main() {
   CHECK(kreplay_host_memory_stats(&start) == KREPLAY_STATUS_SUCCESS);
   kreplay::hsa::set_log_sink(count_messages, KREPLAY_LOG_WARNING);
   HSA_TEST_CHECK(kreplay::hsa::install(&live_core, &live_amd, 0) == kreplay::hsa::INSTALL_SUCCESS);
-  HSA_TEST_CHECK(kreplay::hsa::configure(&captured_core, &captured_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(kreplay::hsa::configure(&captured_core, &unbatched_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
   kreplay_tracking_enable(true);
 
   // Three tracked allocations and, per executable, counter (64), lut (32) and flaky (16).
@@ -268,6 +274,98 @@ int main() {
   kreplay_snapshot_free(snapshot);
   kreplay_staging_trim(fake::k(gpu));
   kreplay_staging_trim(fake::k(fake::agents.gpu2));
+  CHECK(fake::state.locked_ranges == 0);
+  CHECK(fake::state.unlock_calls == fake::state.lock_calls);
+
+  // ---- With copy_batch (hsa_amd_memory_async_copy) and pinned staging. ----
+  HSA_TEST_CHECK(kreplay::hsa::configure(&captured_core, &captured_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
+  CHECK(kreplay_set_policy(&policy) == KREPLAY_STATUS_SUCCESS);
+  fill(ranges, 20u);
+  const int async_start = fake::state.async_copy_calls;
+  CHECK(snap(gpu, &snapshot, &reason) == KREPLAY_STATUS_SUCCESS);
+  const auto batched = image(ranges);
+  kreplay_snapshot_free(snapshot);
+  const int async_per_capture = fake::state.async_copy_calls - async_start;
+  CHECK(async_per_capture == n);  // every copy on the engines once the staging is pinned
+  // Each async copy of a capture fails in turn, refused at submission or completed with an error: kreplay
+  // redoes the batch with hsa_memory_copy and the capture is complete; when the redo's first copy fails too,
+  // it is declined with nothing written to device memory.
+  int redone = 0;
+  for (int k = 1; k <= n; ++k) {
+    for (int at_completion = 0; at_completion < 2; ++at_completion) {
+      for (int redo_fails = 0; redo_fails < 2; ++redo_fails) {
+        fill(ranges, 30u + static_cast<unsigned>(k));
+        const auto before = image(ranges);
+        (at_completion != 0 ? fake::state.fault_async_copy_at : fake::state.fail_async_submit_at) =
+            fake::state.async_copy_calls + k;
+        const int sync_before = fake::state.copy_calls;
+        arm_copy_fault(redo_fails != 0 ? 1 : 0);
+        const kreplay_status_t status = snap(gpu, &snapshot, &reason);
+        arm_copy_fault(0);
+        fake::state.fault_async_copy_at = 0;
+        fake::state.fail_async_submit_at = 0;
+        CHECK(differences(ranges, before) == 0);
+        CHECK(fake::state.signal_misuse == 0 && fake::pending_async_copies() == 0);
+        if (fake::state.copy_calls > sync_before) ++redone;
+        if (redo_fails != 0) {
+          CHECK(status == KREPLAY_STATUS_DECLINED && reason == KREPLAY_DECLINE_COPY_FAILED);
+          continue;
+        }
+        CHECK(status == KREPLAY_STATUS_SUCCESS);
+        if (status != KREPLAY_STATUS_SUCCESS) continue;
+        // Complete: its restore brings back exactly what was there at capture.
+        fill(ranges, 60u);
+        kreplay_restore_report_t complete{};
+        CHECK(kreplay_restore(snapshot, &complete) == KREPLAY_STATUS_SUCCESS);
+        CHECK(differences(ranges, before) == 0);
+        kreplay_snapshot_free(snapshot);
+      }
+    }
+  }
+  CHECK(redone == 4 * n);  // every fault was followed by a redo through hsa_memory_copy
+  // Each async copy of a restore fails in turn: redone, nothing lost; with the redo's first copy failing as
+  // well, exactly one range is reported failed and every other is written.
+  fill(ranges, 20u);
+  CHECK(snap(gpu, &snapshot, &reason) == KREPLAY_STATUS_SUCCESS);
+  for (int k = 1; k <= n; ++k) {
+    for (int redo_fails = 0; redo_fails < 2; ++redo_fails) {
+      fill(ranges, 70u + static_cast<unsigned>(k));
+      fake::state.fault_async_copy_at = fake::state.async_copy_calls + k;
+      arm_copy_fault(redo_fails != 0 ? 1 : 0);
+      kreplay_restore_report_t partial{};
+      const kreplay_status_t status = kreplay_restore(snapshot, &partial);
+      arm_copy_fault(0);
+      fake::state.fault_async_copy_at = 0;
+      CHECK(fake::state.signal_misuse == 0 && fake::pending_async_copies() == 0);
+      if (redo_fails != 0) {
+        CHECK(status == KREPLAY_STATUS_PARTIAL_RESTORE);
+        CHECK(partial.failed == 1 && partial.restored == static_cast<std::size_t>(n - 1));
+        // The range whose redo failed may already hold its contents from the batch (copies before the faulty
+        // one completed): at most that one differs.
+        CHECK(differences(ranges, batched) <= 1);
+      } else {
+        CHECK(status == KREPLAY_STATUS_SUCCESS && partial.failed == 0);
+        CHECK(differences(ranges, batched) == 0);
+      }
+    }
+  }
+  kreplay_snapshot_free(snapshot);
+  // No completion signal to be had (a fresh set of ops, whose pool is empty): every copy through
+  // hsa_memory_copy, nothing lost.
+  HSA_TEST_CHECK(kreplay::hsa::configure(&captured_core, &captured_amd, nullptr) == KREPLAY_STATUS_SUCCESS);
+  fake::state.signal_create_budget = 0;
+  fill(ranges, 80u);
+  const auto unsignalled = image(ranges);
+  const int async_before_refusal = fake::state.async_copy_calls;
+  CHECK(snap(gpu, &snapshot, &reason) == KREPLAY_STATUS_SUCCESS);
+  fill(ranges, 81u);
+  CHECK(kreplay_restore(snapshot, &report) == KREPLAY_STATUS_SUCCESS);
+  CHECK(differences(ranges, unsignalled) == 0);
+  CHECK(fake::state.async_copy_calls == async_before_refusal);
+  kreplay_snapshot_free(snapshot);
+  fake::state.signal_create_budget = -1;
+  std::printf("batched copy faults: %d redone through hsa_memory_copy\n", redone);
+  kreplay_staging_trim(fake::k(gpu));
   CHECK(fake::state.locked_ranges == 0);
   CHECK(fake::state.unlock_calls == fake::state.lock_calls);
 

@@ -4,12 +4,13 @@
 
 #include <kreplay/hsa.hpp>
 
+#include <cstring>
 #include <new>
 
 namespace kreplay::hsa {
 namespace detail {
 
-std::atomic<const context*> configured{nullptr};
+runtime_functions runtime;
 
 namespace {
 
@@ -79,34 +80,196 @@ kreplay_status_t op_pointer_info(void* user_data, const void* ptr, kreplay_point
 }
 
 // kreplay's host_lock names no agent, and staging serves copies to and from any GPU: lock for every agent,
-// which hsa_amd_memory_lock does when given no agent list. The agent pointer it returns is not needed:
-// hsa_memory_copy finds a locked range from its host address.
+// which hsa_amd_memory_lock does when given no agent list. The range and its agent pointer are remembered for
+// copy_batch, which hands the agent pointer to the DMA engines.
 kreplay_status_t op_host_lock(void* user_data, void* host_ptr, std::size_t bytes) {
   const auto* ctx = static_cast<const context*>(user_data);
   void* agent_ptr = nullptr;
   hsa_status_t status = ctx->memory_lock(host_ptr, bytes, nullptr, 0, &agent_ptr);
-  if (status == HSA_STATUS_SUCCESS) return KREPLAY_STATUS_SUCCESS;
-  logf(KREPLAY_LOG_TRACE, "hsa_amd_memory_lock(%p, %zu) failed (status %#x)", host_ptr, bytes,
-       static_cast<unsigned>(status));
-  return KREPLAY_STATUS_DEVICE_ERROR;
+  if (status != HSA_STATUS_SUCCESS) {
+    logf(KREPLAY_LOG_TRACE, "hsa_amd_memory_lock(%p, %zu) failed (status %#x)", host_ptr, bytes,
+         static_cast<unsigned>(status));
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(host_ptr);
+  const auto agent_base = agent_ptr != nullptr ? reinterpret_cast<std::uintptr_t>(agent_ptr) : base;
+  if (!ranges_add(memory_ranges::range{base, bytes, agent_base, memory_ranges::locked_host, 0})) {
+    // Still locked and still correct: its batched copies simply go through hsa_memory_copy.
+    logf(KREPLAY_LOG_TRACE, "locked range %p (%zu bytes) not remembered: no host memory for the bookkeeping",
+         host_ptr, bytes);
+  }
+  return KREPLAY_STATUS_SUCCESS;
 }
 
 kreplay_status_t op_host_unlock(void* user_data, void* host_ptr, std::size_t /*bytes*/) {
   const auto* ctx = static_cast<const context*>(user_data);
+  // Forgotten first: from here on no batch hands this range to the DMA engines as locked memory.
+  ranges_remove(reinterpret_cast<std::uintptr_t>(host_ptr));
   hsa_status_t status = ctx->memory_unlock(host_ptr);
   return status == HSA_STATUS_SUCCESS ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
+}
+
+// ---- The device tier -------------------------------------------------------------------------------------
+
+struct pool_search {
+  const context* ctx;
+  hsa_agent_t agent;
+  hsa_amd_memory_pool_t pool;
+  bool found;
+  bool needs_access;   // the agent's access to the found pool is not allowed by default
+  hsa_status_t error;  // a query that failed: the answer is not known (and not remembered)
+};
+
+// A pool for snapshot storage: global, coarse-grained (what kreplay tracks, and the fastest for the agent's
+// engines), not kernarg, open to hsa_amd_memory_pool_allocate, and one the agent can be allowed to access.
+hsa_status_t consider_pool(hsa_amd_memory_pool_t pool, void* data) {
+  auto* search = static_cast<pool_search*>(data);
+  const context* ctx = search->ctx;
+  hsa_amd_segment_t segment = HSA_AMD_SEGMENT_PRIVATE;
+  std::uint32_t flags = 0;
+  bool runtime_alloc = false;
+  hsa_status_t status = ctx->memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment);
+  if (status == HSA_STATUS_SUCCESS && segment == HSA_AMD_SEGMENT_GLOBAL) {
+    status = ctx->memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS, &flags);
+  }
+  if (status == HSA_STATUS_SUCCESS && segment == HSA_AMD_SEGMENT_GLOBAL) {
+    status = ctx->memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED, &runtime_alloc);
+  }
+  if (status != HSA_STATUS_SUCCESS) {
+    search->error = status;
+    return status;
+  }
+  const bool coarse = (flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED) != 0;
+  const bool kernarg = (flags & HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT) != 0;
+  if (segment != HSA_AMD_SEGMENT_GLOBAL || !coarse || kernarg || !runtime_alloc) return HSA_STATUS_SUCCESS;
+  hsa_amd_memory_pool_access_t access = HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT;
+  if (ctx->agent_memory_pool_get_info != nullptr) {
+    status = ctx->agent_memory_pool_get_info(search->agent, pool, HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS, &access);
+    if (status != HSA_STATUS_SUCCESS) {
+      search->error = status;
+      return status;
+    }
+  }
+  if (access == HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED) return HSA_STATUS_SUCCESS;
+  if (access == HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT && ctx->agents_allow_access == nullptr) {
+    return HSA_STATUS_SUCCESS;
+  }
+  search->pool = pool;
+  search->found = true;
+  search->needs_access = access == HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT;
+  return HSA_STATUS_INFO_BREAK;
+}
+
+// The agent's pool for device storage, searched once per agent and context. False when the agent has none or
+// the search failed (logged).
+bool storage_pool(context* ctx, hsa_agent_t agent, hsa_amd_memory_pool_t* pool_out, bool* needs_access_out) {
+  {
+    std::lock_guard<std::mutex> lock(ctx->pool_mutex);
+    for (std::size_t i = 0; i < ctx->agent_pool_count; ++i) {
+      const context::agent_pool& known = ctx->agent_pools[i];
+      if (known.agent != agent.handle) continue;
+      *pool_out = known.pool;
+      *needs_access_out = known.needs_access;
+      return known.usable;
+    }
+  }
+  pool_search search{ctx, agent, hsa_amd_memory_pool_t{0}, false, false, HSA_STATUS_SUCCESS};
+  const hsa_status_t status = ctx->agent_iterate_memory_pools(agent, &consider_pool, &search);
+  if (!search.found && (search.error != HSA_STATUS_SUCCESS || status != HSA_STATUS_SUCCESS)) {
+    logf(KREPLAY_LOG_INFO, "agent %#llx: querying its memory pools failed (status %#x); no device storage now",
+         static_cast<unsigned long long>(agent.handle),
+         static_cast<unsigned>(search.error != HSA_STATUS_SUCCESS ? search.error : status));
+    return false;
+  }
+  if (!search.found) {
+    logf(KREPLAY_LOG_INFO,
+         "agent %#llx has no coarse-grained global pool that allows runtime allocation: snapshots of it stay on the "
+         "host",
+         static_cast<unsigned long long>(agent.handle));
+  }
+  std::lock_guard<std::mutex> lock(ctx->pool_mutex);
+  if (ctx->agent_pool_count < context::max_agent_pools) {
+    ctx->agent_pools[ctx->agent_pool_count++] =
+        context::agent_pool{agent.handle, search.pool, search.needs_access, search.found};
+  }
+  *pool_out = search.pool;
+  *needs_access_out = search.needs_access;
+  return search.found;
+}
+
+kreplay_status_t op_device_alloc(void* user_data, kreplay_agent_t agent, std::size_t bytes, void** ptr_out) {
+  auto* ctx = static_cast<context*>(user_data);
+  if (ctx == nullptr || ptr_out == nullptr || bytes == 0) return KREPLAY_STATUS_INVALID_ARGUMENT;
+  hsa_amd_memory_pool_t pool{0};
+  bool needs_access = false;
+  if (!storage_pool(ctx, to_hsa(agent), &pool, &needs_access)) return KREPLAY_STATUS_DEVICE_ERROR;
+  void* ptr = nullptr;
+  // The captured entry, not the wrapper: kreplay's own storage must not enter its inventory, and a refusal here
+  // must not trim kreplay's storage to make room for more of it.
+  hsa_status_t status = ctx->pool_allocate(pool, bytes, 0, &ptr);
+  if (status != HSA_STATUS_SUCCESS || ptr == nullptr) {
+    logf(KREPLAY_LOG_TRACE, "agent %#llx: hsa_amd_memory_pool_allocate(%zu) for device storage failed (status %#x)",
+         static_cast<unsigned long long>(agent.handle), bytes, static_cast<unsigned>(status));
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
+  if (needs_access) {
+    const hsa_agent_t agents[1] = {to_hsa(agent)};
+    status = ctx->agents_allow_access(1, agents, nullptr, ptr);
+    if (status != HSA_STATUS_SUCCESS) {
+      logf(KREPLAY_LOG_INFO, "agent %#llx: hsa_amd_agents_allow_access for its device storage failed (status %#x)",
+           static_cast<unsigned long long>(agent.handle), static_cast<unsigned>(status));
+      ctx->pool_free(ptr);
+      return KREPLAY_STATUS_DEVICE_ERROR;
+    }
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(ptr);
+  if (!ranges_add(memory_ranges::range{base, bytes, base, memory_ranges::device, agent.handle})) {
+    logf(KREPLAY_LOG_TRACE, "device storage %p (%zu bytes) not remembered: its copies go through hsa_memory_copy",
+         ptr, bytes);
+  }
+  *ptr_out = ptr;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+kreplay_status_t op_device_free(void* user_data, kreplay_agent_t agent, void* ptr, std::size_t bytes) {
+  auto* ctx = static_cast<context*>(user_data);
+  if (ctx == nullptr || ptr == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
+  ranges_remove(reinterpret_cast<std::uintptr_t>(ptr));
+  const hsa_status_t status = ctx->pool_free(ptr);
+  if (status == HSA_STATUS_SUCCESS) return KREPLAY_STATUS_SUCCESS;
+  logf(KREPLAY_LOG_WARNING, "agent %#llx: hsa_amd_memory_pool_free(%p, %zu bytes of device storage) failed (status %#x)",
+       static_cast<unsigned long long>(agent.handle), ptr, bytes, static_cast<unsigned>(status));
+  return KREPLAY_STATUS_DEVICE_ERROR;
+}
+
+kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs, std::size_t count,
+                           std::size_t block_bytes) {
+  const auto* ctx = static_cast<const context*>(user_data);
+  return ctx->digest(ctx->digest_data, agent, jobs, count, block_bytes);
+}
+
+void op_release(void* user_data) {
+  auto* ctx = static_cast<context*>(user_data);
+  if (ctx == nullptr) return;
+  destroy_signal_pool(ctx);
+  delete ctx;
 }
 
 }  // namespace
 }  // namespace detail
 
-kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext, const configure_options_t* options) {
+kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* amd_ext,
+                                 const configure_options_t* options, kreplay_device_ops_t* ops_out) {
   using detail::context;
-  if (core == nullptr || amd_ext == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
-  configure_options_t opts{sizeof(configure_options_t), nullptr, nullptr};
+  if (core == nullptr || amd_ext == nullptr || ops_out == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
+  configure_options_t opts{};
+  opts.struct_size = sizeof opts;
   if (options != nullptr) {
-    if (options->struct_size < sizeof(configure_options_t)) return KREPLAY_STATUS_INVALID_ARGUMENT;
-    opts = *options;
+    // The version-1 struct ended after iterate_executables_data; later fields keep their defaults.
+    constexpr std::size_t v1_size = offsetof(configure_options_t, iterate_executables_data) + sizeof(void*);
+    if (options->struct_size < v1_size) return KREPLAY_STATUS_INVALID_ARGUMENT;
+    std::memcpy(&opts, options, options->struct_size < sizeof opts ? options->struct_size : sizeof opts);
+    opts.struct_size = sizeof opts;
   }
 
   auto* ctx = new (std::nothrow) context{};
@@ -117,18 +280,25 @@ kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext,
   ctx->symbol_get_info = KREPLAY_HSA_ENTRY(core, hsa_executable_symbol_get_info_fn);
   ctx->get_major_extension_table = KREPLAY_HSA_ENTRY(core, hsa_system_get_major_extension_table_fn);
   ctx->iterate_agents = KREPLAY_HSA_ENTRY(core, hsa_iterate_agents_fn);
+  ctx->signal_create = KREPLAY_HSA_ENTRY(core, hsa_signal_create_fn);
+  ctx->signal_destroy = KREPLAY_HSA_ENTRY(core, hsa_signal_destroy_fn);
+  ctx->signal_store_relaxed = KREPLAY_HSA_ENTRY(core, hsa_signal_store_relaxed_fn);
+  ctx->signal_load_scacquire = KREPLAY_HSA_ENTRY(core, hsa_signal_load_scacquire_fn);
+  ctx->signal_wait_scacquire = KREPLAY_HSA_ENTRY(core, hsa_signal_wait_scacquire_fn);
   ctx->pointer_info = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_pointer_info_fn);
   ctx->memory_lock = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_lock_fn);
   ctx->memory_unlock = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_unlock_fn);
   ctx->agent_iterate_memory_pools = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_agent_iterate_memory_pools_fn);
   ctx->memory_pool_get_info = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_pool_get_info_fn);
-#if KREPLAY_HSA_HAVE_VMEM
-  ctx->vmem_get_alloc_properties = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_get_alloc_properties_from_handle_fn);
-  ctx->vmem_retain_alloc_handle = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_retain_alloc_handle_fn);
-  ctx->vmem_handle_release = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_handle_release_fn);
-#endif
+  ctx->agent_memory_pool_get_info = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_agent_memory_pool_get_info_fn);
+  ctx->pool_allocate = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_pool_allocate_fn);
+  ctx->pool_free = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_pool_free_fn);
+  ctx->agents_allow_access = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_agents_allow_access_fn);
+  ctx->async_copy = KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_memory_async_copy_fn);
   ctx->iterate_executables = opts.iterate_executables;
   ctx->iterate_executables_data = opts.iterate_executables_data;
+  ctx->digest = opts.digest;
+  ctx->digest_data = opts.digest_data;
 
   const bool complete = ctx->memory_copy != nullptr && ctx->pointer_info != nullptr &&
                         ctx->agent_get_info != nullptr && ctx->iterate_agent_symbols != nullptr &&
@@ -139,8 +309,29 @@ kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext,
     delete ctx;
     return KREPLAY_STATUS_INVALID_ARGUMENT;
   }
-  // Pinning needs both halves; without them kreplay simply keeps staging unpinned.
+  // Each optional op needs all of its entries; without them kreplay does without that op.
   const bool can_pin = ctx->memory_lock != nullptr && ctx->memory_unlock != nullptr;
+  const bool can_batch = ctx->async_copy != nullptr && ctx->signal_create != nullptr &&
+                         ctx->signal_destroy != nullptr && ctx->signal_store_relaxed != nullptr &&
+                         ctx->signal_load_scacquire != nullptr && ctx->signal_wait_scacquire != nullptr &&
+                         ctx->iterate_agents != nullptr;
+  const bool can_store = ctx->pool_allocate != nullptr && ctx->pool_free != nullptr &&
+                         ctx->agent_iterate_memory_pools != nullptr && ctx->memory_pool_get_info != nullptr;
+
+  // The wrappers' view of the runtime (see detail::runtime_functions).
+  detail::runtime.pointer_info.store(ctx->pointer_info, std::memory_order_release);
+  detail::runtime.iterate_agents.store(ctx->iterate_agents, std::memory_order_release);
+  detail::runtime.agent_get_info.store(ctx->agent_get_info, std::memory_order_release);
+  detail::runtime.agent_iterate_memory_pools.store(ctx->agent_iterate_memory_pools, std::memory_order_release);
+  detail::runtime.memory_pool_get_info.store(ctx->memory_pool_get_info, std::memory_order_release);
+#if KREPLAY_HSA_HAVE_VMEM
+  detail::runtime.vmem_get_alloc_properties.store(
+      KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_get_alloc_properties_from_handle_fn), std::memory_order_release);
+  detail::runtime.vmem_retain_alloc_handle.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_retain_alloc_handle_fn),
+                                                 std::memory_order_release);
+  detail::runtime.vmem_handle_release.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_handle_release_fn),
+                                            std::memory_order_release);
+#endif
 
   kreplay_device_ops_t ops{};
   ops.struct_size = sizeof ops;
@@ -150,15 +341,27 @@ kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext,
   ops.iterate_module_variables = &detail::op_iterate_module_variables;
   ops.host_lock = can_pin ? &detail::op_host_lock : nullptr;
   ops.host_unlock = can_pin ? &detail::op_host_unlock : nullptr;
-  kreplay_status_t status = kreplay_configure(&ops);
+  ops.copy_batch = can_batch ? &detail::op_copy_batch : nullptr;
+  ops.device_alloc = can_store ? &detail::op_device_alloc : nullptr;
+  ops.device_free = can_store ? &detail::op_device_free : nullptr;
+  ops.digest = ctx->digest != nullptr ? &detail::op_digest : nullptr;
+  ops.release = &detail::op_release;
+  *ops_out = ops;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext, const configure_options_t* options) {
+  kreplay_device_ops_t ops{};
+  kreplay_status_t status = make_device_ops(core, amd_ext, options, &ops);
+  if (status != KREPLAY_STATUS_SUCCESS) return status;
+  status = kreplay_configure(&ops);
   if (status != KREPLAY_STATUS_SUCCESS) {
     detail::logf(KREPLAY_LOG_ERROR, "configure: kreplay_configure refused the ops (%s)",
                  kreplay_status_string(status));
-    delete ctx;
+    // Refused: kreplay never took the set, so the context is still ours to free.
+    ops.release(ops.user_data);
     return status;
   }
-  // The previous context is deliberately not freed (see detail::context): chain it.
-  ctx->previous = detail::configured.exchange(ctx, std::memory_order_acq_rel);
   return KREPLAY_STATUS_SUCCESS;
 }
 

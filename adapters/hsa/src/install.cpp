@@ -5,6 +5,9 @@
 
 #include <kreplay/hsa.hpp>
 
+#include <cstddef>
+#include <cstring>
+
 namespace kreplay::hsa {
 
 std::atomic<bool> detail::finalized{false};
@@ -30,24 +33,25 @@ void record_alloc(void* ptr, std::size_t size, std::uint32_t flags) {
   kreplay_record_alloc(ptr, size, flags);
 }
 
-// After the runtime refused to free ptr, which kreplay_record_free had already taken out of the inventory.
-//
-// kreplay_record_alloc needs the size, and kreplay keeps it but offers no lookup. A failed free leaves the
-// allocation exactly as it was, so the runtime still describes it: ask hsa_amd_pointer_info now, on this
-// rare path, instead of paying a pointer query before every free. The flags are 0 because whatever kreplay
-// tracked (or held as lost) was never an executable allocation: those are dropped before anything is kept.
-// If the query fails, a placeholder size of one byte is passed on purpose: kreplay_record_alloc then makes the
-// same query through the same function (a second query, paid only on this rare path), and when that fails too it
-// keeps the pointer as lost, which declines snapshots until the allocation is freed -- the safe outcome when its
-// size is unknown. If the runtime answers that the pointer is not memory it knows, kreplay's own query answers
-// the same and the pointer is not tracked, exactly as when it was first allocated.
+// After the runtime refused to free ptr, which kreplay_record_free had already taken out of the inventory: the
+// allocation is still live, so kreplay puts it back as it was, generation included (a snapshot taken before
+// the free still restores it). kreplay remembers the last few hundred frees for this; should this one have been
+// forgotten (that many frees on other threads in between), it is recorded as a new allocation from what the
+// runtime says about it, or held as lost if even that fails: never left untracked while live.
 void record_again_after_failed_free(void* ptr, hsa_status_t free_status) {
-  if (!kreplay_tracking_is_enabled()) return;
+  const kreplay_status_t undone = kreplay_record_free_undo(ptr);
+  if (undone == KREPLAY_STATUS_SUCCESS || undone == KREPLAY_STATUS_FINALIZED) {
+    detail::logf(KREPLAY_LOG_INFO, "free of %p failed (status %#x); put back in kreplay's inventory (%s)", ptr,
+                 static_cast<unsigned>(free_status), kreplay_status_string(undone));
+    return;
+  }
+  // The size comes from the runtime; a placeholder of one byte when it cannot say makes kreplay_record_alloc
+  // ask the same question, fail the same way and hold the pointer as lost (snapshots declined until freed).
   std::size_t size = 1;
-  if (const detail::context* ctx = detail::configured.load(std::memory_order_acquire)) {
+  if (auto* pointer_info = detail::runtime.pointer_info.load(std::memory_order_acquire)) {
     hsa_amd_pointer_info_t info{};
     info.size = sizeof info;
-    if (ctx->pointer_info(ptr, &info, nullptr, nullptr, nullptr) == HSA_STATUS_SUCCESS &&
+    if (pointer_info(ptr, &info, nullptr, nullptr, nullptr) == HSA_STATUS_SUCCESS &&
         info.type != HSA_EXT_POINTER_TYPE_UNKNOWN && info.sizeInBytes != 0) {
       const auto base = reinterpret_cast<std::uintptr_t>(info.agentBaseAddress);
       const auto at = reinterpret_cast<std::uintptr_t>(ptr);
@@ -55,12 +59,29 @@ void record_again_after_failed_free(void* ptr, hsa_status_t free_status) {
     }
   }
   const kreplay_status_t status = kreplay_record_alloc(ptr, size, 0);
-  detail::logf(KREPLAY_LOG_INFO, "free of %p failed (status %#x); recorded again (%s)", ptr,
-               static_cast<unsigned>(free_status), kreplay_status_string(status));
+  detail::logf(KREPLAY_LOG_WARNING,
+               "free of %p failed (status %#x) and kreplay no longer remembered that free (%s): recorded as a new "
+               "allocation (%s)",
+               ptr, static_cast<unsigned>(free_status), kreplay_status_string(undone), kreplay_status_string(status));
+}
+
+// An allocation the runtime refused for lack of memory may fit once kreplay gives back the device memory it
+// holds idle for snapshots: trim, then try once more. kreplay's own storage is allocated through the captured
+// table, never through this wrapper, so this cannot recurse.
+template <typename Allocate>
+hsa_status_t allocate_with_trim(Allocate allocate) {
+  hsa_status_t status = allocate();
+  if (status != HSA_STATUS_ERROR_OUT_OF_RESOURCES || forwarding_only()) return status;
+  kreplay_device_trim_all();
+  status = allocate();
+  detail::logf(KREPLAY_LOG_INFO, "an allocation refused for lack of memory was retried after kreplay gave back its "
+               "idle device storage: %s", status == HSA_STATUS_SUCCESS ? "it succeeded" : "refused again");
+  return status;
 }
 
 hsa_status_t wrap_memory_allocate(hsa_region_t region, std::size_t size, void** ptr) {
-  hsa_status_t status = g_next_memory_allocate.load(std::memory_order_acquire)(region, size, ptr);
+  auto* next = g_next_memory_allocate.load(std::memory_order_acquire);
+  hsa_status_t status = allocate_with_trim([&] { return next(region, size, ptr); });
   // hsa_memory_allocate takes no allocation flags: nothing to filter before kreplay's query.
   if (status == HSA_STATUS_SUCCESS && ptr != nullptr) record_alloc(*ptr, size, 0);
   return status;
@@ -82,7 +103,8 @@ hsa_status_t wrap_memory_free(void* ptr) {
 }
 
 hsa_status_t wrap_pool_allocate(hsa_amd_memory_pool_t pool, std::size_t size, std::uint32_t flags, void** ptr) {
-  hsa_status_t status = g_next_pool_allocate.load(std::memory_order_acquire)(pool, size, flags, ptr);
+  auto* next = g_next_pool_allocate.load(std::memory_order_acquire);
+  hsa_status_t status = allocate_with_trim([&] { return next(pool, size, flags, ptr); });
   // The flags go to kreplay unchanged: it drops executable allocations (runtime kernarg pools, tool buffers)
   // before querying anything.
   if (status == HSA_STATUS_SUCCESS && ptr != nullptr) record_alloc(*ptr, size, flags);
@@ -109,29 +131,29 @@ hsa_status_t thunk_unmap(void* va, std::size_t size) {
 }
 
 hsa_status_t thunk_handle_pool(std::uint64_t handle, hsa_amd_memory_pool_t* pool_out) {
-  const detail::context* ctx = detail::configured.load(std::memory_order_acquire);
-  if (ctx == nullptr || ctx->vmem_get_alloc_properties == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+  auto* get_properties = detail::runtime.vmem_get_alloc_properties.load(std::memory_order_acquire);
+  if (get_properties == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
   hsa_amd_vmem_alloc_handle_t memory_handle{};
   memory_handle.handle = handle;
   hsa_amd_memory_type_t type{};
-  return ctx->vmem_get_alloc_properties(memory_handle, pool_out, &type);
+  return get_properties(memory_handle, pool_out, &type);
 }
 
 hsa_status_t thunk_retain_handle(std::uint64_t* handle_out, void* va) {
-  const detail::context* ctx = detail::configured.load(std::memory_order_acquire);
-  if (ctx == nullptr || ctx->vmem_retain_alloc_handle == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+  auto* retain = detail::runtime.vmem_retain_alloc_handle.load(std::memory_order_acquire);
+  if (retain == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
   hsa_amd_vmem_alloc_handle_t memory_handle{};
-  hsa_status_t status = ctx->vmem_retain_alloc_handle(&memory_handle, va);
+  hsa_status_t status = retain(&memory_handle, va);
   if (status == HSA_STATUS_SUCCESS) *handle_out = memory_handle.handle;
   return status;
 }
 
 hsa_status_t thunk_release_handle(std::uint64_t handle) {
-  const detail::context* ctx = detail::configured.load(std::memory_order_acquire);
-  if (ctx == nullptr || ctx->vmem_handle_release == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
+  auto* release = detail::runtime.vmem_handle_release.load(std::memory_order_acquire);
+  if (release == nullptr) return HSA_STATUS_ERROR_NOT_INITIALIZED;
   hsa_amd_vmem_alloc_handle_t memory_handle{};
   memory_handle.handle = handle;
-  return ctx->vmem_handle_release(memory_handle);
+  return release(memory_handle);
 }
 
 detail::vmem_functions vmem_functions_now() {
@@ -141,12 +163,10 @@ detail::vmem_functions vmem_functions_now() {
   fns.handle_pool = &thunk_handle_pool;
   fns.retain_handle = &thunk_retain_handle;
   fns.release_handle = &thunk_release_handle;
-  if (const detail::context* ctx = detail::configured.load(std::memory_order_acquire)) {
-    fns.iterate_agents = ctx->iterate_agents;
-    fns.agent_get_info = ctx->agent_get_info;
-    fns.agent_iterate_memory_pools = ctx->agent_iterate_memory_pools;
-    fns.memory_pool_get_info = ctx->memory_pool_get_info;
-  }
+  fns.iterate_agents = detail::runtime.iterate_agents.load(std::memory_order_acquire);
+  fns.agent_get_info = detail::runtime.agent_get_info.load(std::memory_order_acquire);
+  fns.agent_iterate_memory_pools = detail::runtime.agent_iterate_memory_pools.load(std::memory_order_acquire);
+  fns.memory_pool_get_info = detail::runtime.memory_pool_get_info.load(std::memory_order_acquire);
   return fns;
 }
 
@@ -183,6 +203,142 @@ void install_vmem(AmdExtTable* /*amd_ext*/) {
                "built against ROCr headers without hsa_amd_vmem_map/unmap: mappings are not tracked");
 }
 #endif
+
+// ---- Entries that change which code objects are loaded ---------------------------------------------------
+//
+// kreplay may reuse an agent's module scan (policy cache_module_scan) only while no code object is loaded or
+// unloaded. In ROCr's 1.1 core table these change what a scan finds: loading a code object (the three load
+// entries; the loader creates the symbols and allocates their variables at load, before freeze), defining an
+// external variable (the three define entries), freezing (after which the executable's kernels can run), and
+// destroying an executable (its variables' memory goes back). Each wrapper drops kreplay's cached scans after
+// the saved entry returns, whatever it returned: a call that failed may still have changed something, and
+// dropping costs only the next scan. Destroy drops them before as well, so that no snapshot starting during
+// the call takes a list that names memory about to be freed. Loads are rare (library loads, JIT): the wrappers
+// cost nothing that matters.
+std::atomic<decltype(hsa_executable_destroy)*> g_next_executable_destroy{nullptr};
+std::atomic<decltype(hsa_executable_freeze)*> g_next_executable_freeze{nullptr};
+std::atomic<decltype(hsa_executable_load_code_object)*> g_next_load_code_object{nullptr};
+std::atomic<decltype(hsa_executable_load_program_code_object)*> g_next_load_program_code_object{nullptr};
+std::atomic<decltype(hsa_executable_load_agent_code_object)*> g_next_load_agent_code_object{nullptr};
+std::atomic<decltype(hsa_executable_global_variable_define)*> g_next_global_variable_define{nullptr};
+std::atomic<decltype(hsa_executable_agent_global_variable_define)*> g_next_agent_global_variable_define{nullptr};
+std::atomic<decltype(hsa_executable_readonly_variable_define)*> g_next_readonly_variable_define{nullptr};
+std::atomic<bool> g_module_wrappers_installed{false};
+
+void modules_changed() {
+  if (!forwarding_only()) kreplay_modules_changed();
+}
+
+hsa_status_t wrap_executable_destroy(hsa_executable_t executable) {
+  modules_changed();
+  hsa_status_t status = g_next_executable_destroy.load(std::memory_order_acquire)(executable);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_executable_freeze(hsa_executable_t executable, const char* options) {
+  hsa_status_t status = g_next_executable_freeze.load(std::memory_order_acquire)(executable, options);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_load_code_object(hsa_executable_t executable, hsa_agent_t agent, hsa_code_object_t code_object,
+                                   const char* options) {
+  hsa_status_t status =
+      g_next_load_code_object.load(std::memory_order_acquire)(executable, agent, code_object, options);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_load_program_code_object(hsa_executable_t executable, hsa_code_object_reader_t reader,
+                                           const char* options, hsa_loaded_code_object_t* loaded) {
+  hsa_status_t status =
+      g_next_load_program_code_object.load(std::memory_order_acquire)(executable, reader, options, loaded);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_load_agent_code_object(hsa_executable_t executable, hsa_agent_t agent,
+                                         hsa_code_object_reader_t reader, const char* options,
+                                         hsa_loaded_code_object_t* loaded) {
+  hsa_status_t status =
+      g_next_load_agent_code_object.load(std::memory_order_acquire)(executable, agent, reader, options, loaded);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_global_variable_define(hsa_executable_t executable, const char* name, void* address) {
+  hsa_status_t status = g_next_global_variable_define.load(std::memory_order_acquire)(executable, name, address);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_agent_global_variable_define(hsa_executable_t executable, hsa_agent_t agent, const char* name,
+                                               void* address) {
+  hsa_status_t status =
+      g_next_agent_global_variable_define.load(std::memory_order_acquire)(executable, agent, name, address);
+  modules_changed();
+  return status;
+}
+
+hsa_status_t wrap_readonly_variable_define(hsa_executable_t executable, hsa_agent_t agent, const char* name,
+                                           void* address) {
+  hsa_status_t status =
+      g_next_readonly_variable_define.load(std::memory_order_acquire)(executable, agent, name, address);
+  modules_changed();
+  return status;
+}
+
+// Saves and replaces one entry when the runtime's table holds it; false when it does not.
+template <typename Fn>
+bool wrap_entry(Fn*& entry, std::atomic<Fn*>& saved, Fn* wrapper) {
+  if (entry == nullptr) return false;
+  saved.store(entry, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_release);
+  entry = wrapper;
+  return true;
+}
+
+// Wraps every entry of the table that the table holds; the module-scan cache is turned on only when all of
+// them were, since a load through an unwrapped entry would leave a stale list in the cache.
+void install_module_wrappers(CoreApiTable* core) {
+  const bool in_table =
+      KREPLAY_HSA_ENTRY(core, hsa_executable_destroy_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_freeze_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_load_code_object_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_load_program_code_object_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_load_agent_code_object_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_global_variable_define_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_agent_global_variable_define_fn) != nullptr &&
+      KREPLAY_HSA_ENTRY(core, hsa_executable_readonly_variable_define_fn) != nullptr;
+  if (!in_table) {
+    detail::logf(KREPLAY_LOG_INFO,
+                 "the core table lacks an entry that loads or unloads code objects: module scans are not cached");
+    return;
+  }
+  wrap_entry(core->hsa_executable_destroy_fn, g_next_executable_destroy, &wrap_executable_destroy);
+  wrap_entry(core->hsa_executable_freeze_fn, g_next_executable_freeze, &wrap_executable_freeze);
+  wrap_entry(core->hsa_executable_load_code_object_fn, g_next_load_code_object, &wrap_load_code_object);
+  wrap_entry(core->hsa_executable_load_program_code_object_fn, g_next_load_program_code_object,
+             &wrap_load_program_code_object);
+  wrap_entry(core->hsa_executable_load_agent_code_object_fn, g_next_load_agent_code_object,
+             &wrap_load_agent_code_object);
+  wrap_entry(core->hsa_executable_global_variable_define_fn, g_next_global_variable_define,
+             &wrap_global_variable_define);
+  wrap_entry(core->hsa_executable_agent_global_variable_define_fn, g_next_agent_global_variable_define,
+             &wrap_agent_global_variable_define);
+  wrap_entry(core->hsa_executable_readonly_variable_define_fn, g_next_readonly_variable_define,
+             &wrap_readonly_variable_define);
+  g_module_wrappers_installed.store(true, std::memory_order_release);
+  // Every change is seen now, so the cache is safe: turn it on, with kreplay's defaults for the rest (nothing
+  // else has set a policy this early in a host's life; one that sets its own later uses set_policy()).
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof policy;
+  policy.cache_module_scan = true;
+  const kreplay_status_t status = kreplay_set_policy(&policy);
+  detail::logf(status == KREPLAY_STATUS_SUCCESS ? KREPLAY_LOG_INFO : KREPLAY_LOG_WARNING,
+               "code-object loads and unloads are wrapped: module scans cached (%s)", kreplay_status_string(status));
+}
 
 }  // namespace
 
@@ -233,7 +389,24 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
   amd_ext->hsa_amd_memory_pool_allocate_fn = &wrap_pool_allocate;
   amd_ext->hsa_amd_memory_pool_free_fn = &wrap_pool_free;
   install_vmem(amd_ext);
+  install_module_wrappers(core);
   return INSTALL_SUCCESS;
+}
+
+bool module_wrappers_installed() { return g_module_wrappers_installed.load(std::memory_order_acquire); }
+
+kreplay_status_t set_policy(const kreplay_policy_t* policy) {
+  constexpr std::size_t v1_size = offsetof(kreplay_policy_t, max_snapshot_bytes) + sizeof(std::size_t);
+  if (policy == nullptr || policy->struct_size < v1_size) {
+    detail::logf(KREPLAY_LOG_ERROR, "set_policy: NULL policy or a struct_size below the version-1 fields");
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  // Fields past the caller's struct_size keep kreplay's defaults, which are all zero.
+  kreplay_policy_t full{};
+  std::memcpy(&full, policy, policy->struct_size < sizeof full ? policy->struct_size : sizeof full);
+  full.struct_size = sizeof full;
+  full.cache_module_scan = module_wrappers_installed();
+  return kreplay_set_policy(&full);
 }
 
 bool vmem_wrappers_compiled() { return KREPLAY_HSA_HAVE_VMEM != 0; }

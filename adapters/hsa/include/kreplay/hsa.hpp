@@ -67,10 +67,22 @@ const char* install_status_string(install_status_t status);
  * place. The wrappers call the saved entries and feed kreplay's inventory:
  *   - an allocation that succeeded is recorded with kreplay_record_alloc, with the pool allocation flags
  *     (hsa_memory_allocate has none: 0);
+ *   - an allocation refused with HSA_STATUS_ERROR_OUT_OF_RESOURCES is tried once more after
+ *     kreplay_device_trim_all() has given back the device memory kreplay holds idle for snapshots, so the
+ *     application never fails for lack of memory that kreplay could have returned;
  *   - a free is recorded with kreplay_record_free before the saved free runs; if that free fails, the
- *     allocation is recorded again;
+ *     allocation is put back with kreplay_record_free_undo (same generation, so snapshots taken before still
+ *     restore it);
  *   - a map that succeeded is recorded with kreplay_record_vmem_map and the owner of the memory handle's pool;
  *     an unmap is recorded with kreplay_record_vmem_unmap before the saved unmap runs.
+ * The entries that change which code objects are loaded are wrapped too (core table: hsa_executable_destroy,
+ * hsa_executable_freeze, hsa_executable_load_code_object, hsa_executable_load_program_code_object,
+ * hsa_executable_load_agent_code_object, hsa_executable_global_variable_define,
+ * hsa_executable_agent_global_variable_define, hsa_executable_readonly_variable_define): each calls
+ * kreplay_modules_changed() after the saved entry (destroy also before it), so kreplay's cached module scans
+ * never outlive a load or an unload. When every one of them is in the table, install() turns the module-scan
+ * cache on: it sets kreplay's policy to the defaults with cache_module_scan = true (see set_policy() for a
+ * host that sets its own policy afterwards). Otherwise the cache stays off and every snapshot scans.
  * Until kreplay_tracking_enable(true) the wrappers cost a couple of atomic loads around the runtime's call.
  *
  * core and amd_ext are the host's live tables, the ones the runtime dispatches through. Only library
@@ -79,6 +91,18 @@ const char* install_status_string(install_status_t status);
  * after finalize() the wrappers only forward. Call it from the table registration, before other threads use
  * the tables. */
 install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t library_instance);
+
+/* Whether install() wrapped every entry that changes which code objects are loaded, so that kreplay may cache
+ * module scans (kreplay_policy_t::cache_module_scan). */
+bool module_wrappers_installed();
+
+/* kreplay_set_policy with cache_module_scan replaced by module_wrappers_installed(): the way for a host to set
+ * its own policy (budgets, pinning, dirty-only) after install() without turning the cache off, or on where a
+ * load would go unseen. Fields beyond policy->struct_size take kreplay's defaults, as in kreplay_set_policy.
+ * A host that loads or destroys code objects through its own captured (un-wrapped) tables must call
+ * kreplay_modules_changed() itself each time. Returns what kreplay_set_policy returns; NULL policy or a
+ * struct_size below the version-1 fields: KREPLAY_STATUS_INVALID_ARGUMENT. */
+kreplay_status_t set_policy(const kreplay_policy_t* policy);
 
 /* Whether this build of the adapter has the vmem wrappers compiled in (the ROCr headers it was built against
  * declare hsa_amd_vmem_map/unmap and hsa_amd_vmem_get_alloc_properties_from_handle). */
@@ -101,8 +125,13 @@ typedef hsa_status_t (*executable_visitor_t)(hsa_executable_t executable, void* 
  * thread runs kreplay_snap. */
 typedef hsa_status_t (*executable_iterator_t)(void* user_data, executable_visitor_t visit, void* visit_data);
 
+/* kreplay's digest op (kreplay_device_ops_t::digest) with the host's own first argument. */
+typedef kreplay_status_t (*digest_fn_t)(void* digest_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs,
+                                        std::size_t count, std::size_t block_bytes);
+
 typedef struct configure_options_t {
-  /* sizeof(configure_options_t) as the caller compiled it. */
+  /* sizeof(configure_options_t) as the caller compiled it. The first three fields are required; later ones
+   * are optional (a smaller struct_size leaves them at their defaults). */
   std::size_t struct_size;
   /* The host's executable enumeration; NULL: the AMD loader extension's hsa_ven_amd_loader_iterate_executables,
    * looked up through the core table's hsa_system_get_major_extension_table the first time a snapshot
@@ -110,9 +139,15 @@ typedef struct configure_options_t {
   executable_iterator_t iterate_executables;
   /* Passed back as iterate_executables' first argument. */
   void* iterate_executables_data;
+  /* Optional [NULL]: block digests of device memory, for kreplay's dirty-only mode. A digest has to run on
+   * the GPU (a kernel in a code object), which this adapter does not ship; a host that has one passes it
+   * here and the ops forward to it with digest_data. Its contract is kreplay_device_ops_t::digest's. */
+  digest_fn_t digest;
+  void* digest_data;
 } configure_options_t;
 
-/* Builds a kreplay_device_ops_t from the given tables and installs it with kreplay_configure. Pass the
+/* Builds a kreplay_device_ops_t from the given tables and installs it with kreplay_configure (see
+ * make_device_ops for the ops themselves). Pass the
  * host's captured copies of the tables as the runtime gave them -- not the live tables holding install()'s
  * wrappers, nor other tools' -- so that kreplay's own copies and queries are neither traced nor recorded. The
  * entries are copied out: the tables need not outlive the call. The ops:
@@ -131,12 +166,39 @@ typedef struct configure_options_t {
  *                             that some ROCr versions report) are skipped;
  *   host_lock / host_unlock   hsa_amd_memory_lock with no agent list (ROCr then makes the memory accessible to
  *                             every agent, since kreplay's op names none) and hsa_amd_memory_unlock. Only used
- *                             when the policy asks for pinned staging (kreplay_policy_t::pin_staging).
+ *                             when the policy asks for pinned staging (kreplay_policy_t::pin_staging). The
+ *                             adapter remembers each locked range and its agent pointer, for copy_batch;
+ *   copy_batch                hsa_amd_memory_async_copy for every copy between page-locked host memory (locked
+ *                             by host_lock above) or device storage (from device_alloc below) and device
+ *                             memory of the agent, with up to 32 copies in flight, each with its own completion
+ *                             signal from a pool the ops keep (ROCr's SDMA engines without platform atomics
+ *                             write a completion value captured at submission, so copies never share a
+ *                             signal); every other copy (pageable host memory) with hsa_memory_copy. It
+ *                             returns when all are done; a copy refused at submission or completed with a
+ *                             negative signal value fails the batch (kreplay then redoes it copy by copy).
+ *                             With no completion signal to be had, every copy goes through hsa_memory_copy.
+ *                             Offered when the tables hold async copy, the signal entries and agent iteration;
+ *   device_alloc / free       hsa_amd_memory_pool_allocate (flags 0) on the agent's global, coarse-grained pool
+ *                             that allows runtime allocation, and hsa_amd_memory_pool_free, both from these
+ *                             captured tables, so kreplay's own storage never reaches the wrappers or the
+ *                             inventory. Access is granted with hsa_amd_agents_allow_access when the agent's
+ *                             access to its pool is not allowed by default; a pool it can never access is
+ *                             not used. A refused allocation is reported (kreplay then stages on the host);
+ *   digest                    options->digest when given, otherwise none (see configure_options_t);
+ *   release                   frees the context: the signal pool, the remembered ranges, the copied entries.
  * options may be NULL (all defaults). Returns KREPLAY_STATUS_INVALID_ARGUMENT when a table is NULL or too
  * short, a required entry is NULL, or options->struct_size is too small; KREPLAY_STATUS_OUT_OF_HOST_MEMORY
  * when the adapter's small context cannot be allocated; otherwise what kreplay_configure returns. A later
- * call replaces the ops (the previous context is kept alive on purpose: a snapshot may still be using it). */
+ * call replaces the ops: kreplay calls the old set's release once nothing uses it any more. */
 kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext, const configure_options_t* options);
+
+/* The ops configure() would install, without installing them: for a host that wants to inspect or extend them
+ * before its own kreplay_configure. ops_out->user_data is a context that ops_out->release frees: kreplay calls
+ * it once it stops using a set it accepted; a caller that does not pass the ops to kreplay_configure (or whose
+ * call is refused) calls ops_out->release(ops_out->user_data) itself, exactly once. Errors as configure(),
+ * and *ops_out is written only on success. */
+kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* amd_ext,
+                                 const configure_options_t* options, kreplay_device_ops_t* ops_out);
 
 /* ---------------------------------------------------------------------------------------------------------
  * Logging
