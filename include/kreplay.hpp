@@ -238,6 +238,47 @@ inline kreplay_restore_report_t restore(const device_snapshot_t& snapshot) noexc
   return restore_with_status(snapshot).report;
 }
 
+/// Device memory held idle for `agent` (retained device-tier storage no live snapshot uses).
+inline std::size_t retained_device_bytes(kreplay_agent_t agent) noexcept { return kreplay_retained_device_bytes(agent); }
+
+/// Gives all of `agent`'s idle device storage back.
+inline void device_trim(kreplay_agent_t agent) noexcept { kreplay_device_trim(agent); }
+
+/// Gives every agent's idle device storage back; call it and retry once when an allocation of the host's own
+/// fails for lack of device memory.
+inline void device_trim_all() noexcept { kreplay_device_trim_all(); }
+
+/// Builds a `kreplay_policy_t` field by field, starting from the defaults, and installs it:
+///
+///     kreplay::policy_t().pin_staging(true).device_budget_bytes(1ull << 30).dirty_only(true).apply();
+///
+/// `struct_size` is always this header's `sizeof(kreplay_policy_t)`.
+class policy_t {
+ public:
+  policy_t() noexcept : policy_() { policy_.struct_size = sizeof(kreplay_policy_t); }
+
+  /// Page-lock retained staging (kept locked while retained).
+  policy_t& pin_staging(bool on) noexcept { return policy_.pin_staging = on, *this; }
+  /// Decline snapshots above this many bytes (0: no limit).
+  policy_t& max_snapshot_bytes(std::size_t bytes) noexcept { return policy_.max_snapshot_bytes = bytes, *this; }
+  /// Device memory per agent that snapshots may hold (0: host only).
+  policy_t& device_budget_bytes(std::size_t bytes) noexcept { return policy_.device_budget_bytes = bytes, *this; }
+  /// With a digest op: restore, and re-capture, only blocks whose digest changed.
+  policy_t& dirty_only(bool on) noexcept { return policy_.dirty_only = on, *this; }
+  /// Digest block size: 0 (64 KiB) or a power of two from 4 KiB to 16 MiB.
+  policy_t& digest_block_bytes(std::size_t bytes) noexcept { return policy_.digest_block_bytes = bytes, *this; }
+  /// Reuse an agent's module scan until `kreplay_modules_changed()`.
+  policy_t& cache_module_scan(bool on) noexcept { return policy_.cache_module_scan = on, *this; }
+
+  /// The C struct, for `kreplay_set_policy`.
+  const kreplay_policy_t& get() const noexcept { return policy_; }
+  /// Installs it: `kreplay_set_policy`'s status.
+  kreplay_status_t apply() const noexcept { return kreplay_set_policy(&policy_); }
+
+ private:
+  kreplay_policy_t policy_;
+};
+
 }  // namespace kreplay
 
 #endif /* KREPLAY_HPP */

@@ -121,13 +121,27 @@ static void policy_bad_input(void) {
   REL_CHECK_STATUS(kreplay_set_policy(NULL), KREPLAY_STATUS_INVALID_ARGUMENT);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "kreplay_set_policy");
   memset(&policy, 0, sizeof policy);
-  policy.struct_size = sizeof policy - 1;
+  /* Shorter than the version-1 fields (struct_size, pin_staging, max_snapshot_bytes). */
+  policy.struct_size = offsetof(kreplay_policy_t, max_snapshot_bytes) + sizeof policy.max_snapshot_bytes - 1;
   policy.max_snapshot_bytes = 1; /* would decline everything if it were taken */
   mark = rel_log.total;
   REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_INVALID_ARGUMENT);
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "struct_size");
   policy.struct_size = 0;
   REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_INVALID_ARGUMENT);
+  /* A digest block that is not a power of two from 4 KiB to 16 MiB. */
+  memset(&policy, 0, sizeof policy);
+  policy.struct_size = sizeof policy;
+  policy.digest_block_bytes = 3u << 12;
+  mark = rel_log.total;
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_INVALID_ARGUMENT);
+  REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "digest_block_bytes");
+  policy.digest_block_bytes = 2048;
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_INVALID_ARGUMENT);
+  policy.digest_block_bytes = 32u << 20;
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_INVALID_ARGUMENT);
+  policy.digest_block_bytes = 0; /* the default */
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_SUCCESS);
 }
 
 /* ---- Before configure --------------------------------------------------------------------------------- */
@@ -498,9 +512,9 @@ static void snapshot_bad_input(void) {
 /* ---- Strings, logger, gate ----------------------------------------------------------------------------- */
 
 static void strings_and_enums(void) {
-  static const unsigned statuses[] = {11u, 99u, 0x7FFFFFFFu, 0xFFFFFFFFu};
+  static const unsigned statuses[] = {12u, 99u, 0x7FFFFFFFu, 0xFFFFFFFFu};
   size_t i;
-  const char* unknown_status = kreplay_status_string((kreplay_status_t)11);
+  const char* unknown_status = kreplay_status_string((kreplay_status_t)12);
   const char* unknown_reason = kreplay_decline_reason_string((kreplay_decline_reason_t)9);
   REL_CHECK(unknown_status != NULL && strstr(unknown_status, "unknown") != NULL);
   REL_CHECK(unknown_reason != NULL && strstr(unknown_reason, "unknown") != NULL);

@@ -295,39 +295,56 @@ static void staging_pool_limits(void) {
   free(buffers);
 }
 
-/* Staging pools exist for a fixed number of agents and are never given back: the agent past the limit gets
- * CAPACITY_EXCEEDED for staging and declined snapshots, with an error, but nothing breaks. Runs last, since it
- * leaves the pools full for the rest of the process. */
+/* Staging pools exist for a fixed number of agents at once; a pool that holds nothing gives its slot to the next
+ * agent. While every slot holds storage, the agent past the limit gets CAPACITY_EXCEEDED for staging and declined
+ * snapshots, with an error, and nothing breaks; once storage is given back, it gets a pool. */
 static void agent_pool_limit(void) {
   enum { MOST = 512 };
+  static kreplay_staging_buffer_t held[MOST];
   kreplay_staging_buffer_t buffer;
   kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
   kreplay_status_t status = KREPLAY_STATUS_SUCCESS;
   size_t agents = 0, i, mark = 0;
   kreplay_agent_t late = {0};
   void* region;
+  /* Agents that come and go never use the pools up: an empty pool gives its slot to the next agent. */
+  for (i = 0; i < MOST; ++i) {
+    kreplay_agent_t who;
+    who.handle = 0xC000 + i;
+    memset(&buffer, 0, sizeof buffer);
+    REL_CHECK_STATUS(kreplay_staging_acquire(&buffer, who, 64), KREPLAY_STATUS_SUCCESS);
+    kreplay_staging_release(&buffer);
+    kreplay_staging_trim(who);
+  }
+  /* Agents that all hold storage at once do: the first one past the table gets CAPACITY_EXCEEDED. */
+  memset(held, 0, sizeof held);
   for (i = 0; i < MOST; ++i) {
     kreplay_agent_t who;
     who.handle = 0xD000 + i;
-    memset(&buffer, 0, sizeof buffer);
     mark = rel_log.total;
-    status = kreplay_staging_acquire(&buffer, who, 64);
+    status = kreplay_staging_acquire(&held[i], who, 64);
     if (status != KREPLAY_STATUS_SUCCESS) {
       late = who;
       break;
     }
     ++agents;
-    kreplay_staging_release(&buffer);
-    kreplay_staging_trim(who);
   }
-  printf("staging pools: %zu new agents got one before the limit\n", agents);
+  printf("staging pools: %zu agents held storage at once before the limit\n", agents);
   REL_CHECK(agents < MOST);
   REL_CHECK_STATUS(status, KREPLAY_STATUS_CAPACITY_EXCEEDED);
-  REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "no staging pool left");
+  REL_CHECK_LOGGED(mark, KREPLAY_LOG_ERROR, "no pool slot left");
   region = sim_region(late, 64);
   REL_CHECK_STATUS(kreplay_record_alloc(region, 64, 0), KREPLAY_STATUS_SUCCESS);
   REL_CHECK_STATUS(snap_and_free(late, &reason), KREPLAY_STATUS_DECLINED);
   REL_CHECK(reason == KREPLAY_DECLINE_STAGING_MEMORY);
+  /* Once they let go, the late agent gets a pool. */
+  for (i = 0; i < agents; ++i) {
+    kreplay_agent_t who = held[i].agent;
+    kreplay_staging_release(&held[i]);
+    kreplay_staging_trim(who);
+  }
+  REL_CHECK_STATUS(snap_and_free(late, &reason), KREPLAY_STATUS_SUCCESS);
+  kreplay_staging_trim(late);
   REL_CHECK_STATUS(kreplay_record_free(region), KREPLAY_STATUS_SUCCESS);
   kreplay_sim_free(region);
   /* Agents that had a pool still work. */

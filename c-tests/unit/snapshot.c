@@ -514,7 +514,11 @@ static void a_snapshot_above_the_host_budget_declines_host_budget(void) {
   snapshot = snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
 
-  policy.struct_size = sizeof policy - 1;
+  /* A version-1 struct (up to max_snapshot_bytes) is accepted; anything shorter is not. */
+  policy.struct_size = offsetof(kreplay_policy_t, max_snapshot_bytes) + sizeof policy.max_snapshot_bytes;
+  policy.max_snapshot_bytes = 0;
+  CHECK_OK(kreplay_set_policy(&policy));
+  policy.struct_size -= 1;
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_set_policy(&policy));
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_set_policy(NULL));
   footprint_free(&f);

@@ -178,7 +178,7 @@ impl<O: DeviceOps> Engine<O> {
                     batch.owners.push(i as u32);
                     moved.copied_bytes += len;
                     if batch.copies.len() == batch.copies.capacity() {
-                        self.submit(ops, agent, batch, &mut failed);
+                        moved.copied_bytes -= self.submit(ops, agent, batch, &mut failed);
                     }
                 };
                 let known = dirty.as_ref().filter(|_| digested && range.pin_key().is_some()).and_then(|dirty| {
@@ -209,7 +209,7 @@ impl<O: DeviceOps> Engine<O> {
                     None => push(0, range.size, &mut batch),
                 }
             }
-            self.submit(ops, agent, &mut batch, &mut failed);
+            moved.copied_bytes -= self.submit(ops, agent, &mut batch, &mut failed);
             self.inventory.unpin_each(
                 tracked.iter().map(|&i| i as usize).filter(|&i| is_pinned(i)).filter_map(|i| chunk[i].pin_key()),
             );
@@ -223,6 +223,10 @@ impl<O: DeviceOps> Engine<O> {
                 };
             }
             start = end;
+            if direction == Direction::Capture && failed.iter().any(|&word| word != 0) {
+                // A capture with a failed copy is declined: nothing after it is even read.
+                break;
+            }
         }
         moved
     }
@@ -265,10 +269,12 @@ impl<O: DeviceOps> Engine<O> {
         Ok(())
     }
 
-    /// Runs the batch's copies, marks the ranges whose copies failed, and empties the batch.
-    fn submit(&self, ops: &O, agent: Agent, batch: &mut Batch, failed: &mut [u64]) {
+    /// Runs the batch's copies, marks the ranges whose copies failed, and empties the batch. Returns the bytes
+    /// of the copies that failed.
+    fn submit(&self, ops: &O, agent: Agent, batch: &mut Batch, failed: &mut [u64]) -> usize {
+        let mut failed_bytes = 0;
         if batch.copies.is_empty() {
-            return;
+            return 0;
         }
         let whole = ops.can_copy_batch() && batch.copies.len() > 1 && {
             // SAFETY: every copy is between a pinned live region (or module variable) and storage this snapshot
@@ -281,6 +287,7 @@ impl<O: DeviceOps> Engine<O> {
                 // SAFETY: as above, for this one copy.
                 if let Err(error) = unsafe { ops.copy(job.dst, job.src, job.bytes) } {
                     failed[owner as usize / 64] |= 1 << (owner % 64);
+                    failed_bytes += job.bytes;
                     crate::log!(
                         Level::Warning,
                         "agent {:#x}: copying {} bytes from {:#x} to {:#x} failed ({error:?})",
@@ -294,5 +301,6 @@ impl<O: DeviceOps> Engine<O> {
         }
         batch.copies.clear();
         batch.owners.clear();
+        failed_bytes
     }
 }
