@@ -358,8 +358,9 @@ kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext,
   if (status != KREPLAY_STATUS_SUCCESS) {
     detail::logf(KREPLAY_LOG_ERROR, "configure: kreplay_configure refused the ops (%s)",
                  kreplay_status_string(status));
-    // Refused: kreplay never took the set, so the context is still ours to free.
-    ops.release(ops.user_data);
+    // kreplay_configure takes the set (and calls release when it drops it, refused or not) once the ops have
+    // passed its argument checks; only an INVALID_ARGUMENT refusal leaves the context with us to free.
+    if (status == KREPLAY_STATUS_INVALID_ARGUMENT) ops.release(ops.user_data);
     return status;
   }
   return KREPLAY_STATUS_SUCCESS;

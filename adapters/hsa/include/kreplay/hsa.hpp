@@ -193,10 +193,11 @@ typedef struct configure_options_t {
 kreplay_status_t configure(const CoreApiTable* core, const AmdExtTable* amd_ext, const configure_options_t* options);
 
 /* The ops configure() would install, without installing them: for a host that wants to inspect or extend them
- * before its own kreplay_configure. ops_out->user_data is a context that ops_out->release frees: kreplay calls
- * it once it stops using a set it accepted; a caller that does not pass the ops to kreplay_configure (or whose
- * call is refused) calls ops_out->release(ops_out->user_data) itself, exactly once. Errors as configure(),
- * and *ops_out is written only on success. */
+ * before its own kreplay_configure. ops_out->user_data is a context that ops_out->release frees, exactly once:
+ * kreplay calls it when it drops a set it took -- after a later configure, or at once when the engine refuses
+ * the set (FINALIZED, CAPACITY_EXCEEDED); a caller that never passes the ops to kreplay_configure, or whose
+ * call returns KREPLAY_STATUS_INVALID_ARGUMENT (refused before kreplay took the set), calls
+ * ops_out->release(ops_out->user_data) itself. Errors as configure(), and *ops_out is written only on success. */
 kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* amd_ext,
                                  const configure_options_t* options, kreplay_device_ops_t* ops_out);
 
