@@ -53,6 +53,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -236,13 +237,16 @@ struct config_t {
       {64ull << 20, 64ull << 20}, {1ull << 30, 64ull << 20}, {4ull << 30, 64ull << 20}, {1ull << 30, 64ull << 10}};
   std::vector<double> fractions = {0.001, 0.01, 0.1, 1.0};
   std::vector<std::string> rows;  // empty: all
+  std::vector<std::string> excluded_rows;
+  bool cupti_transfer_fresh = false;
   std::string csv = "h200-replay-benchmark.csv";
   std::string info_log = "kreplay-info.log";
   std::string cupti_context = "explicit";
   std::string cupti_host_reserve = "total";
 
   bool wants(const std::string& id) const {
-    return rows.empty() || std::find(rows.begin(), rows.end(), id) != rows.end();
+    return (rows.empty() || std::find(rows.begin(), rows.end(), id) != rows.end()) &&
+           std::find(excluded_rows.begin(), excluded_rows.end(), id) == excluded_rows.end();
   }
 };
 
@@ -651,34 +655,41 @@ size_t device_used_bytes() {
 
 // One handle for the whole row, saved over with allowOverwrite: CUPTI's counterpart of retained staging.
 // transfer: CUPTI_CHECKPOINT_OPT_TRANSFER (1 in cupti_checkpoint.h), CUPTI's own "restore only what changed".
+// fresh: a new checkpoint per dispatch, freed at the dispatch's end (timed as its release), instead of one saved
+// over with allowOverwrite (--cupti-transfer-fresh; run_gpu.sh falls back to it if the OPT_TRANSFER rows crash).
 row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved, bool device_memory, CUcontext ctx,
-                  const std::string& host_reserve, bool transfer) {
-  std::memset(&checkpoint, 0, sizeof(checkpoint));
-  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
-  checkpoint.ctx = ctx;  // the context that holds the footprint (NULL: the current one)
+                  const std::string& host_reserve, bool transfer, bool fresh) {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   // Reserving the last N MiB of device memory for the application, N = all of it, leaves the checkpoint none.
   const size_t no_device = host_reserve == "minus1" ? static_cast<size_t>(-1) : total_bytes >> 20;
-  checkpoint.reserveDeviceMB = device_memory ? 0 : no_device;
-  checkpoint.reserveHostMB = 0;
-  checkpoint.allowOverwrite = 1;
-  checkpoint.optimizations = transfer ? 1 : 0;
-  checkpoint.pPriv = nullptr;
+  auto init = [&checkpoint, ctx, device_memory, no_device, transfer, fresh] {
+    std::memset(&checkpoint, 0, sizeof(checkpoint));
+    checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
+    checkpoint.ctx = ctx;  // the context that holds the footprint (NULL: the current one)
+    checkpoint.reserveDeviceMB = device_memory ? 0 : no_device;
+    checkpoint.reserveHostMB = 0;
+    checkpoint.allowOverwrite = fresh ? 0 : 1;
+    checkpoint.optimizations = transfer ? 1 : 0;
+    checkpoint.pPriv = nullptr;
+  };
+  init();
   saved = false;
+  auto measured = std::make_shared<bool>(false);
   row_ops ops;
-  ops.snap = [&result, &checkpoint, &saved] {
+  ops.snap = [&result, &checkpoint, &saved, measured] {
     // Where the first save put the checkpoint: device memory it took, read around that save only.
-    const double before = saved ? 0.0 : static_cast<double>(device_used_bytes());
+    const double before = *measured ? 0.0 : static_cast<double>(device_used_bytes());
     CUptiResult status = cuptiCheckpointSave(&checkpoint);
     if (status != CUPTI_SUCCESS) {
       result.status = "cuptiCheckpointSave: CUptiResult " + std::to_string(static_cast<int>(status));
       return false;
     }
-    if (!saved) {
+    if (!*measured) {
       CUDA_CHECK(cudaDeviceSynchronize());
       result.checkpoint_device_mib = (static_cast<double>(device_used_bytes()) - before) / (1 << 20);
+      *measured = true;
     }
     saved = true;
     return true;
@@ -691,8 +702,7 @@ row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved,
     }
     return true;
   };
-  ops.release = [] {};
-  ops.finish = [&result, &checkpoint, &saved] {
+  auto free_checkpoint = [&result, &checkpoint, &saved] {
     if (saved) {
       CUptiResult status = cuptiCheckpointFree(&checkpoint);
       if (status != CUPTI_SUCCESS && result.status == "ok") {
@@ -701,6 +711,15 @@ row_ops cupti_row(row_result& result, CUpti_Checkpoint& checkpoint, bool& saved,
     }
     saved = false;
   };
+  if (fresh) {
+    ops.release = [free_checkpoint, init] {
+      free_checkpoint();
+      init();
+    };
+  } else {
+    ops.release = [] {};
+  }
+  ops.finish = free_checkpoint;
   return ops;
 }
 #endif
@@ -896,7 +915,11 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     CUpti_Checkpoint checkpoint;
     bool saved = false;
     const CUcontext ctx = config.cupti_context == "null" ? nullptr : driver_api::current_context();
-    run(result, cupti_row(result, checkpoint, saved, device_memory, ctx, config.cupti_host_reserve, transfer));
+    run(result, cupti_row(result, checkpoint, saved, device_memory, ctx, config.cupti_host_reserve, transfer,
+                          transfer && config.cupti_transfer_fresh));
+    if (transfer && config.cupti_transfer_fresh) {
+      result.status += " (a new checkpoint per dispatch)";
+    }
     if (created != nullptr) {
       result.status += " (own context)";
     }
@@ -1131,15 +1154,18 @@ config_t parse_args(int argc, char** argv) {
         std::fprintf(stderr, "--cupti-host-reserve takes total or minus1\n");
         std::exit(2);
       }
-    } else if (arg == "--rows") {
+    } else if (arg == "--rows" || arg == "--exclude-rows") {
       // Row ids, comma-separated (see the list at the top of this file).
-      config.rows.clear();
+      std::vector<std::string>& ids = arg == "--rows" ? config.rows : config.excluded_rows;
+      ids.clear();
       std::string list = value();
       for (size_t start = 0; start < list.size();) {
         size_t comma = list.find(',', start);
-        config.rows.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        ids.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
         start = comma == std::string::npos ? list.size() : comma + 1;
       }
+    } else if (arg == "--cupti-transfer-fresh") {
+      config.cupti_transfer_fresh = true;
     } else if (arg == "--fractions") {
       // Written fractions of the 64 KiB blocks per pass, in percent, comma-separated.
       config.fractions.clear();
@@ -1177,7 +1203,8 @@ config_t parse_args(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--footprints 64M:64M,1G:64M,4G:64M,1G:64K] [--dispatches 5] [--passes 5] "
-                   "[--rows 4,4b,4c,4d,1,1n,2,7,9,6,8,3,4r,D,5a,5b,5c,5d] [--fractions 0.1,1,10,100] "
+                   "[--rows 4,4b,4c,4d,1,1n,2,7,9,6,8,3,4r,D,5a,5b,5c,5d] [--exclude-rows IDS] "
+                   "[--fractions 0.1,1,10,100] [--cupti-transfer-fresh] "
                    "[--devices N] [--cupti-context null|explicit|created] [--cupti-host-reserve total|minus1] "
                    "[--csv FILE] [--info-log FILE]\n",
                    argv[0]);

@@ -4,7 +4,8 @@
 // in device memory and kept out of it (reserveDeviceMB = -1, as the header documents, or = the device's whole
 // memory in MiB). Each variant saves a 64 MiB buffer, overwrites it, restores and checks the bytes. Prints one
 // line per variant, then CUPTI_CONTEXT=<first mode whose device variant works> and CUPTI_HOST_RESERVE=<first
-// host variant that works in that mode> (none when nothing does). Exits 0 unless CUDA itself fails: a refusal by
+// host variant that works in that mode> (none when nothing does), then runs the benchmark's OPT_TRANSFER
+// sequence in that mode, step by step. Exits 0 unless CUDA itself fails: a refusal by
 // CUPTI is a finding, not an error.
 #include <cstdint>
 #include <cstdio>
@@ -89,6 +90,54 @@ bool try_variant(const char* mode, const char* host_reserve, uint8_t optimizatio
   return restored && release == 0;
 }
 
+// The sequence the benchmark's OPT_TRANSFER rows run (CUPTI_CHECKPOINT_OPT_TRANSFER, one checkpoint saved over
+// with allowOverwrite): save, then twice a partial overwrite and a restore, then a second save over the first and
+// once more. Each step is printed (and flushed) before it runs, so that a crash inside CUPTI names its step.
+void try_transfer_sequence(const char* mode, bool device_memory) {
+  CUDA_CHECK(cudaSetDevice(0));
+  CUcontext ctx = std::strcmp(mode, "null") == 0 ? nullptr : driver_api::current_context();
+  unsigned char* buffer = nullptr;
+  CUDA_CHECK(cudaMalloc(&buffer, kBytes));
+  CUDA_CHECK(cudaMemset(buffer, 0x11, kBytes));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUpti_Checkpoint checkpoint;
+  std::memset(&checkpoint, 0, sizeof(checkpoint));
+  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
+  checkpoint.ctx = ctx;
+  size_t free_now = 0, total_now = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
+  checkpoint.reserveDeviceMB = device_memory ? 0 : total_now >> 20;
+  checkpoint.allowOverwrite = 1;
+  checkpoint.optimizations = 1;
+  auto step = [&](const char* what) {
+    std::printf("cupti_probe: transfer sequence ctx=%s %s: %s\n", mode, device_memory ? "device" : "host", what);
+    std::fflush(stdout);
+  };
+  bool ok = true;
+  for (int save = 0; save < 2 && ok; ++save) {
+    step(save == 0 ? "save" : "save over the first");
+    ok = cuptiCheckpointSave(&checkpoint) == CUPTI_SUCCESS;
+    for (int pass = 0; pass < 2 && ok; ++pass) {
+      CUDA_CHECK(cudaMemset(buffer + (pass + 1) * (1u << 20), 0x22, 64u << 10));  // one 64 KiB block
+      CUDA_CHECK(cudaDeviceSynchronize());
+      step("restore");
+      ok = cuptiCheckpointRestore(&checkpoint) == CUPTI_SUCCESS;
+      CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<unsigned char> host(kBytes);
+      CUDA_CHECK(cudaMemcpy(host.data(), buffer, kBytes, cudaMemcpyDeviceToHost));
+      for (unsigned char byte : host) {
+        ok = ok && byte == 0x11;
+      }
+    }
+  }
+  step("free");
+  const bool freed = cuptiCheckpointFree(&checkpoint) == CUPTI_SUCCESS;
+  std::printf("cupti_probe: transfer sequence ctx=%s %s: %s\n", mode, device_memory ? "device" : "host",
+              ok && freed ? "restored exactly every time" : "FAILED");
+  std::fflush(stdout);
+  CUDA_CHECK(cudaFree(buffer));
+}
+
 }  // namespace
 
 int main() {
@@ -105,5 +154,10 @@ int main() {
     }
   }
   std::printf("CUPTI_CONTEXT=%s\nCUPTI_HOST_RESERVE=%s\n", context, host_reserve);
+  std::fflush(stdout);
+  if (std::strcmp(context, "none") != 0) {
+    try_transfer_sequence(context, true);
+    try_transfer_sequence(context, false);
+  }
   return 0;
 }

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Builds the CUDA adapter, test and benchmark against a prebuilt libkreplay.a and runs them, all in one go, on a
-# machine with an NVIDIA GPU (and, typically, no Rust toolchain). Run from the repository root:
+# Builds the CUDA adapter, test and benchmarks against a prebuilt libkreplay.a and runs them, all in one go, on a
+# machine with NVIDIA GPUs (and, typically, no Rust toolchain). Run from the repository root:
 #
-#   c-tests/cuda/run_gpu.sh PREBUILT_DIR OUT_DIR [benchmark arguments...]
+#   c-tests/cuda/run_gpu.sh PREBUILT_DIR OUT_DIR [kreplay_cuda_bench arguments...]
 #
-# PREBUILT_DIR holds libkreplay.a (cargo build --release -p kreplay-capi), and may hold fallbacks made on
-# another machine: bin/kreplay_{cuda_test,cuda_bench,cupti_probe} (used only if the build here fails) and
-# cupti/{include,lib} (used only if no CUPTI Checkpoint headers and library are found here). OUT_DIR receives
-# env.log, build.log, test.log, cupti-probe.log, bench.log, the benchmark's CSV and kreplay's INFO lines. The
-# exit status is the test's, or the benchmark's when the test passed.
+# PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (README.md beside this file: how to make it), and may hold
+# fallbacks made on another machine: bin/kreplay_{cuda_test,cuda_ops_bench,cuda_bench,cupti_probe} (used only if
+# the build here fails) and cupti/{include,lib} (used only if no CUPTI Checkpoint headers and library are found
+# here).
+#
+# Steps, chosen with KREPLAY_GPU_STEPS (comma-separated; default all, in this order):
+#   test   kreplay_cuda_test (correctness, every visible GPU at once)
+#   ops    kreplay_cuda_ops_bench (copy_batch candidates, digest throughput and self-test; GPU 0)
+#   bench  the CUPTI probe, then kreplay_cuda_bench with the arguments given here (every visible GPU at once
+#          unless --devices says otherwise): all rows but CUPTI's OPT_TRANSFER ones, then those in a second
+#          process (KREPLAY_CUPTI_TRANSFER_ROWS=0 leaves them out), their CSV rows appended to the first's; then
+#          the plots when python3 has matplotlib
+# OUT_DIR receives at most 8 files (the device tool's limit): env.log (machine, build, CUPTI probe), test.log,
+# ops.log, bench.log, h200-replay-benchmark.csv, kreplay-info.log, h200-per-dispatch-vs-fraction.png,
+# h200-per-dispatch-vs-footprint.png. The exit status is the first failing step's.
 set -u -o pipefail
 
 prebuilt=$(realpath "${1:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
@@ -16,6 +26,16 @@ out=$(realpath "${2:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
 shift 2
 src=$(cd "$(dirname "$0")" && pwd)
 build=${KREPLAY_CUDA_BUILD_DIR:-/tmp/kreplay-cuda-build}
+# The archive may travel gzipped (libkreplay.a.gz: a release archive is about 57 MB, the device tool carries
+# 64 MiB in all, gzip makes it about 5 MB).
+archive="$prebuilt/libkreplay.a"
+if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
+  mkdir -p /tmp/kreplay-prebuilt
+  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
+  archive=/tmp/kreplay-prebuilt/libkreplay.a
+fi
+steps=",${KREPLAY_GPU_STEPS:-test,ops,bench},"
+status=0
 
 {
   echo "== $(date -u +%FT%TZ) $(uname -a)"
@@ -26,7 +46,8 @@ build=${KREPLAY_CUDA_BUILD_DIR:-/tmp/kreplay-cuda-build}
   ninja --version
   nproc; grep MemTotal /proc/meminfo
   cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
-  echo "libkreplay.a: $(stat -c %s "$prebuilt/libkreplay.a") bytes"
+  echo "libkreplay.a: $(stat -c %s "$archive") bytes"
+  echo "steps: $steps; bench arguments: $*"
 } >"$out/env.log" 2>&1
 
 # CUPTI's Checkpoint API: the toolkit's own copy first, then a pip wheel's, then the carried fallback.
@@ -43,7 +64,6 @@ fi
 {
   echo "cupti_checkpoint.h: ${cupti_header:-none}"
   echo "libcheckpoint: ${cupti_lib:-none}"
-  [[ -n "$cupti_header" ]] && grep -n "reserveDeviceMB\|reserveHostMB\|allowOverwrite\|CUPTI_CHECKPOINT_OPT" "$cupti_header"
 } >>"$out/env.log" 2>&1
 
 cupti_args=()
@@ -53,37 +73,76 @@ if [[ -n "$cupti_header" && -n "$cupti_lib" ]]; then
 fi
 
 bin="$build"
+echo "== build" >>"$out/env.log"
 if ! { cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DKREPLAY_PREBUILT_LIB="$prebuilt/libkreplay.a" "${cupti_args[@]}" &&
-       cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-  echo "BUILD FAILED here; falling back to the binaries built elsewhere" | tee -a "$out/build.log"
+         -DKREPLAY_PREBUILT_LIB="$archive" "${cupti_args[@]}" &&
+       cmake --build "$build" -j "$(nproc)"; } >>"$out/env.log" 2>&1; then
+  echo "BUILD FAILED here; falling back to the binaries built elsewhere" | tee -a "$out/env.log"
   bin="$prebuilt/bin"
 fi
-tail -3 "$out/build.log"
+tail -3 "$out/env.log"
 
-"$bin/kreplay_cuda_test" 2>&1 | tee "$out/test.log"
-test_status=${PIPESTATUS[0]}
-echo "test exit status: $test_status"
+record() {  # the first failure decides the exit status
+  if [[ $status -eq 0 && $1 -ne 0 ]]; then
+    status=$1
+  fi
+}
 
-# Which way of naming the context CUPTI's Checkpoint API accepts on this driver (see cupti_probe.cu).
-cupti_context=explicit
-cupti_host_reserve=total
-if [[ -x "$bin/kreplay_cupti_probe" ]]; then
-  "$bin/kreplay_cupti_probe" 2>&1 | tee "$out/cupti-probe.log"
-  probed=$(sed -n 's/^CUPTI_CONTEXT=//p' "$out/cupti-probe.log")
-  [[ -n "$probed" && "$probed" != none ]] && cupti_context=$probed
-  probed=$(sed -n 's/^CUPTI_HOST_RESERVE=//p' "$out/cupti-probe.log")
-  [[ -n "$probed" && "$probed" != none ]] && cupti_host_reserve=$probed
+if [[ $steps == *,test,* ]]; then
+  timeout 300 "$bin/kreplay_cuda_test" 2>&1 | tee "$out/test.log"
+  rc=${PIPESTATUS[0]}
+  echo "test exit status: $rc"
+  record "$rc"
 fi
 
-"$bin/kreplay_cuda_bench" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" \
-  --cupti-context "$cupti_context" --cupti-host-reserve "$cupti_host_reserve" "$@" 2>&1 |
-  tee "$out/bench.log"
-bench_status=${PIPESTATUS[0]}
-echo "bench exit status: $bench_status"
+if [[ $steps == *,ops,* ]]; then
+  timeout 300 "$bin/kreplay_cuda_ops_bench" --csv /tmp/kreplay-cuda-ops.csv 2>&1 | tee "$out/ops.log"
+  rc=${PIPESTATUS[0]}
+  echo "ops bench exit status: $rc"
+  record "$rc"
+fi
+
+if [[ $steps == *,bench,* ]]; then
+  # Which way of naming the context CUPTI's Checkpoint API accepts on this driver (see cupti_probe.cu).
+  cupti_context=explicit
+  cupti_host_reserve=total
+  if [[ -x "$bin/kreplay_cupti_probe" ]]; then
+    echo "== CUPTI probe" >>"$out/env.log"
+    "$bin/kreplay_cupti_probe" >/tmp/kreplay-cupti-probe.log 2>&1
+    cat /tmp/kreplay-cupti-probe.log >>"$out/env.log"
+    probed=$(sed -n 's/^CUPTI_CONTEXT=//p' /tmp/kreplay-cupti-probe.log)
+    [[ -n "$probed" && "$probed" != none ]] && cupti_context=$probed
+    probed=$(sed -n 's/^CUPTI_HOST_RESERVE=//p' /tmp/kreplay-cupti-probe.log)
+    [[ -n "$probed" && "$probed" != none ]] && cupti_host_reserve=$probed
+  fi
+  bench=("$bin/kreplay_cuda_bench" --cupti-context "$cupti_context" --cupti-host-reserve "$cupti_host_reserve")
+  # Every row but CUPTI's OPT_TRANSFER ones first; those run in a process of their own afterwards, so that a
+  # crash inside CUPTI (one was seen on this driver) costs only them. If they crash with one checkpoint saved over
+  # per row, they run again with a new checkpoint per dispatch.
+  "${bench[@]}" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" "$@" \
+    --exclude-rows 5c,5d 2>&1 | tee "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  echo "bench exit status: $rc"
+  record "$rc"
+  if [[ ${KREPLAY_CUPTI_TRANSFER_ROWS:-1} != 0 && -x "$bin/kreplay_cupti_probe" ]]; then
+    for extra in "" --cupti-transfer-fresh; do
+      echo "== CUPTI OPT_TRANSFER rows ${extra:-(one checkpoint per row)}" | tee -a "$out/bench.log"
+      "${bench[@]}" --csv /tmp/kreplay-cupti-transfer.csv --info-log /tmp/kreplay-cupti-transfer.log "$@" \
+        --rows 5c,5d $extra 2>&1 | tee -a "$out/bench.log"
+      rc=${PIPESTATUS[0]}
+      echo "CUPTI OPT_TRANSFER rows exit status: $rc" | tee -a "$out/bench.log"
+      if [[ -s /tmp/kreplay-cupti-transfer.csv ]]; then
+        tail -n +2 /tmp/kreplay-cupti-transfer.csv >>"$out/h200-replay-benchmark.csv"
+      fi
+      rm -f /tmp/kreplay-cupti-transfer.csv
+      [[ $rc -ne 139 && $rc -ne 134 ]] && break  # only a crash is worth the second way
+    done
+  fi
+  if python3 -c 'import matplotlib' 2>/dev/null && [[ -s "$out/h200-replay-benchmark.csv" ]]; then
+    python3 "$src/plot_benchmark.py" "$out/h200-replay-benchmark.csv" "$out/h200-per-dispatch-vs-footprint.png" \
+      --fraction-png "$out/h200-per-dispatch-vs-fraction.png" >>"$out/env.log" 2>&1 ||
+      echo "plot failed (see env.log)"
+  fi
+fi
 nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >>"$out/env.log" 2>&1
-
-if [[ $test_status -ne 0 ]]; then
-  exit "$test_status"
-fi
-exit "$bench_status"
+exit "$status"
