@@ -1,8 +1,10 @@
 // The version-2 ops of the adapter, called directly (kreplay::hsa::make_device_ops), so that they are tested
 // apart from the engine: copy_batch on hsa_amd_memory_async_copy with a pool of signals, its fallbacks and
-// failures, and device_alloc / device_free on the agent's coarse-grained pool from the captured table.
+// failures, device_alloc / device_free on the agent's coarse-grained pool from the captured table, and a
+// host-supplied digest.
 #include "fake_hsa.hpp"
 
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -299,6 +301,42 @@ void device_storage_comes_from_the_captured_tables_coarse_pool(const kreplay_dev
   fresh.release(fresh.user_data);
 }
 
+int digest_calls = 0;
+kreplay_status_t host_digest(void* digest_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs,
+                             std::size_t count, std::size_t block_bytes) {
+  ++digest_calls;
+  HSA_TEST_CHECK(digest_data == &digest_calls && agent.handle == fake::agents.gpu.handle);
+  HSA_TEST_CHECK(jobs != nullptr && count == 1 && block_bytes == 4096);
+  jobs[0].digests_out[0] = kreplay_digest_t{1, 2};
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+// The digest a host supplies reaches kreplay's op unchanged; a version-1 options struct (without the digest
+// fields) is accepted and gives no digest.
+void a_host_digest_is_forwarded() {
+  kreplay::hsa::configure_options_t options{};
+  options.struct_size = sizeof options;
+  options.digest = &host_digest;
+  options.digest_data = &digest_calls;
+  kreplay_device_ops_t ops{};
+  HSA_TEST_CHECK(kreplay::hsa::make_device_ops(&captured_core, &captured_amd, &options, &ops) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(ops.digest != nullptr);
+  kreplay_digest_t digest{};
+  unsigned char block[64] = {};
+  const kreplay_digest_job_t job{block, sizeof block, &digest};
+  HSA_TEST_CHECK(ops.digest(ops.user_data, fake::k(fake::agents.gpu), &job, 1, 4096) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(digest_calls == 1 && digest.lo == 1 && digest.hi == 2);
+  ops.release(ops.user_data);
+
+  options.struct_size = offsetof(kreplay::hsa::configure_options_t, digest);
+  HSA_TEST_CHECK(kreplay::hsa::make_device_ops(&captured_core, &captured_amd, &options, &ops) == KREPLAY_STATUS_SUCCESS);
+  HSA_TEST_CHECK(ops.digest == nullptr);
+  ops.release(ops.user_data);
+  options.struct_size = offsetof(kreplay::hsa::configure_options_t, iterate_executables_data);
+  HSA_TEST_CHECK(kreplay::hsa::make_device_ops(&captured_core, &captured_amd, &options, &ops) ==
+                 KREPLAY_STATUS_INVALID_ARGUMENT);
+}
+
 }  // namespace
 
 int main() {
@@ -336,6 +374,7 @@ int main() {
   a_failed_copy_fails_the_batch_after_every_submitted_copy_is_done(ops);
   without_signals_every_copy_goes_through_hsa_memory_copy();
   device_storage_comes_from_the_captured_tables_coarse_pool(ops);
+  a_host_digest_is_forwarded();
 
   // Everything the set created goes with it.
   HSA_TEST_CHECK(fake::state.signals_live > live_signals_at_start);

@@ -208,9 +208,10 @@ void install_vmem(AmdExtTable* /*amd_ext*/) {
 //
 // kreplay may reuse an agent's module scan (policy cache_module_scan) only while no code object is loaded or
 // unloaded. In ROCr's 1.1 core table these change what a scan finds: loading a code object (the three load
-// entries; the loader creates the symbols and allocates their variables at load, before freeze), defining an
-// external variable (the three define entries), freezing (after which the executable's kernels can run), and
-// destroying an executable (its variables' memory goes back). Each wrapper drops kreplay's cached scans after
+// entries: the load, not the freeze, is where ROCr's loader places the code object's variables, and the loader
+// iteration already reports an executable that is not frozen yet), defining an external variable (the three
+// define entries), freezing (after which the executable's kernels can run), and destroying an executable (its
+// variables' memory goes back). Each wrapper drops kreplay's cached scans after
 // the saved entry returns, whatever it returned: a call that failed may still have changed something, and
 // dropping costs only the next scan. Destroy drops them before as well, so that no snapshot starting during
 // the call takes a list that names memory about to be freed. Loads are rare (library loads, JIT): the wrappers
