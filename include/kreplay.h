@@ -117,7 +117,8 @@ typedef enum kreplay_pointer_type_t {
 typedef struct kreplay_snapshot_t kreplay_snapshot_t;
 
 // Receives one message: `message` is `length` bytes, NUL-terminated, without a newline, valid only during
-// the call. It may be called from any thread, and must not call back into kreplay.
+// the call. It may be called from any thread, never while the library holds a lock, and may call any kreplay
+// function (see `kreplay_set_logger`).
 typedef void (*kreplay_log_fn)(void *user_data,
                                enum kreplay_log_level_t level,
                                const char *message,
@@ -379,10 +380,18 @@ typedef struct kreplay_sim_counters_t {
 extern "C" {
 #endif // __cplusplus
 
-// Routes messages at or below `max_level` to `fn`, with `user_data` as its first argument. A NULL `fn`
-// restores the default, which writes ERROR and WARNING lines to stderr. The library never reads the
-// environment to decide this. Thread-safe; messages being delivered concurrently may still reach the
-// previous logger.
+// Routes messages at or below `max_level` to `fn`, with `user_data` as its first argument; the logger and its
+// level change together, so each message is filtered by the level of the logger that receives it. A NULL
+// `fn` restores the default, which writes ERROR and WARNING lines to stderr. The library never reads the
+// environment to decide this. Thread-safe.
+//
+// When it returns, deliveries in progress to the previous logger (on other threads) are over and the previous
+// logger is never called again: its `user_data` may be freed. The library never calls a logger while
+// holding a lock, so a logger may call any kreplay function, including this one. Called from inside a logger
+// or a device op (on a thread that is inside a kreplay call), it switches loggers at once and returns without
+// waiting, since the delivery it would wait for may be its own or may be waiting for its thread: deliveries
+// that began before the switch may still end in the previous logger, so free its `user_data` only after a
+// call made from outside. After `kreplay_finalize` it does nothing and no logger is called again.
 void kreplay_set_logger(kreplay_log_fn fn, void *user_data, kreplay_log_level_t max_level);
 
 // Installs (copies in) the device ops, replacing earlier ones. Only `ops->struct_size` bytes are read:
@@ -447,13 +456,14 @@ enum kreplay_status_t kreplay_snap(struct kreplay_agent_t agent,
                                    struct kreplay_snapshot_t **snapshot_out,
                                    enum kreplay_decline_reason_t *reason_out);
 
-// Writes every region of `snapshot` back. Each tracked region is re-validated and copied under the
-// inventory's read lock, so a concurrent free cannot race between check and write; one freed, shrunk or
-// reallocated (another generation at the same address) is skipped. Module variables are always written.
-// Every region is attempted: `SUCCESS` when none failed, `PARTIAL_RESTORE` otherwise (run no further pass).
-// `report_out`, when non-NULL, is always written, even on `PARTIAL_RESTORE` (zeros when nothing was
-// attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, but the snapshot must
-// not be freed meanwhile.
+// Writes every region of `snapshot` back. Each tracked region is re-validated and pinned while it is copied,
+// so a concurrent free of it waits for that copy (and frees of other regions wait for nothing); one freed,
+// shrunk or reallocated (another generation at the same address) is skipped. Module variables are always
+// written. Every region is attempted: `SUCCESS` when none failed, `PARTIAL_RESTORE` otherwise (run no further
+// pass). `report_out`, when non-NULL, is always written, even on `PARTIAL_RESTORE` (zeros when nothing was
+// attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, also against
+// `kreplay_snapshot_info` and `kreplay_snapshot_free` of the same snapshot: a free during the restore takes
+// effect when the restore ends.
 //
 // # Safety
 // `report_out` must be NULL or valid for a write of `kreplay_restore_report_t`.
@@ -461,10 +471,13 @@ enum kreplay_status_t kreplay_restore(const struct kreplay_snapshot_t *snapshot,
                                       struct kreplay_restore_report_t *report_out);
 
 // Frees a snapshot; its staging goes back to the agent's pool. NULL: nothing happens. A pointer that is not a
-// live snapshot (freed already, or never one) is logged and ignored. Thread-safe.
+// live snapshot (freed already, or never one) is logged and ignored. Thread-safe: the handle is dead once
+// this returns, but while a `kreplay_restore` or `kreplay_snapshot_info` of it is in progress on another
+// thread, the snapshot itself is freed when the last of them ends.
 void kreplay_snapshot_free(struct kreplay_snapshot_t *snapshot);
 
-// Sizes and phase timings of `snapshot`. `info_out` is written only on success. Thread-safe.
+// Sizes and phase timings of `snapshot`. `info_out` is written only on success. Thread-safe, also against a
+// `kreplay_snapshot_free` of the same snapshot (then either the info or `INVALID_ARGUMENT`).
 //
 // # Safety
 // `info_out` must be NULL or valid for a write of `kreplay_snapshot_info_t`.
@@ -569,6 +582,11 @@ enum kreplay_status_t kreplay_record_vmem_unmap(void *address, size_t size);
 // Teardown guard: from here on `kreplay_record_*`, `kreplay_snap`, restores and staging calls return
 // `KREPLAY_STATUS_FINALIZED` (or do nothing) and touch no table. Call it from the host's finalization, before
 // its static destructors run. Irreversible; thread-safe.
+//
+// It waits until calls in progress on other threads have left the library (a capture or restore in progress
+// stops early where it can), so once it returns no device op and no logger is called again. Called from
+// inside a device op or a logger, it cannot wait for its own thread's outer call (nor for calls that may be
+// waiting on it) and returns at once; the outer call then finishes without starting new copies where it can.
 void kreplay_finalize(void);
 
 // Figures for one agent. `stats_out` is written only on success. Thread-safe.

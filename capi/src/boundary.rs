@@ -1,16 +1,145 @@
-//! The panic boundary: no unwinding crosses into C.
+//! The panic boundary (no unwinding crosses into C) and the calling thread's depth inside the library.
 
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use kreplay_core::log::Level;
 
-/// Runs `body`; a panic inside it is logged and becomes `default`.
+thread_local! {
+    /// Exported calls this thread is inside: above 1, a call was made from a device op or a logger.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Logger deliveries this thread is inside.
+    static LOGGING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Wraps the body of an exported function: `ffi_guard!(default, || body)`. A panic inside the body is logged
+/// with the function's name, taken from the code, and the call returns `default`.
+macro_rules! ffi_guard {
+    ($default:expr, $body:expr) => {{
+        fn here() {}
+        $crate::boundary::guard(
+            $crate::boundary::enclosing_function(::std::any::type_name_of_val(&here)),
+            $default,
+            $body,
+        )
+    }};
+}
+pub(crate) use ffi_guard;
+
+/// The name of the function a `here` marker was defined in: `crate::module::function::here` gives `function`.
+/// A helper named `out_of_line` nested in an exported function (to keep a fast path free of the guard) counts
+/// as that function.
+pub(crate) const fn enclosing_function(marker: &'static str) -> &'static str {
+    const MARKER: &[u8] = b"::here";
+    const HELPER: &[u8] = b"::out_of_line";
+    let bytes = marker.as_bytes();
+    let mut end = bytes.len();
+    if ends_with(bytes, end, MARKER) {
+        end -= MARKER.len();
+    }
+    if ends_with(bytes, end, HELPER) {
+        end -= HELPER.len();
+    }
+    let mut start = end;
+    while start >= 2 && !(bytes[start - 1] == b':' && bytes[start - 2] == b':') {
+        start -= 1;
+    }
+    if start < 2 {
+        start = 0;
+    }
+    let (_, tail) = bytes.split_at(start);
+    let (name, _) = tail.split_at(end - start);
+    match std::str::from_utf8(name) {
+        Ok(name) => name,
+        Err(_) => marker,
+    }
+}
+
+const fn ends_with(bytes: &[u8], end: usize, suffix: &[u8]) -> bool {
+    if end < suffix.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < suffix.len() {
+        if bytes[end - suffix.len() + i] != suffix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Runs `body` as the exported function `function`; a panic inside it is logged and becomes `default`.
+/// Prefer [`ffi_guard!`], which names the function from the code.
 pub(crate) fn guard<T>(function: &str, default: T, body: impl FnOnce() -> T) -> T {
+    let _depth = Depth::enter();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(_) => {
             kreplay_core::log!(Level::Error, "{function}: internal error (a panic was caught at the C boundary)");
             default
         }
+    }
+}
+
+/// Whether the calling thread is inside another kreplay call or a logger delivery (it was called from a device
+/// op or a logger): such a call must not wait for anything that thread's outer call may be holding up.
+pub(crate) fn is_nested() -> bool {
+    DEPTH.with(Cell::get) > 1 || LOGGING.with(Cell::get) > 0
+}
+
+struct Depth;
+
+impl Depth {
+    fn enter() -> Self {
+        DEPTH.with(|depth| depth.set(depth.get().saturating_add(1)));
+        Depth
+    }
+}
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
+    }
+}
+
+/// A logger delivery in progress on this thread.
+pub(crate) struct InsideLogger;
+
+impl InsideLogger {
+    pub(crate) fn enter() -> Self {
+        LOGGING.with(|count| count.set(count.get().saturating_add(1)));
+        InsideLogger
+    }
+}
+
+impl Drop for InsideLogger {
+    fn drop(&mut self) {
+        LOGGING.with(|count| count.set(count.get().saturating_sub(1)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_names_the_function_it_is_used_in() {
+        fn kreplay_example() -> &'static str {
+            fn here() {}
+            enclosing_function(std::any::type_name_of_val(&here))
+        }
+        assert_eq!(kreplay_example(), "kreplay_example");
+        assert_eq!(enclosing_function("kreplay_capi::snapshot::kreplay_snap::here"), "kreplay_snap");
+        assert_eq!(enclosing_function("kreplay_snap::here"), "kreplay_snap");
+        assert_eq!(enclosing_function("c::tracking::kreplay_record_free::out_of_line::here"), "kreplay_record_free");
+    }
+
+    #[test]
+    fn a_panic_inside_the_guard_becomes_the_default_and_the_depth_is_restored() {
+        let before = DEPTH.with(Cell::get);
+        let value = ffi_guard!(7, || -> i32 { panic!("test") });
+        assert_eq!(value, 7);
+        assert_eq!(DEPTH.with(Cell::get), before);
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! This crate is only the boundary. Each exported function checks its arguments, converts C values to the
 //! engine's types, calls [`kreplay_core`] on the one process-wide [`Engine`], and maps the outcome to
-//! `kreplay_status_t`. Every body runs inside [`boundary::guard`], so no panic unwinds into C.
+//! `kreplay_status_t`. Every body runs inside `ffi_guard!` (see [`boundary`]), so no panic unwinds into C.
 #![allow(non_camel_case_types)]
 
 mod boundary;

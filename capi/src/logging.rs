@@ -3,7 +3,9 @@
 use std::ffi::{CStr, c_char, c_void};
 
 use kreplay_core::log::{self, Level};
-use spin::RwLock;
+
+use crate::boundary::ffi_guard;
+use crate::types::enum_table;
 
 /// Severity of a message.
 #[repr(C)]
@@ -24,41 +26,59 @@ pub enum kreplay_log_level_t {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RawLogLevel(pub u32);
 
+enum_table! {
+    kreplay_log_level_t from RawLogLevel, engine Level, unknown c"trace";
+    KREPLAY_LOG_ERROR = Level::Error => c"error",
+    KREPLAY_LOG_WARNING = Level::Warning => c"warning",
+    KREPLAY_LOG_INFO = Level::Info => c"info",
+    KREPLAY_LOG_TRACE = Level::Trace => c"trace",
+}
+
+impl RawLogLevel {
+    /// The engine's level; values above `KREPLAY_LOG_TRACE` mean everything.
+    fn level(self) -> Level {
+        kreplay_log_level_t::from_raw(self.0).and_then(kreplay_log_level_t::engine).unwrap_or(Level::Trace)
+    }
+}
+
 /// Receives one message: `message` is `length` bytes, NUL-terminated, without a newline, valid only during
-/// the call. It may be called from any thread, and must not call back into kreplay.
+/// the call. It may be called from any thread, never while the library holds a lock, and may call any kreplay
+/// function (see `kreplay_set_logger`).
 pub type kreplay_log_fn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, level: kreplay_log_level_t, message: *const c_char, length: usize),
 >;
 
-#[derive(Copy, Clone)]
-struct HostSink {
-    function: unsafe extern "C" fn(*mut c_void, kreplay_log_level_t, *const c_char, usize),
-    user_data: usize,
-}
+type HostFn = unsafe extern "C" fn(*mut c_void, kreplay_log_level_t, *const c_char, usize);
 
-static HOST_SINK: RwLock<Option<HostSink>> = RwLock::new(None);
-
-fn forward(level: Level, message: &CStr) {
-    let Some(sink) = *HOST_SINK.read() else { return };
-    let level = match level {
-        Level::Error => kreplay_log_level_t::KREPLAY_LOG_ERROR,
-        Level::Warning => kreplay_log_level_t::KREPLAY_LOG_WARNING,
-        Level::Info => kreplay_log_level_t::KREPLAY_LOG_INFO,
-        Level::Trace => kreplay_log_level_t::KREPLAY_LOG_TRACE,
-    };
+fn forward(context: [*mut (); 2], level: Level, message: &CStr) {
+    // SAFETY: `kreplay_set_logger` stored the host's non-null function as the first context word; a function
+    // pointer round-trips through a data pointer unchanged on every supported platform.
+    let function = unsafe { std::mem::transmute::<*mut (), HostFn>(context[0]) };
+    let level = kreplay_log_level_t::from(level);
+    let _inside = crate::boundary::InsideLogger::enter();
     // SAFETY: the host installed this function with `kreplay_set_logger` and promised it may be called from
-    // any thread with its user data; the message is valid for the duration of the call.
-    unsafe { (sink.function)(sink.user_data as *mut c_void, level, message.as_ptr(), message.count_bytes()) };
+    // any thread with its user data until a later `kreplay_set_logger` returns; the message is valid for the
+    // duration of the call.
+    unsafe { function(context[1].cast(), level, message.as_ptr(), message.count_bytes()) };
 }
 
-/// Routes messages at or below `max_level` to `fn`, with `user_data` as its first argument. A NULL `fn`
-/// restores the default, which writes ERROR and WARNING lines to stderr. The library never reads the
-/// environment to decide this. Thread-safe; messages being delivered concurrently may still reach the
-/// previous logger.
+/// Routes messages at or below `max_level` to `fn`, with `user_data` as its first argument; the logger and its
+/// level change together, so each message is filtered by the level of the logger that receives it. A NULL
+/// `fn` restores the default, which writes ERROR and WARNING lines to stderr. The library never reads the
+/// environment to decide this. Thread-safe.
+///
+/// When it returns, deliveries in progress to the previous logger (on other threads) are over and the previous
+/// logger is never called again: its `user_data` may be freed. The library never calls a logger while
+/// holding a lock, so a logger may call any kreplay function, including this one. Called from inside a logger
+/// or a device op (on a thread that is inside a kreplay call), it switches loggers at once and returns without
+/// waiting, since the delivery it would wait for may be its own or may be waiting for its thread: deliveries
+/// that began before the switch may still end in the previous logger, so free its `user_data` only after a
+/// call made from outside. After `kreplay_finalize` it does nothing and no logger is called again.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_set_logger(r#fn: kreplay_log_fn, user_data: *mut c_void, max_level: RawLogLevel) {
-    crate::boundary::guard("kreplay_set_logger", (), || {
-        *HOST_SINK.write() = r#fn.map(|function| HostSink { function, user_data: user_data as usize });
-        log::set_sink(r#fn.map(|_| forward as log::Sink), Level::from_raw(max_level.0));
+    ffi_guard!((), || {
+        let sink = r#fn
+            .map(|function| log::ContextSink { deliver: forward, context: [function as *mut (), user_data.cast()] });
+        log::install(sink, max_level.level(), !crate::boundary::is_nested());
     })
 }

@@ -7,12 +7,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use kreplay_core::policy::Policy;
-use kreplay_core::{
-    Agent, CopyJob, DeviceOps, Digest, DigestJob, Error, GlobalFlags, ModuleVariable, PointerInfo, PointerType,
-};
+use kreplay_core::{Agent, CopyJob, DeviceOps, Digest, DigestJob, Error, GlobalFlags, ModuleVariable, PointerInfo};
 
 use crate::ENGINE;
-use crate::boundary::guard;
+use crate::boundary::ffi_guard;
 use crate::status::*;
 use crate::types::kreplay_agent_t;
 
@@ -246,7 +244,7 @@ impl DeviceOps for CDeviceOps {
         // SAFETY: `info` is a valid, writable struct for the duration of the call.
         check(unsafe { query(self.raw.user_data, ptr.cast(), &mut info) })?;
         Ok(PointerInfo {
-            kind: PointerType::from_raw(info.r#type.0),
+            kind: info.r#type.kind(),
             global_flags: GlobalFlags::from_bits_retain(info.global_flags),
             owner: info.owner.into(),
             base: info.base as usize,
@@ -345,7 +343,7 @@ const MIN_OPS_SIZE: usize = offset_of!(kreplay_device_ops_t, host_lock);
 /// `kreplay_device_ops_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> kreplay_status_t {
-    guard("kreplay_configure", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if ops.is_null() {
             kreplay_core::log!(kreplay_core::log::Level::Warning, "kreplay_configure: ops is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
@@ -442,7 +440,7 @@ const POLICY_V1_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) +
 /// `kreplay_policy_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> kreplay_status_t {
-    guard("kreplay_set_policy", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if policy.is_null() {
             kreplay_core::log!(kreplay_core::log::Level::Warning, "kreplay_set_policy: policy is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
@@ -489,19 +487,19 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
 /// dropped, so the next capture scans again (see `cache_module_scan`). Thread-safe; cheap.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_modules_changed() {
-    guard("kreplay_modules_changed", (), || ENGINE.modules_changed())
+    ffi_guard!((), || ENGINE.modules_changed())
 }
 
 /// Device memory held idle for `agent` (retained device storage that no live snapshot uses). Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_retained_device_bytes(agent: kreplay_agent_t) -> usize {
-    guard("kreplay_retained_device_bytes", 0, || ENGINE.retained_device_bytes(agent.into()))
+    ffi_guard!(0, || ENGINE.retained_device_bytes(agent.into()))
 }
 
 /// Gives all of `agent`'s idle device storage back through `ops.device_free`. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_device_trim(agent: kreplay_agent_t) {
-    guard("kreplay_device_trim", (), || ENGINE.device_trim(agent.into()))
+    ffi_guard!((), || ENGINE.device_trim(agent.into()))
 }
 
 /// Gives every agent's idle device storage back. A host whose own device allocation failed for lack of memory
@@ -509,7 +507,7 @@ pub extern "C" fn kreplay_device_trim(agent: kreplay_agent_t) {
 /// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_device_trim_all() {
-    guard("kreplay_device_trim_all", (), || ENGINE.device_trim_all())
+    ffi_guard!((), || ENGINE.device_trim_all())
 }
 
 /// The replay gate's verdict.
@@ -534,7 +532,7 @@ pub extern "C" fn kreplay_replay_gate(
     dispatch_packet_count: u32,
     graph_launch_active: bool,
 ) -> kreplay_gate_t {
-    guard("kreplay_replay_gate", kreplay_gate_t::KREPLAY_GATE_NOT_A_DISPATCH, || {
+    ffi_guard!(kreplay_gate_t::KREPLAY_GATE_NOT_A_DISPATCH, || {
         use kreplay_core::gate::Gate;
         match ENGINE.replay_gate(packet_count, dispatch_packet_count, graph_launch_active) {
             Gate::Replay => kreplay_gate_t::KREPLAY_GATE_REPLAY,

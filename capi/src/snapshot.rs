@@ -6,7 +6,7 @@ use kreplay_core::snapshot::Snapshot;
 use spin::Mutex;
 
 use crate::ENGINE;
-use crate::boundary::guard;
+use crate::boundary::ffi_guard;
 use crate::ops::CDeviceOps;
 use crate::status::*;
 use crate::types::{kreplay_agent_t, write_out};
@@ -27,14 +27,28 @@ const _: () = assert!(MAX_LIVE_SNAPSHOTS < 1 << INDEX_BITS);
 /// The snapshots handed out and not yet freed. A handle is not an address: it encodes a slot index and a
 /// serial number that is never reused, so a freed, stale or foreign handle is refused instead of used, even
 /// when a later snapshot reuses the same memory or slot.
+///
+/// Restore and info take a use of the snapshot under the registry's lock and give it back afterwards; free
+/// unregisters the handle at once (later calls with it are refused) and drops the snapshot itself only when no
+/// use remains: otherwise the last user drops it, so a free during a restore takes effect when the restore ends.
+/// Snapshots are dropped outside the lock, since dropping one gives storage back to the pools.
 struct Registry {
     snapshots: [usize; MAX_LIVE_SNAPSHOTS],
     serials: [u64; MAX_LIVE_SNAPSHOTS],
+    /// Calls using the snapshot now.
+    uses: [u32; MAX_LIVE_SNAPSHOTS],
+    /// Freed by the host while in use: the handle is dead, the slot waits for its last user.
+    freed: [bool; MAX_LIVE_SNAPSHOTS],
     next_serial: u64,
 }
 
-static REGISTRY: Mutex<Registry> =
-    Mutex::new(Registry { snapshots: [0; MAX_LIVE_SNAPSHOTS], serials: [0; MAX_LIVE_SNAPSHOTS], next_serial: 1 });
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    snapshots: [0; MAX_LIVE_SNAPSHOTS],
+    serials: [0; MAX_LIVE_SNAPSHOTS],
+    uses: [0; MAX_LIVE_SNAPSHOTS],
+    freed: [false; MAX_LIVE_SNAPSHOTS],
+    next_serial: 1,
+});
 
 impl Registry {
     fn slot(handle: *const kreplay_snapshot_t) -> Option<(usize, u64)> {
@@ -43,10 +57,10 @@ impl Registry {
         (index < MAX_LIVE_SNAPSHOTS).then_some((index, (value >> INDEX_BITS) as u64))
     }
 
-    /// The snapshot behind a live handle.
-    fn get(&self, handle: *const kreplay_snapshot_t) -> Option<*mut Inner> {
+    /// The slot of a live (registered, not freed) handle.
+    fn live(&self, handle: *const kreplay_snapshot_t) -> Option<usize> {
         let (index, serial) = Self::slot(handle)?;
-        (self.snapshots[index] != 0 && self.serials[index] == serial).then(|| self.snapshots[index] as *mut Inner)
+        (self.snapshots[index] != 0 && self.serials[index] == serial && !self.freed[index]).then_some(index)
     }
 
     /// Registers a snapshot and returns its handle; `None` when every slot is taken.
@@ -56,16 +70,68 @@ impl Registry {
         self.next_serial += 1;
         self.snapshots[index] = snapshot as usize;
         self.serials[index] = serial;
+        self.uses[index] = 0;
+        self.freed[index] = false;
         let value = ((serial as usize) << INDEX_BITS) | (index + 1);
         Some(std::ptr::without_provenance_mut(value))
     }
 
-    /// Unregisters a live handle and returns its snapshot.
-    fn remove(&mut self, handle: *const kreplay_snapshot_t) -> Option<*mut Inner> {
-        let snapshot = self.get(handle)?;
-        let (index, _) = Self::slot(handle)?;
+    /// Empties a slot and returns the snapshot it held, for the caller to drop outside the lock.
+    fn vacate(&mut self, index: usize) -> *mut Inner {
+        let snapshot = self.snapshots[index] as *mut Inner;
         self.snapshots[index] = 0;
-        Some(snapshot)
+        self.uses[index] = 0;
+        self.freed[index] = false;
+        snapshot
+    }
+
+    /// Unregisters a live handle. Returns its snapshot when nobody uses it (the caller drops it); when calls
+    /// use it, the last of them will, and this returns `Some(None)`.
+    fn remove(&mut self, handle: *const kreplay_snapshot_t) -> Option<Option<*mut Inner>> {
+        let index = self.live(handle)?;
+        if self.uses[index] == 0 {
+            Some(Some(self.vacate(index)))
+        } else {
+            self.freed[index] = true;
+            Some(None)
+        }
+    }
+}
+
+/// A use of a registered snapshot: it is not dropped while this lives.
+struct Use {
+    index: usize,
+    snapshot: *mut Inner,
+}
+
+impl Use {
+    /// Takes a use of the snapshot behind a live handle.
+    fn take(handle: *const kreplay_snapshot_t) -> Option<Use> {
+        let mut registry = REGISTRY.lock();
+        let index = registry.live(handle)?;
+        registry.uses[index] += 1;
+        Some(Use { index, snapshot: registry.snapshots[index] as *mut Inner })
+    }
+
+    fn get(&self) -> &Inner {
+        // SAFETY: the slot holds a `Box<Inner>` from `kreplay_snap`, and this use keeps it from being dropped
+        // (a free while it lives only marks the slot).
+        unsafe { &*self.snapshot }
+    }
+}
+
+impl Drop for Use {
+    fn drop(&mut self) {
+        let orphan = {
+            let mut registry = REGISTRY.lock();
+            registry.uses[self.index] -= 1;
+            (registry.uses[self.index] == 0 && registry.freed[self.index]).then(|| registry.vacate(self.index))
+        };
+        if let Some(snapshot) = orphan {
+            // SAFETY: the host freed the handle while it was in use and this was the last use: the slot is
+            // vacated, so this is the one owner of the `Box<Inner>`.
+            drop(unsafe { Box::from_raw(snapshot) });
+        }
     }
 }
 
@@ -94,7 +160,7 @@ pub unsafe extern "C" fn kreplay_snap(
         }
         KREPLAY_STATUS_DECLINED
     };
-    guard("kreplay_snap", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if snapshot_out.is_null() {
             kreplay_core::log!(Level::Warning, "kreplay_snap: snapshot_out is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
@@ -107,6 +173,10 @@ pub unsafe extern "C" fn kreplay_snap(
         let Some(handle) = REGISTRY.lock().insert(raw) else {
             // SAFETY: `raw` came from `Box::into_raw` just above and was handed to no one.
             drop(unsafe { Box::from_raw(raw) });
+            // Like every other decline, this one leaves nothing retained that it took: the capture's storage went
+            // back to the pools with the snapshot, so give the agent's idle storage back.
+            ENGINE.staging_trim(agent.into());
+            ENGINE.device_trim(agent.into());
             kreplay_core::log!(
                 Level::Warning,
                 "agent {:#x}: {MAX_LIVE_SNAPSHOTS} snapshots are alive already; free some",
@@ -139,13 +209,14 @@ pub struct kreplay_restore_report_t {
     pub clean_bytes: usize,
 }
 
-/// Writes every region of `snapshot` back. Each tracked region is re-validated and copied under the
-/// inventory's read lock, so a concurrent free cannot race between check and write; one freed, shrunk or
-/// reallocated (another generation at the same address) is skipped. Module variables are always written.
-/// Every region is attempted: `SUCCESS` when none failed, `PARTIAL_RESTORE` otherwise (run no further pass).
-/// `report_out`, when non-NULL, is always written, even on `PARTIAL_RESTORE` (zeros when nothing was
-/// attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, but the snapshot must
-/// not be freed meanwhile.
+/// Writes every region of `snapshot` back. Each tracked region is re-validated and pinned while it is copied,
+/// so a concurrent free of it waits for that copy (and frees of other regions wait for nothing); one freed,
+/// shrunk or reallocated (another generation at the same address) is skipped. Module variables are always
+/// written. Every region is attempted: `SUCCESS` when none failed, `PARTIAL_RESTORE` otherwise (run no further
+/// pass). `report_out`, when non-NULL, is always written, even on `PARTIAL_RESTORE` (zeros when nothing was
+/// attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, also against
+/// `kreplay_snapshot_info` and `kreplay_snapshot_free` of the same snapshot: a free during the restore takes
+/// effect when the restore ends.
 ///
 /// # Safety
 /// `report_out` must be NULL or valid for a write of `kreplay_restore_report_t`.
@@ -156,15 +227,13 @@ pub unsafe extern "C" fn kreplay_restore(
 ) -> kreplay_status_t {
     // SAFETY: `report_out` is NULL or writable by the caller's contract.
     unsafe { write_out(report_out, kreplay_restore_report_t::default()) };
-    guard("kreplay_restore", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        let Some(inner) = REGISTRY.lock().get(snapshot) else {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        let Some(inner) = Use::take(snapshot) else {
             kreplay_core::log!(Level::Warning, "kreplay_restore: {:#x} is not a live snapshot", snapshot.addr());
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         };
-        // SAFETY: the handle is registered as live, so this is a `Box<Inner>` from `kreplay_snap` not yet freed
-        // (freeing it while it is being restored is the caller's bug, as documented).
-        let inner = unsafe { &*inner };
-        let (report, result) = ENGINE.restore(inner);
+        let (report, result) = ENGINE.restore(inner.get());
+        drop(inner);
         let report = kreplay_restore_report_t {
             restored: report.restored,
             skipped: report.skipped,
@@ -179,14 +248,17 @@ pub unsafe extern "C" fn kreplay_restore(
 }
 
 /// Frees a snapshot; its staging goes back to the agent's pool. NULL: nothing happens. A pointer that is not a
-/// live snapshot (freed already, or never one) is logged and ignored. Thread-safe.
+/// live snapshot (freed already, or never one) is logged and ignored. Thread-safe: the handle is dead once
+/// this returns, but while a `kreplay_restore` or `kreplay_snapshot_info` of it is in progress on another
+/// thread, the snapshot itself is freed when the last of them ends.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_snapshot_free(snapshot: *mut kreplay_snapshot_t) {
-    guard("kreplay_snapshot_free", (), || {
+    ffi_guard!((), || {
         if snapshot.is_null() {
             return;
         }
-        let Some(inner) = REGISTRY.lock().remove(snapshot) else {
+        let removed = REGISTRY.lock().remove(snapshot);
+        let Some(inner) = removed else {
             kreplay_core::log!(
                 Level::Error,
                 "kreplay_snapshot_free: {:#x} is not a live snapshot (freed twice?); ignored",
@@ -194,8 +266,11 @@ pub extern "C" fn kreplay_snapshot_free(snapshot: *mut kreplay_snapshot_t) {
             );
             return;
         };
-        // SAFETY: the handle was live and is now unregistered, so this is the one owner of the `Box<Inner>`.
-        drop(unsafe { Box::from_raw(inner) });
+        if let Some(inner) = inner {
+            // SAFETY: the handle was live, unused, and is now unregistered, so this is the one owner of the
+            // `Box<Inner>`.
+            drop(unsafe { Box::from_raw(inner) });
+        }
     })
 }
 
@@ -227,7 +302,8 @@ pub struct kreplay_snapshot_info_t {
     pub digest_ns: u64,
 }
 
-/// Sizes and phase timings of `snapshot`. `info_out` is written only on success. Thread-safe.
+/// Sizes and phase timings of `snapshot`. `info_out` is written only on success. Thread-safe, also against a
+/// `kreplay_snapshot_free` of the same snapshot (then either the info or `INVALID_ARGUMENT`).
 ///
 /// # Safety
 /// `info_out` must be NULL or valid for a write of `kreplay_snapshot_info_t`.
@@ -236,14 +312,14 @@ pub unsafe extern "C" fn kreplay_snapshot_info(
     snapshot: *const kreplay_snapshot_t,
     info_out: *mut kreplay_snapshot_info_t,
 ) -> kreplay_status_t {
-    guard("kreplay_snapshot_info", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        let inner = REGISTRY.lock().get(snapshot);
-        let (Some(inner), false) = (inner, info_out.is_null()) else {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        let inner = if info_out.is_null() { None } else { Use::take(snapshot) };
+        let Some(inner) = inner else {
             kreplay_core::log!(Level::Warning, "kreplay_snapshot_info: NULL output or not a live snapshot");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         };
-        // SAFETY: the handle is registered as live (see `kreplay_restore`).
-        let info = unsafe { &*inner }.info();
+        let info = inner.get().info();
+        drop(inner);
         let info = kreplay_snapshot_info_t {
             agent: info.agent.into(),
             regions: info.regions,

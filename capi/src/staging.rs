@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use kreplay_core::log::Level;
 
 use crate::ENGINE;
-use crate::boundary::guard;
+use crate::boundary::ffi_guard;
 use crate::status::*;
 use crate::types::kreplay_agent_t;
 
@@ -75,13 +75,15 @@ pub unsafe extern "C" fn kreplay_staging_acquire(
     agent: kreplay_agent_t,
     size: usize,
 ) -> kreplay_status_t {
-    guard("kreplay_staging_acquire", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         // SAFETY: NULL is checked; otherwise valid by the caller's contract.
         let Some(buffer) = (unsafe { buffer.as_mut() }) else {
             kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: buffer is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         };
-        if size == 0 || size > isize::MAX as usize {
+        // Every refusal of the size comes before the buffer is given back: a refused call changes nothing.
+        let mappable = kreplay_core::host_memory::mapping_len(size).is_some_and(|len| len <= isize::MAX as usize);
+        if size == 0 || !mappable {
             kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: size {size} is zero or too large");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
@@ -123,7 +125,7 @@ pub unsafe extern "C" fn kreplay_staging_acquire(
 /// `buffer` must be NULL or point to a valid `kreplay_staging_buffer_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_staging_release(buffer: *mut kreplay_staging_buffer_t) {
-    guard("kreplay_staging_release", (), || {
+    ffi_guard!((), || {
         // SAFETY: NULL is checked; otherwise valid by the caller's contract.
         if let Some(buffer) = unsafe { buffer.as_mut() } {
             release_into_pool("kreplay_staging_release", buffer);
@@ -134,13 +136,13 @@ pub unsafe extern "C" fn kreplay_staging_release(buffer: *mut kreplay_staging_bu
 /// Capacity held idle in `agent`'s pool, in bytes: idle buffers and wholly idle slab chunks. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_retained_staging_bytes(agent: kreplay_agent_t) -> usize {
-    guard("kreplay_retained_staging_bytes", 0, || ENGINE.retained_staging_bytes(agent.into()))
+    ffi_guard!(0, || ENGINE.retained_staging_bytes(agent.into()))
 }
 
 /// Unmaps all of `agent`'s idle storage (unlocking page-locked storage first). Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_staging_trim(agent: kreplay_agent_t) {
-    guard("kreplay_staging_trim", (), || ENGINE.staging_trim(agent.into()))
+    ffi_guard!((), || ENGINE.staging_trim(agent.into()))
 }
 
 /// The library's own host mappings, process-wide.
@@ -162,7 +164,7 @@ pub struct kreplay_host_memory_stats_t {
 /// `stats_out` must be NULL or valid for a write of `kreplay_host_memory_stats_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_host_memory_stats(stats_out: *mut kreplay_host_memory_stats_t) -> kreplay_status_t {
-    guard("kreplay_host_memory_stats", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if stats_out.is_null() {
             kreplay_core::log!(Level::Warning, "kreplay_host_memory_stats: stats_out is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;

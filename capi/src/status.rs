@@ -4,6 +4,8 @@ use std::ffi::c_char;
 
 use kreplay_core::{DeclineReason, Error};
 
+use crate::types::enum_table;
+
 /// The outcome of a fallible call. Values are explicit and never reused.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -49,22 +51,20 @@ impl RawStatus {
     }
 }
 
-impl From<Error> for kreplay_status_t {
-    fn from(error: Error) -> Self {
-        match error {
-            Error::InvalidArgument => KREPLAY_STATUS_INVALID_ARGUMENT,
-            Error::NotConfigured => KREPLAY_STATUS_NOT_CONFIGURED,
-            Error::Finalized => KREPLAY_STATUS_FINALIZED,
-            Error::OutOfHostMemory => KREPLAY_STATUS_OUT_OF_HOST_MEMORY,
-            Error::CapacityExceeded => KREPLAY_STATUS_CAPACITY_EXCEEDED,
-            Error::DeviceError => KREPLAY_STATUS_DEVICE_ERROR,
-            Error::Declined => KREPLAY_STATUS_DECLINED,
-            Error::PartialRestore => KREPLAY_STATUS_PARTIAL_RESTORE,
-            Error::NotFound => KREPLAY_STATUS_NOT_FOUND,
-            Error::Internal => KREPLAY_STATUS_INTERNAL_ERROR,
-            Error::InUse => KREPLAY_STATUS_IN_USE,
-        }
-    }
+enum_table! {
+    kreplay_status_t from RawStatus, engine Error, unknown c"unknown status";
+    KREPLAY_STATUS_SUCCESS => c"success",
+    KREPLAY_STATUS_INVALID_ARGUMENT = Error::InvalidArgument => c"invalid argument",
+    KREPLAY_STATUS_NOT_CONFIGURED = Error::NotConfigured => c"not configured: no device ops installed",
+    KREPLAY_STATUS_FINALIZED = Error::Finalized => c"finalized: the call did nothing",
+    KREPLAY_STATUS_OUT_OF_HOST_MEMORY = Error::OutOfHostMemory => c"out of host memory",
+    KREPLAY_STATUS_CAPACITY_EXCEEDED = Error::CapacityExceeded => c"capacity exceeded: a fixed-capacity table is full",
+    KREPLAY_STATUS_DEVICE_ERROR = Error::DeviceError => c"device error: a device op reported failure",
+    KREPLAY_STATUS_DECLINED = Error::Declined => c"declined: run the dispatch once, unreplayed",
+    KREPLAY_STATUS_PARTIAL_RESTORE = Error::PartialRestore => c"partial restore: do not run another pass",
+    KREPLAY_STATUS_NOT_FOUND = Error::NotFound => c"not found",
+    KREPLAY_STATUS_INTERNAL_ERROR = Error::Internal => c"internal error",
+    KREPLAY_STATUS_IN_USE = Error::InUse => c"in use: called from inside a kreplay call that is copying this region",
 }
 
 pub(crate) fn to_status(result: kreplay_core::Result<()>) -> kreplay_status_t {
@@ -103,62 +103,34 @@ pub enum kreplay_decline_reason_t {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct RawDeclineReason(pub u32);
 
-impl From<DeclineReason> for kreplay_decline_reason_t {
-    fn from(reason: DeclineReason) -> Self {
-        use kreplay_decline_reason_t::*;
-        match reason {
-            DeclineReason::None => KREPLAY_DECLINE_NONE,
-            DeclineReason::NotConfigured => KREPLAY_DECLINE_NOT_CONFIGURED,
-            DeclineReason::Finalized => KREPLAY_DECLINE_FINALIZED,
-            DeclineReason::MetadataMemory => KREPLAY_DECLINE_METADATA_MEMORY,
-            DeclineReason::StagingMemory => KREPLAY_DECLINE_STAGING_MEMORY,
-            DeclineReason::CopyFailed => KREPLAY_DECLINE_COPY_FAILED,
-            DeclineReason::ModuleScanIncomplete => KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE,
-            DeclineReason::InventoryOverflow => KREPLAY_DECLINE_INVENTORY_OVERFLOW,
-            DeclineReason::HostBudget => KREPLAY_DECLINE_HOST_BUDGET,
-        }
-    }
+enum_table! {
+    kreplay_decline_reason_t from RawDeclineReason, engine DeclineReason, unknown c"unknown decline reason";
+    KREPLAY_DECLINE_NONE = DeclineReason::None => c"not declined",
+    KREPLAY_DECLINE_NOT_CONFIGURED = DeclineReason::NotConfigured => c"no device ops are configured, or tracking is off",
+    KREPLAY_DECLINE_FINALIZED = DeclineReason::Finalized => c"the library is finalized",
+    KREPLAY_DECLINE_METADATA_MEMORY = DeclineReason::MetadataMemory => c"host memory for the snapshot's bookkeeping ran out",
+    KREPLAY_DECLINE_STAGING_MEMORY = DeclineReason::StagingMemory
+        => c"host memory for the captured contents could not be mapped",
+    KREPLAY_DECLINE_COPY_FAILED = DeclineReason::CopyFailed => c"a device-to-host copy failed",
+    KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = DeclineReason::ModuleScanIncomplete
+        => c"the module-scope variables could not all be enumerated",
+    KREPLAY_DECLINE_INVENTORY_OVERFLOW = DeclineReason::InventoryOverflow
+        => c"an allocation of this agent could not be recorded",
+    KREPLAY_DECLINE_HOST_BUDGET = DeclineReason::HostBudget => c"the snapshot would exceed max_snapshot_bytes",
 }
 
 /// A static, NUL-terminated description of `status`; never NULL, also for values this library does not know.
 /// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_status_string(status: RawStatus) -> *const c_char {
-    let text: &'static std::ffi::CStr = match status.0 {
-        0 => c"success",
-        1 => c"invalid argument",
-        2 => c"not configured: no device ops installed",
-        3 => c"finalized: the call did nothing",
-        4 => c"out of host memory",
-        5 => c"capacity exceeded: a fixed-capacity table is full",
-        6 => c"device error: a device op reported failure",
-        7 => c"declined: run the dispatch once, unreplayed",
-        8 => c"partial restore: do not run another pass",
-        9 => c"not found",
-        10 => c"internal error",
-        11 => c"in use: called from inside a kreplay call that is copying this region",
-        _ => c"unknown status",
-    };
-    text.as_ptr()
+    kreplay_status_t::raw_text(status).as_ptr()
 }
 
 /// A static, NUL-terminated description of a decline reason; never NULL, also for unknown values.
 /// Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_decline_reason_string(reason: RawDeclineReason) -> *const c_char {
-    let text: &'static std::ffi::CStr = match reason.0 {
-        0 => c"not declined",
-        1 => c"no device ops are configured, or tracking is off",
-        2 => c"the library is finalized",
-        3 => c"host memory for the snapshot's bookkeeping ran out",
-        4 => c"host memory for the captured contents could not be mapped",
-        5 => c"a device-to-host copy failed",
-        6 => c"the module-scope variables could not all be enumerated",
-        7 => c"an allocation of this agent could not be recorded",
-        8 => c"the snapshot would exceed max_snapshot_bytes",
-        _ => c"unknown decline reason",
-    };
-    text.as_ptr()
+    kreplay_decline_reason_t::raw_text(reason).as_ptr()
 }
 
 /// The library's version, `MAJOR.MINOR.PATCH`, as a static NUL-terminated string. Thread-safe.
@@ -166,4 +138,26 @@ pub extern "C" fn kreplay_decline_reason_string(reason: RawDeclineReason) -> *co
 pub extern "C" fn kreplay_version() -> *const c_char {
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
     VERSION.as_ptr().cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_and_reason_has_its_own_text_and_round_trips_through_its_raw_value() {
+        let mut texts = std::collections::HashSet::new();
+        for &status in kreplay_status_t::ALL {
+            assert_eq!(kreplay_status_t::from_raw(status as u32), Some(status));
+            assert!(texts.insert(status.text()), "{status:?} shares its text");
+            if let Some(error) = status.engine() {
+                assert_eq!(kreplay_status_t::from(error), status);
+            }
+        }
+        for &reason in kreplay_decline_reason_t::ALL {
+            assert_eq!(kreplay_decline_reason_t::from_raw(reason as u32), Some(reason));
+            assert_eq!(kreplay_decline_reason_t::from(reason.engine().unwrap()), reason);
+        }
+        assert_eq!(kreplay_status_t::raw_text(RawStatus(999)), c"unknown status");
+    }
 }

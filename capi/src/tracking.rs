@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use kreplay_core::log::Level;
 
 use crate::ENGINE;
-use crate::boundary::guard;
+use crate::boundary::ffi_guard;
 use crate::status::*;
 use crate::types::{kreplay_agent_t, write_out};
 
@@ -14,13 +14,13 @@ use crate::types::{kreplay_agent_t, write_out};
 /// forgets every tracked region, since frees made while off cannot be seen. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_tracking_enable(enabled: bool) {
-    guard("kreplay_tracking_enable", (), || ENGINE.set_tracking(enabled))
+    ffi_guard!((), || ENGINE.set_tracking(enabled))
 }
 
 /// Whether allocations are being recorded. Thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_tracking_is_enabled() -> bool {
-    guard("kreplay_tracking_is_enabled", false, || ENGINE.tracking_enabled())
+    ffi_guard!(false, || ENGINE.tracking_enabled())
 }
 
 /// Records an allocation, after the runtime made it successfully. `alloc_flags` are the pool allocation flags it
@@ -33,18 +33,15 @@ pub extern "C" fn kreplay_tracking_is_enabled() -> bool {
 /// nothing; thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
+    // Kept out of line so that the disabled path stays one load and a return, with no stack frame.
+    #[inline(never)]
+    fn out_of_line(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
+        ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_alloc(ptr as usize, size, alloc_flags)))
+    }
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    record_alloc(ptr, size, alloc_flags)
-}
-
-/// Kept out of line so that the disabled path above stays one load and a return, with no stack frame.
-#[inline(never)]
-fn record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_status_t {
-    guard("kreplay_record_alloc", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        to_status(ENGINE.record_alloc(ptr as usize, size, alloc_flags))
-    })
+    out_of_line(ptr, size, alloc_flags)
 }
 
 /// Takes an allocation out of the inventory. Call it before the real free, so that no restore can write into
@@ -54,16 +51,15 @@ fn record_alloc(ptr: *mut c_void, size: usize, alloc_flags: u32) -> kreplay_stat
 /// the same thread. Allocates nothing; thread-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_record_free(ptr: *mut c_void) -> kreplay_status_t {
+    // Kept out of line, like `kreplay_record_alloc`'s.
+    #[inline(never)]
+    fn out_of_line(ptr: *mut c_void) -> kreplay_status_t {
+        ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_free(ptr as usize)))
+    }
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    record_free(ptr)
-}
-
-/// Kept out of line, like [`record_alloc`].
-#[inline(never)]
-fn record_free(ptr: *mut c_void) -> kreplay_status_t {
-    guard("kreplay_record_free", KREPLAY_STATUS_INTERNAL_ERROR, || to_status(ENGINE.record_free(ptr as usize)))
+    out_of_line(ptr)
 }
 
 /// Puts back the allocation at `ptr` whose free was recorded last, with the generation it had, for a host whose
@@ -74,9 +70,7 @@ pub extern "C" fn kreplay_record_free_undo(ptr: *mut c_void) -> kreplay_status_t
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    guard("kreplay_record_free_undo", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        to_status(ENGINE.record_free_undo(ptr as usize))
-    })
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || { to_status(ENGINE.record_free_undo(ptr as usize)) })
 }
 
 /// Records a virtual-memory mapping (`hsa_amd_vmem_map`), tracked and snapshotted like an allocation of
@@ -90,7 +84,7 @@ pub extern "C" fn kreplay_record_vmem_map(
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    guard("kreplay_record_vmem_map", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         to_status(ENGINE.record_vmem_map(address as usize, size, owner.into()))
     })
 }
@@ -103,9 +97,7 @@ pub extern "C" fn kreplay_record_vmem_map_unknown_owner(address: *mut c_void, si
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    guard("kreplay_record_vmem_map_unknown_owner", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        to_status(ENGINE.record_vmem_map_unknown(address as usize, size))
-    })
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || { to_status(ENGINE.record_vmem_map_unknown(address as usize, size)) })
 }
 
 /// Records an unmap (`hsa_amd_vmem_unmap`), before the real one. It may cover any part of one or more
@@ -116,19 +108,24 @@ pub extern "C" fn kreplay_record_vmem_unmap(address: *mut c_void, size: usize) -
     if !ENGINE.tracking_enabled() {
         return KREPLAY_STATUS_SUCCESS;
     }
-    guard("kreplay_record_vmem_unmap", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        to_status(ENGINE.record_vmem_unmap(address as usize, size))
-    })
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || { to_status(ENGINE.record_vmem_unmap(address as usize, size)) })
 }
 
 /// Teardown guard: from here on `kreplay_record_*`, `kreplay_snap`, restores and staging calls return
 /// `KREPLAY_STATUS_FINALIZED` (or do nothing) and touch no table. Call it from the host's finalization, before
 /// its static destructors run. Irreversible; thread-safe.
+///
+/// It waits until calls in progress on other threads have left the library (a capture or restore in progress
+/// stops early where it can), so once it returns no device op and no logger is called again. Called from
+/// inside a device op or a logger, it cannot wait for its own thread's outer call (nor for calls that may be
+/// waiting on it) and returns at once; the outer call then finishes without starting new copies where it can.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_finalize() {
-    guard("kreplay_finalize", (), || {
+    ffi_guard!((), || {
+        kreplay_core::log!(Level::Trace, "finalizing");
         ENGINE.finalize();
-        kreplay_core::log!(Level::Trace, "finalized");
+        // Messages logged by the C boundary itself (outside any engine call) stop here too.
+        kreplay_core::log::close(!crate::boundary::is_nested());
     })
 }
 
@@ -155,7 +152,7 @@ pub unsafe extern "C" fn kreplay_inventory_stats(
     agent: kreplay_agent_t,
     stats_out: *mut kreplay_inventory_stats_t,
 ) -> kreplay_status_t {
-    guard("kreplay_inventory_stats", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if stats_out.is_null() {
             kreplay_core::log!(Level::Warning, "kreplay_inventory_stats: stats_out is NULL");
             return KREPLAY_STATUS_INVALID_ARGUMENT;
