@@ -192,6 +192,15 @@ typedef struct kreplay_digest_job_t {
 
 // The device operations, as function pointers the host hands in (for HSA: the captured, un-wrapped runtime
 // functions). Every op is called with `user_data` first, from any thread that calls into kreplay.
+//
+// Re-entry: an op may call any kreplay function; kreplay holds no lock while it calls an op. A
+// `kreplay_record_free` or `kreplay_record_vmem_unmap` of a region that the op's own call is copying returns
+// `KREPLAY_STATUS_IN_USE` with an error line (waiting would wait for itself); frees of other regions work.
+// `kreplay_finalize`, `kreplay_set_logger` and `kreplay_tracking_enable(false)` called from an op take effect
+// but return without waiting for the calls they would otherwise wait for. One cycle kreplay cannot break: an
+// op that takes a host lock which another host thread holds while it calls `kreplay_record_free` of a region
+// the op's call is copying (the free waits for the copy, the copy for the lock): do not hold, across
+// `kreplay_record_free`, a lock that an op takes.
 typedef struct kreplay_device_ops_t {
   // `sizeof(kreplay_device_ops_t)` as the caller compiled it: fields past it are taken as NULL.
   size_t struct_size;
