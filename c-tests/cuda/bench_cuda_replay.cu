@@ -745,8 +745,10 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
                             " x " + size_label(footprint.region);
   double baseline_free = 0;
   double baseline_resident = 0;
+  double row_started = 0;
   auto start_row = [&](const std::string& id, const std::string& row, double fraction) {
     sync.wait();
+    row_started = now_ms();
     const std::string name = fraction > 0 ? row + " @" + std::to_string(fraction * 100) + "%" : row;
     if (device == 0) {
       set_info_tag(label + " / " + name);
@@ -761,6 +763,8 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     return result;
   };
   auto finish_row = [&](row_result& result) {
+    say("device %d: %s: row %s done in %.1f s\n", device, label.c_str(), result.id.c_str(),
+        (now_ms() - row_started) / 1e3);
     sync.wait();
     out.push_back(result);
   };

@@ -36,10 +36,22 @@ struct digest_job_desc {
 constexpr size_t kDigestSegmentBytes = 64u << 10;
 constexpr size_t kDigestWarpBlockBytes = 16u << 10;
 
-// Segments of the launch for `bytes` of one job.
-inline uint64_t digest_segments(uint64_t bytes, size_t block_bytes) {
-  const uint64_t segment = block_bytes < kDigestSegmentBytes ? block_bytes : kDigestSegmentBytes;
-  return (bytes + segment - 1) / segment;
+// Segments of the launch for `bytes` of one job, and its blocks, for a power-of-two block size given as its
+// log2: shifts, not divisions, since a call may carry tens of thousands of jobs and a 64-bit division costs
+// tens of cycles.
+inline unsigned log2_of(size_t power_of_two) {
+  unsigned shift = 0;
+  while ((size_t{1} << shift) < power_of_two) {
+    ++shift;
+  }
+  return shift;
+}
+inline uint64_t digest_segments(uint64_t bytes, unsigned block_shift) {
+  const unsigned segment_shift = block_shift < log2_of(kDigestSegmentBytes) ? block_shift : log2_of(kDigestSegmentBytes);
+  return (bytes + (uint64_t{1} << segment_shift) - 1) >> segment_shift;
+}
+inline uint64_t digest_blocks(uint64_t bytes, unsigned block_shift) {
+  return (bytes + (uint64_t{1} << block_shift) - 1) >> block_shift;
 }
 
 // Writes 2 x uint64_t (lo, hi) per block to `out` (device memory). `accumulators` (2 x uint64_t per block, device

@@ -625,6 +625,7 @@ kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay
       (block_bytes & (block_bytes - 1)) != 0) {
     return KREPLAY_STATUS_INVALID_ARGUMENT;
   }
+  const unsigned block_shift = detail::log2_of(block_bytes);
   uint64_t segments = 0;
   uint64_t blocks = 0;
   size_t live_jobs = 0;
@@ -638,8 +639,8 @@ kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay
     }
     ++live_jobs;
     bytes += jobs[i].bytes;
-    segments += detail::digest_segments(jobs[i].bytes, block_bytes);
-    blocks += (jobs[i].bytes + block_bytes - 1) / block_bytes;
+    segments += detail::digest_segments(jobs[i].bytes, block_shift);
+    blocks += detail::digest_blocks(jobs[i].bytes, block_shift);
   }
   if (live_jobs == 0) {
     return KREPLAY_STATUS_SUCCESS;
@@ -667,8 +668,8 @@ kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay
         continue;
       }
       table[n++] = {reinterpret_cast<uint64_t>(jobs[i].address), jobs[i].bytes, block, segment};
-      segment += detail::digest_segments(jobs[i].bytes, block_bytes);
-      block += (jobs[i].bytes + block_bytes - 1) / block_bytes;
+      segment += detail::digest_segments(jobs[i].bytes, block_shift);
+      block += detail::digest_blocks(jobs[i].bytes, block_shift);
     }
     unsigned char* device_base = static_cast<unsigned char*>(state.device_scratch);
     auto* device_table = reinterpret_cast<detail::digest_job_desc*>(device_base);
@@ -699,7 +700,7 @@ kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay
         if (jobs[i].bytes == 0) {
           continue;
         }
-        const size_t job_bytes = (jobs[i].bytes + block_bytes - 1) / block_bytes * sizeof(kreplay_digest_t);
+        const size_t job_bytes = detail::digest_blocks(jobs[i].bytes, block_shift) * sizeof(kreplay_digest_t);
         unsigned char* dst = reinterpret_cast<unsigned char*>(jobs[i].digests_out);
         if (run_dst != nullptr && dst == run_dst + run_bytes) {
           run_bytes += job_bytes;
@@ -824,8 +825,10 @@ kreplay_status_t install(const symbol_t* symbols, size_t count) {
     return status;
   }
   status = kreplay_configure(&ops);
-  if (status != KREPLAY_STATUS_SUCCESS) {
-    op_release(ops.user_data);  // kreplay did not take the ops over
+  if (status == KREPLAY_STATUS_INVALID_ARGUMENT) {
+    // Refused before kreplay took the set. Any later failure (CAPACITY_EXCEEDED, FINALIZED) happens after it
+    // took the set, and kreplay itself calls release then: releasing here too would free the context twice.
+    op_release(ops.user_data);
   }
   return status;
 }

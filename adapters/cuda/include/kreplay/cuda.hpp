@@ -74,8 +74,9 @@ int device_of_agent(kreplay_agent_t agent);
 kreplay_status_t register_symbols(const symbol_t* symbols, size_t count);
 
 // Fills *ops_out with a new set of ops (its own streams and scratch buffers, made on first use) without
-// installing it. The caller hands it to kreplay_configure, which takes it over; if it never does, the caller
-// calls ops_out->release(ops_out->user_data) once.
+// installing it. The caller hands it to kreplay_configure, which takes it over unless it answers
+// INVALID_ARGUMENT (kreplay then calls release itself, once, when it stops using the set); a set that kreplay
+// never took, the caller releases with ops_out->release(ops_out->user_data), once.
 kreplay_status_t make_ops(kreplay_device_ops_t* ops_out);
 
 // register_symbols, then make_ops and kreplay_configure. The policy stays the host's: recommended_policy() is the
