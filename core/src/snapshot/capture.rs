@@ -241,7 +241,7 @@ impl<O: DeviceOps> Engine<O> {
             }
             snapshot.storage.host = Some(lease);
         }
-        if let Some(lease) = stash.as_deref_mut().and_then(|s| s.storage.host.take()) {
+        if let Some(lease) = stash.and_then(|s| s.storage.host.take()) {
             let _ = self.pools.release(lease.agent, lease.data, lease.capacity, lease.loan);
         }
         Ok(reused)

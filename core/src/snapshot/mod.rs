@@ -34,6 +34,8 @@ mod transfer;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v2_tests;
 
 /// Captured ranges start at multiples of this many bytes in their storage.
 pub const STAGING_ALIGN: usize = 64;
@@ -164,6 +166,13 @@ pub struct Snapshot<'e, O: DeviceOps> {
     pub(crate) digests: Option<Digests>,
     pub(crate) info: SnapshotInfo,
 }
+
+// SAFETY: a snapshot's storage is written only by its capture, before the snapshot exists; afterwards shared
+// access (`info`, `restore`) only reads the ranges, the digests and the storage behind the leases, and the one
+// owner that drops it gives the storage back. The engine it refers to is `Sync`.
+unsafe impl<O: DeviceOps> Sync for Snapshot<'_, O> {}
+// SAFETY: as above; nothing in a snapshot is tied to the thread that made it.
+unsafe impl<O: DeviceOps> Send for Snapshot<'_, O> {}
 
 impl<O: DeviceOps> Snapshot<'_, O> {
     /// Sizes and timings of the capture.

@@ -1,0 +1,441 @@
+//! Version-2 behaviour of capture and restore on the simulated device: batches, the device tier, dirty-only
+//! restore and re-capture, the module-variable cache, and the faults of each.
+
+use super::*;
+use crate::error::{DeclineReason, Error};
+use crate::policy::Policy;
+use crate::sim::SimDevice;
+
+/// Each test gets its own engine (a static: the tables are megabytes) and a device offering every v2 op.
+macro_rules! setup {
+    ($policy:expr) => {{
+        static ENGINE: Engine<SimDevice> = Engine::new();
+        crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
+        let device = SimDevice::with_v2();
+        ENGINE.configure(device.clone()).unwrap();
+        ENGINE.set_tracking(true);
+        ENGINE.set_policy($policy).unwrap();
+        (&ENGINE, device)
+    }};
+}
+
+const A: Agent = Agent(0xA1);
+
+fn tracked(engine: &Engine<SimDevice>, device: &SimDevice, size: usize, fill: u8) -> usize {
+    let base = device.alloc(A, size, fill);
+    engine.record_alloc(base, size, 0).unwrap();
+    base
+}
+
+/// A small xorshift generator: the tests' random writes are reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn a_plan_larger_than_one_batch_is_split_and_every_range_comes_back() {
+    let (engine, device) = setup!(Policy::default());
+    let bases: Vec<usize> = (0..2500).map(|i| tracked(engine, &device, 256, i as u8)).collect();
+    let snapshot = engine.snap(A).unwrap();
+    let batches = device.state().batches;
+    assert!(batches >= 3, "2,500 copies must take several batches of at most 1,024 (took {batches})");
+    for &base in &bases {
+        device.write(base, &[0xEE; 256]);
+    }
+    let before = device.state().batches;
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!((report.restored, report.failed, report.bytes), (2500, 0, 2500 * 256));
+    assert!(device.state().batches - before >= 3);
+    for (i, &base) in bases.iter().enumerate() {
+        assert_eq!(device.bytes(base, 256), [i as u8; 256]);
+    }
+    assert_eq!(device.state().copies, 0, "no copy went one by one");
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn a_failing_batch_is_redone_copy_by_copy_and_exactly_the_failed_copies_are_counted() {
+    let (engine, device) = setup!(Policy::default());
+    let bases: Vec<usize> = (0..40).map(|i| tracked(engine, &device, 512, i as u8)).collect();
+    let snapshot = engine.snap(A).unwrap();
+    for &base in &bases {
+        device.write(base, &[0xEE; 512]);
+    }
+    {
+        let mut state = device.state();
+        state.fail_batch_at = state.batches + 1;
+        // Of the copies redone one by one, the 30th fails (the failed batch did only the first half, so the
+        // 30th region is still scribbled afterwards).
+        state.fail_copy_at = state.copies + 30;
+    }
+    let (report, status) = engine.restore(&snapshot);
+    assert_eq!(status, Err(Error::PartialRestore));
+    assert_eq!((report.restored, report.failed, report.skipped), (39, 1, 0));
+    assert_eq!(report.bytes, 39 * 512);
+    let wrong = bases.iter().enumerate().filter(|&(i, &b)| device.bytes(b, 512) != [i as u8; 512]).count();
+    assert_eq!(wrong, 1);
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn version_one_ops_get_version_one_behaviour() {
+    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 20, dirty_only: true, ..Policy::default() });
+    {
+        let mut state = device.state();
+        state.offer_copy_batch = false;
+        state.offer_device = false;
+        state.offer_digest = false;
+    }
+    let bases: Vec<usize> = (0..5).map(|i| tracked(engine, &device, 4096, i as u8)).collect();
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!(snapshot.info().device_bytes, 0);
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!(report.clean_bytes, 0);
+    let state = device.state();
+    assert_eq!((state.batches, state.device_allocs, state.digests), (0, 0, 0));
+    assert_eq!(state.copies, 10, "one copy per region each way");
+    drop(state);
+    drop(bases);
+}
+
+#[test]
+fn batches_racing_frees_never_write_freed_memory() {
+    let (engine, device) = setup!(Policy::default());
+    let bases: Vec<usize> = (0..300).map(|i| tracked(engine, &device, 4096, i as u8)).collect();
+    let snapshot = engine.snap(A).unwrap();
+    std::thread::scope(|scope| {
+        let device = device.clone();
+        scope.spawn(move || {
+            for &base in bases.iter().step_by(3) {
+                engine.record_free(base).unwrap();
+                device.free(base);
+                std::thread::yield_now();
+            }
+        });
+        for _ in 0..if cfg!(miri) { 2 } else { 30 } {
+            let (report, status) = engine.restore(&snapshot);
+            status.unwrap();
+            assert_eq!(report.restored + report.skipped, 300);
+        }
+    });
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn the_whole_footprint_fits_on_the_device_and_comes_back_from_there() {
+    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let bases: Vec<usize> = (0..8).map(|i| tracked(engine, &device, 100_000, i as u8)).collect();
+    device.add_variable(A, b"v", 64, 9);
+    let snapshot = engine.snap(A).unwrap();
+    let info = snapshot.info();
+    assert_eq!(info.device_bytes, info.bytes);
+    assert!(device.device_bytes_held(A) >= info.bytes);
+    for &base in &bases {
+        device.write(base, &[0xEE; 100_000]);
+    }
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!(report.restored, 9);
+    for (i, &base) in bases.iter().enumerate() {
+        assert_eq!(device.bytes(base, 100_000), vec![i as u8; 100_000]);
+    }
+    drop(snapshot);
+    assert!(engine.retained_device_bytes(A) >= info.bytes, "device storage is retained for the next dispatch");
+    engine.device_trim(A);
+    assert_eq!((engine.retained_device_bytes(A), device.device_bytes_held(A)), (0, 0));
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn half_the_footprint_as_budget_spills_the_rest_and_never_exceeds_it() {
+    let footprint = 16 * 65_536;
+    let budget = footprint / 2;
+    let (engine, device) = setup!(Policy { device_budget_bytes: budget, ..Policy::default() });
+    let bases: Vec<usize> = (0..16).map(|i| tracked(engine, &device, 65_536, i as u8)).collect();
+    for dispatch in 0..3u8 {
+        let snapshot = engine.snap(A).unwrap();
+        let info = snapshot.info();
+        assert!(info.device_bytes > 0 && info.device_bytes <= budget, "device bytes {}", info.device_bytes);
+        assert!(info.device_bytes < info.bytes, "the rest spills to the host");
+        for &base in &bases {
+            device.write(base, &[dispatch; 65_536]);
+        }
+        engine.restore(&snapshot).1.unwrap();
+        for (i, &base) in bases.iter().enumerate() {
+            assert_eq!(device.bytes(base, 65_536), vec![i as u8; 65_536]);
+        }
+        assert!(device.device_bytes_held(A) <= budget, "headroom counts against the budget");
+    }
+    assert!(device.state().device_peak_bytes <= budget);
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn a_refused_device_alloc_at_any_position_falls_back_to_the_host() {
+    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let bases: Vec<usize> = (0..4).map(|i| tracked(engine, &device, 8192, i as u8)).collect();
+    for k in 1..=3 {
+        engine.device_trim(A);
+        {
+            let mut state = device.state();
+            state.fail_device_alloc_at = state.device_allocs + k;
+        }
+        // Dispatches until the armed allocation has been tried: every one succeeds, some on the host.
+        for _ in 0..k {
+            engine.device_trim(A);
+            let snapshot = engine.snap(A).unwrap();
+            for &base in &bases {
+                device.write(base, &[0x55; 8192]);
+            }
+            engine.restore(&snapshot).1.unwrap();
+            for (i, &base) in bases.iter().enumerate() {
+                assert_eq!(device.bytes(base, 8192), vec![i as u8; 8192]);
+            }
+        }
+    }
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn a_smaller_footprint_gives_back_the_device_storage_it_does_not_take() {
+    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let big = tracked(engine, &device, 4 << 20, 1);
+    drop(engine.snap(A).unwrap());
+    assert!(device.device_bytes_held(A) >= 4 << 20);
+    engine.record_free(big).unwrap();
+    device.free(big);
+    tracked(engine, &device, 4096, 2);
+    let snapshot = engine.snap(A).unwrap();
+    assert!(device.device_bytes_held(A) < 1 << 20, "held {}", device.device_bytes_held(A));
+    drop(snapshot);
+    engine.device_trim_all();
+    assert_eq!(device.device_bytes_held(A), 0);
+}
+
+#[test]
+fn after_finalize_nothing_is_allocated_and_nothing_crashes() {
+    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, dirty_only: true, ..Policy::default() });
+    tracked(engine, &device, 4096, 1);
+    let snapshot = engine.snap(A).unwrap();
+    engine.finalize();
+    let allocs = device.state().device_allocs;
+    assert_eq!(engine.snap(A).err(), Some(DeclineReason::Finalized));
+    assert_eq!(engine.restore(&snapshot).1, Err(Error::Finalized));
+    engine.device_trim_all();
+    assert_eq!(engine.retained_device_bytes(A), 0);
+    drop(snapshot);
+    assert_eq!(device.state().device_allocs, allocs);
+    assert_eq!(device.state().violations, 0);
+}
+
+/// Random writes between passes and between dispatches, some regions reallocated in between: after every
+/// dirty-only restore, device memory equals what was captured, byte for byte.
+fn dirty_policy(budget: usize) -> Policy {
+    Policy { device_budget_bytes: budget, dirty_only: true, digest_block_bytes: 4096, ..Policy::default() }
+}
+
+fn dirty_model(engine: &Engine<SimDevice>, device: SimDevice, seed: u64) {
+    let mut rng = Rng(seed);
+    let sizes = [4096usize, 10_000, 33_000, 65_536, 70_001, 1, 8192 * 3];
+    let mut bases: Vec<usize> = sizes.iter().enumerate().map(|(i, &n)| tracked(engine, &device, n, i as u8)).collect();
+    let variable = device.add_variable(A, b"counter", 24, 7);
+    let mut saw_partial_capture = false;
+    let mut saw_clean = false;
+    for dispatch in 0..if cfg!(miri) { 2 } else { 6 } {
+        // The kernel's last pass of the previous dispatch, and an allocation replaced at the same address.
+        for _ in 0..3 {
+            let i = rng.below(sizes.len());
+            let at = rng.below(sizes[i]);
+            device.write(bases[i] + at, &[rng.next() as u8]);
+        }
+        if dispatch % 2 == 1 {
+            let i = rng.below(sizes.len());
+            engine.record_free(bases[i]).unwrap();
+            device.free(bases[i]);
+            let again = device
+                .try_alloc(Some(bases[i]), A, sizes[i], crate::types::PointerType::Device, GlobalFlagsCoarse::get())
+                .unwrap();
+            device.write(again, &vec![0x40 | dispatch as u8; sizes[i]]);
+            engine.record_alloc(again, sizes[i], 0).unwrap();
+            bases[i] = again;
+        }
+        let expected: Vec<Vec<u8>> = bases.iter().zip(sizes).map(|(&b, n)| device.bytes(b, n)).collect();
+        let expected_variable = device.bytes(variable, 24);
+        let snapshot = engine.snap(A).unwrap();
+        let info = snapshot.info();
+        saw_partial_capture |= info.copied_bytes < info.bytes;
+        for _pass in 0..4 {
+            for _ in 0..rng.below(6) {
+                let i = rng.below(sizes.len());
+                let at = rng.below(sizes[i]);
+                let len = (rng.below(300) + 1).min(sizes[i] - at);
+                device.write(bases[i] + at, &vec![rng.next() as u8; len]);
+            }
+            device.write(variable, &[rng.next() as u8; 24]);
+            let (report, status) = engine.restore(&snapshot);
+            status.unwrap();
+            saw_clean |= report.clean_bytes > 0;
+            for ((&base, n), expected) in bases.iter().zip(sizes).zip(&expected) {
+                assert_eq!(&device.bytes(base, n), expected, "dispatch {dispatch}: region at {base:#x} differs");
+            }
+            assert_eq!(device.bytes(variable, 24), expected_variable);
+        }
+    }
+    assert!(saw_clean, "no restore skipped a clean block");
+    assert!(saw_partial_capture, "no re-capture reused unchanged blocks");
+    assert_eq!(device.state().violations, 0);
+}
+
+/// The coarse-grained pool flag, for `try_alloc`.
+struct GlobalFlagsCoarse;
+impl GlobalFlagsCoarse {
+    fn get() -> crate::types::GlobalFlags {
+        crate::types::GlobalFlags::COARSE_GRAINED
+    }
+}
+
+#[test]
+fn dirty_restores_equal_full_restores_on_the_host_tier() {
+    let (engine, device) = setup!(dirty_policy(0));
+    dirty_model(engine, device, 0x1234_5678);
+}
+
+#[test]
+fn dirty_restores_equal_full_restores_on_the_device_tier() {
+    let (engine, device) = setup!(dirty_policy(1 << 30));
+    dirty_model(engine, device, 0x9E37_79B9);
+}
+
+#[test]
+fn dirty_restores_equal_full_restores_with_a_spill() {
+    let (engine, device) = setup!(dirty_policy(100_000));
+    dirty_model(engine, device, 0xC0FF_EE11);
+}
+
+#[test]
+fn a_digest_that_cannot_tell_contents_apart_still_captures_a_reallocated_region_whole() {
+    let (engine, device) = setup!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
+    device.state().constant_digest = true;
+    let base = tracked(engine, &device, 8192, 1);
+    drop(engine.snap(A).unwrap());
+    // Same address, same size, new contents, new generation.
+    engine.record_free(base).unwrap();
+    device.free(base);
+    let again = device
+        .try_alloc(Some(base), A, 8192, crate::types::PointerType::Device, crate::types::GlobalFlags::COARSE_GRAINED)
+        .unwrap();
+    device.write(again, &[2; 8192]);
+    engine.record_alloc(again, 8192, 0).unwrap();
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!(snapshot.info().copied_bytes, 8192, "a new generation is copied whole, whatever its digests");
+    device.state().constant_digest = false;
+    device.write(again, &[3; 8192]);
+    engine.restore(&snapshot).1.unwrap();
+    assert_eq!(device.bytes(again, 8192), vec![2; 8192]);
+}
+
+#[test]
+fn a_digest_refused_at_any_position_falls_back_to_full_copies() {
+    let (engine, device) = setup!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
+    let bases: Vec<usize> = (0..3).map(|i| tracked(engine, &device, 20_000, i as u8)).collect();
+    for k in 1..=4 {
+        {
+            let mut state = device.state();
+            state.fail_digest_at = state.digests + k;
+        }
+        for _ in 0..2 {
+            let snapshot = engine.snap(A).expect("a failed digest never declines");
+            for _pass in 0..2 {
+                for &base in &bases {
+                    device.write(base + 5000, &[0xAB; 100]);
+                }
+                let (report, status) = engine.restore(&snapshot);
+                status.expect("a failed digest is never a partial restore");
+                assert_eq!(report.restored, 3);
+                for (i, &base) in bases.iter().enumerate() {
+                    assert_eq!(device.bytes(base, 20_000), vec![i as u8; 20_000]);
+                }
+            }
+        }
+    }
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn the_module_scan_is_cached_until_modules_change_and_a_failed_scan_is_not_cached() {
+    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    let variables: Vec<usize> = (0..50).map(|i| device.add_variable(A, b"v", 16, i as u8)).collect();
+    let info = engine.snap(A).unwrap().info();
+    assert_eq!(info.module_variables, 50);
+    let scans = device.state().scans;
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!(device.state().scans, scans, "the second capture made a scan");
+    device.write(variables[3], &[0xFF; 16]);
+    engine.restore(&snapshot).1.unwrap();
+    assert_eq!(device.bytes(variables[3], 16), [3; 16], "contents are still captured at every snap");
+    drop(snapshot);
+    engine.modules_changed();
+    device.add_variable(A, b"late", 16, 0x77);
+    assert_eq!(engine.snap(A).unwrap().info().module_variables, 51);
+    assert_eq!(device.state().scans, scans + 1);
+    // A scan that fails is not cached: the next capture scans again.
+    engine.modules_changed();
+    {
+        let mut state = device.state();
+        state.fail_scan_at_variable = state.scanned_variables + 10;
+    }
+    assert_eq!(engine.snap(A).err(), Some(DeclineReason::ModuleScanIncomplete));
+    assert_eq!(engine.snap(A).unwrap().info().module_variables, 51);
+    assert_eq!(device.state().scans, scans + 3);
+}
+
+#[test]
+fn a_recorded_size_beyond_the_allocation_is_clamped_to_it() {
+    let (engine, device) = setup!(Policy::default());
+    let base = device.alloc(A, 4096, 1);
+    engine.record_alloc(base, 1 << 20, 0).unwrap();
+    assert_eq!(engine.inventory_stats(A).unwrap().bytes, 4096);
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!(snapshot.info().bytes, 4096);
+    engine.restore(&snapshot).1.unwrap();
+    assert_eq!(device.state().violations, 0, "nothing past the allocation was touched");
+}
+
+#[test]
+fn frees_and_allocations_of_other_agents_do_not_wait_for_a_long_copy_and_a_free_of_the_region_does() {
+    let (engine, device) = setup!(Policy::default());
+    let copied = tracked(engine, &device, 4096, 1);
+    let other = device.alloc(Agent(0xB2), 4096, 2);
+    engine.record_alloc(other, 4096, 0).unwrap();
+    let snapshot = engine.snap(A).unwrap();
+    let copy_ns: u64 = if cfg!(miri) { 50_000_000 } else { 300_000_000 };
+    device.state().sleep_in_copy_ns = copy_ns;
+    std::thread::scope(|scope| {
+        let started = std::time::Instant::now();
+        let restore = scope.spawn(|| engine.restore(&snapshot).1);
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 5 } else { 50 }));
+        let start = std::time::Instant::now();
+        engine.record_free(other).unwrap();
+        let third = device.alloc(Agent(0xC3), 4096, 3);
+        engine.record_alloc(third, 4096, 0).unwrap();
+        let waited = start.elapsed();
+        assert!(!restore.is_finished(), "the restore finished before the free was tried");
+        assert!(waited < std::time::Duration::from_millis(if cfg!(miri) { 25 } else { 100 }), "waited {waited:?}");
+        // A free of the region being copied waits for the copy.
+        engine.record_free(copied).unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_nanos(copy_ns), "the free did not wait");
+        restore.join().unwrap().unwrap();
+    });
+    assert_eq!(device.state().violations, 0);
+}
