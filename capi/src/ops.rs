@@ -344,8 +344,10 @@ const MIN_OPS_SIZE: usize = offset_of!(kreplay_device_ops_t, host_lock);
 /// or allocated through a replaced set keep using that set, and it is released when the last of them is
 /// gone. The library keeps no pointer to `ops` itself. Missing required ops, `host_lock` without
 /// `host_unlock` (or the reverse), `device_alloc` without `device_free` (or the reverse), or a `struct_size`
-/// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`; more than 8 replaced sets still in use:
-/// `KREPLAY_STATUS_CAPACITY_EXCEEDED`. Thread-safe.
+/// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT` (kreplay took nothing: `release` is not
+/// called); more than 8 replaced sets still in use: `KREPLAY_STATUS_CAPACITY_EXCEEDED`, and after finalize
+/// `KREPLAY_STATUS_FINALIZED` (in both cases kreplay took the set and has called `release` for it before
+/// returning). Thread-safe.
 ///
 /// # Safety
 /// `ops` must be NULL or point to at least `ops->struct_size` readable bytes laid out as
