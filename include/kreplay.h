@@ -340,51 +340,6 @@ typedef struct kreplay_inventory_stats_t {
   size_t overflowed;
 } kreplay_inventory_stats_t;
 
-#if defined(KREPLAY_SIM)
-// Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
-typedef struct kreplay_sim_faults_t {
-  // The k-th device copy from now fails (once).
-  size_t fail_copy_at;
-  // Every device copy from the k-th on fails.
-  size_t fail_copies_from;
-  // Every pointer query fails.
-  bool fail_pointer_info;
-  // The module scan fails when it reaches its k-th variable (counting across scans from now).
-  size_t fail_module_scan_at;
-  // `host_lock` refuses.
-  bool refuse_host_lock;
-  // The library's k-th host mapping from now fails (once).
-  size_t fail_host_map_at;
-} kreplay_sim_faults_t;
-#endif
-
-#if defined(KREPLAY_SIM)
-// What the simulated device has seen since the last reset.
-typedef struct kreplay_sim_counters_t {
-  // Copies performed (both directions).
-  size_t copies;
-  // Bytes copied.
-  size_t copy_bytes;
-  // Copies into device memory (restores).
-  size_t copies_to_device;
-  // Copies that failed by injection.
-  size_t failed_copies;
-  // Pointer queries answered.
-  size_t pointer_queries;
-  // Module scans started.
-  size_t module_scans;
-  // Successful `host_lock` calls.
-  size_t host_locks;
-  // Successful `host_unlock` calls.
-  size_t host_unlocks;
-  // Bytes page-locked now.
-  size_t locked_bytes;
-  // Copies refused because they touched freed or unknown device memory, or ran past a region's end, and
-  // unlocks of ranges never locked: a correct library leaves this 0.
-  size_t violations;
-} kreplay_sim_counters_t;
-#endif
-
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -410,8 +365,10 @@ void kreplay_set_logger(kreplay_log_fn fn, void *user_data, kreplay_log_level_t 
 // or allocated through a replaced set keep using that set, and it is released when the last of them is
 // gone. The library keeps no pointer to `ops` itself. Missing required ops, `host_lock` without
 // `host_unlock` (or the reverse), `device_alloc` without `device_free` (or the reverse), or a `struct_size`
-// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT`; more than 8 replaced sets still in use:
-// `KREPLAY_STATUS_CAPACITY_EXCEEDED`. Thread-safe.
+// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT` (kreplay took nothing: `release` is not
+// called); more than 8 replaced sets still in use: `KREPLAY_STATUS_CAPACITY_EXCEEDED`, and after finalize
+// `KREPLAY_STATUS_FINALIZED` (in both cases kreplay took the set and has called `release` for it before
+// returning). Thread-safe.
 //
 // # Safety
 // `ops` must be NULL or point to at least `ops->struct_size` readable bytes laid out as
@@ -604,86 +561,6 @@ void kreplay_finalize(void);
 // `stats_out` must be NULL or valid for a write of `kreplay_inventory_stats_t`.
 enum kreplay_status_t kreplay_inventory_stats(struct kreplay_agent_t agent,
                                               struct kreplay_inventory_stats_t *stats_out);
-
-#if defined(KREPLAY_SIM)
-// Fills `ops_out` with the simulated device's ops (all five), ready for `kreplay_configure`.
-//
-// # Safety
-// `ops_out` must be NULL or valid for a write of `kreplay_device_ops_t`.
-enum kreplay_status_t kreplay_sim_device_ops(struct kreplay_device_ops_t *ops_out);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Allocates `size` bytes of simulated memory of the given kind and global flags, owned by `agent`. The
-// contents are unspecified (fresh memory reads as zero). Does not record it: the caller does, as a host's
-// allocate wrapper would.
-//
-// # Safety
-// `ptr_out` must be NULL or valid for a write of a pointer.
-enum kreplay_status_t kreplay_sim_alloc(struct kreplay_agent_t agent,
-                                        size_t size,
-                                        enum kreplay_pointer_type_t type,
-                                        uint32_t global_flags,
-                                        void **ptr_out);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Allocates again at `address`, which must be a region freed with `kreplay_sim_free` at least `size` bytes
-// large: the way a runtime hands a freed address to the next allocation.
-//
-// # Safety
-// `ptr_out` must be NULL or valid for a write of a pointer.
-enum kreplay_status_t kreplay_sim_alloc_at(void *address,
-                                           struct kreplay_agent_t agent,
-                                           size_t size,
-                                           enum kreplay_pointer_type_t type,
-                                           uint32_t global_flags,
-                                           void **ptr_out);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Frees a simulated region: it is filled with 0xDD and stays mapped, and from now on any copy into it is
-// refused and counted as a violation. `NOT_FOUND` for anything but a live region's base. Does not record the
-// free: the caller does that first, as a host's free wrapper would.
-enum kreplay_status_t kreplay_sim_free(void *ptr);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Adds a module-scope variable of `size` bytes visible to `agent` (`name` is NUL-terminated; NULL for an
-// unnamed one) and returns its address. Its storage reads as zero at first and lives until `kreplay_sim_reset`.
-// A `size` of 0 registers a zero-size variable at a dummy address, to test the skip rule.
-//
-// # Safety
-// `name` must be NULL or a NUL-terminated string; `address_out` NULL or valid for a write of a pointer.
-enum kreplay_status_t kreplay_sim_add_module_variable(struct kreplay_agent_t agent,
-                                                      const char *name,
-                                                      size_t size,
-                                                      bool is_constant,
-                                                      void **address_out);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Arms the faults in `faults` (NULL disarms all) and restarts their counts.
-//
-// # Safety
-// `faults` must be NULL or point to a readable `kreplay_sim_faults_t`.
-void kreplay_sim_set_faults(const struct kreplay_sim_faults_t *faults);
-#endif
-
-#if defined(KREPLAY_SIM)
-// The counters since the last reset.
-//
-// # Safety
-// `counters_out` must be NULL or valid for a write of `kreplay_sim_counters_t`.
-enum kreplay_status_t kreplay_sim_counters(struct kreplay_sim_counters_t *counters_out);
-#endif
-
-#if defined(KREPLAY_SIM)
-// Forgets every region and module variable (their memory is released), disarms faults and zeroes the
-// counters (except `locked_bytes` and the ranges still locked, which the library must unlock itself).
-// Does not touch the library's inventory: record frees first, or turn tracking off and on.
-void kreplay_sim_reset(void);
-#endif
 
 #ifdef __cplusplus
 }  // extern "C"

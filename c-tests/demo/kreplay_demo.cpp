@@ -10,10 +10,8 @@
 // Exit status: 0 when every replayed dispatch computed the same result in every pass and the simulated device
 // saw no write into freed memory; 1 when a check failed; 2 for bad command-line arguments.
 
-#ifndef KREPLAY_SIM
-#define KREPLAY_SIM 1  // the simulated device's declarations in kreplay.h
-#endif
 #include "kreplay.h"
+#include "kreplay_sim.h"
 #include "kreplay.hpp"
 
 #include <unistd.h>

@@ -9,6 +9,7 @@
 #endif
 
 #include "kreplay.h"
+#include "kreplay_sim.h"
 
 #include <stdarg.h>
 #include <stdint.h>

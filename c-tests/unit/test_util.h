@@ -21,6 +21,9 @@
 #include <string.h>
 
 #include "kreplay.h"
+#if defined(KREPLAY_SIM)
+#include "kreplay_sim.h"
+#endif
 
 /* ---- Log capture ----------------------------------------------------------------------------------------- */
 

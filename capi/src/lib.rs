@@ -14,6 +14,7 @@ mod status;
 mod tracking;
 mod types;
 
+/// cbindgen:ignore
 #[cfg(feature = "sim")]
 pub mod sim;
 

@@ -1,42 +1,37 @@
-//! The simulated device: host memory standing in for device memory, with fault injection and counters.
-//! Built only with the `sim` feature, for the C tests, the demo, the benchmarks and the fuzzer; never part of
-//! the production library. Declared in `kreplay.h` under `#if defined(KREPLAY_SIM)`.
+//! The simulated device for C: the `kreplay_sim_*` functions, a thin wrapper over the one simulated device of
+//! the core ([`kreplay_core::sim::SimDevice`]). Built only with the `sim` feature, for the C tests, the demo,
+//! the benchmarks and the fuzzer; never part of the production library. Declared in `include/kreplay_sim.h`
+//! (generated from this file alone by `capi/cbindgen-sim.toml`), never in `kreplay.h`.
 //!
-//! Device memory is carved from one large reserved mapping, so tens of thousands of regions cost no mapping
-//! each. A freed region stays mapped, filled with 0xDD, until `kreplay_sim_reset`: any copy into it (or into
-//! memory that is neither a live region, a module variable, nor plain host memory) is refused and counted as
-//! a violation, so tests can prove that the library never writes into freed memory.
-//!
-//! One simulated device serves the whole process; every function is thread-safe.
+//! One simulated device serves the whole process; every function is thread-safe. Device memory is carved
+//! from one reserved address range; a freed region is filled with 0xDD and stays reserved until
+//! `kreplay_sim_reset`, and any copy into it (or into reserved memory that is not a live region, module
+//! variable or storage block) is refused and counted as a violation, so tests can prove that the library
+//! never writes into freed memory.
 
-use std::collections::BTreeMap;
 use std::ffi::{c_char, c_void};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use kreplay_core::host_memory;
+use kreplay_core::sim::SimDevice;
+use kreplay_core::{Agent, CopyJob, DeviceOps, DigestJob, GlobalFlags, ModuleVariable, PointerType};
 
-use crate::boundary::guard;
+use crate::boundary::ffi_guard;
 use crate::ops::{
-    RawPointerType, kreplay_device_ops_t, kreplay_module_variable_t, kreplay_module_variable_visitor_t,
-    kreplay_pointer_info_t, kreplay_pointer_type_t,
+    RawPointerType, kreplay_copy_t, kreplay_device_ops_t, kreplay_digest_job_t, kreplay_module_variable_t,
+    kreplay_module_variable_visitor_t, kreplay_pointer_info_t, kreplay_pointer_type_t,
 };
 use crate::status::*;
 use crate::types::kreplay_agent_t;
-
-/// Bytes of address space reserved for simulated device memory.
-const ARENA_BYTES: usize = 64 << 30;
-/// Simulated allocations start at multiples of this.
-const ALIGN: usize = 256;
-const FREED_FILL: u8 = 0xDD;
 
 /// Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct kreplay_sim_faults_t {
-    /// The k-th device copy from now fails (once).
+    /// The k-th `copy` from now fails (once).
     pub fail_copy_at: usize,
-    /// Every device copy from the k-th on fails.
+    /// Every `copy` from the k-th on fails.
     pub fail_copies_from: usize,
     /// Every pointer query fails.
     pub fail_pointer_info: bool,
@@ -46,19 +41,49 @@ pub struct kreplay_sim_faults_t {
     pub refuse_host_lock: bool,
     /// The library's k-th host mapping from now fails (once).
     pub fail_host_map_at: usize,
+    /// The k-th `copy_batch` from now fails (once), after doing the first half of its copies.
+    pub fail_copy_batch_at: usize,
+    /// Every `copy_batch` from the k-th on fails, after doing the first half of its copies.
+    pub fail_copy_batches_from: usize,
+    /// The k-th `device_alloc` from now fails (once).
+    pub fail_device_alloc_at: usize,
+    /// The k-th `digest` from now fails (once).
+    pub fail_digest_at: usize,
+    /// Every `digest` from the k-th on fails.
+    pub fail_digests_from: usize,
+}
+
+/// How the simulated device behaves; `kreplay_sim_reset` restores the defaults (all zero).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct kreplay_sim_options_t {
+    /// `kreplay_sim_device_ops` fills `copy_batch`.
+    pub copy_batch: bool,
+    /// `kreplay_sim_device_ops` fills `device_alloc` and `device_free`.
+    pub device_alloc: bool,
+    /// `kreplay_sim_device_ops` fills `digest`.
+    pub digest: bool,
+    /// Bytes of `device_alloc` storage each agent may hold at once (0: unlimited); beyond it `device_alloc`
+    /// fails with `KREPLAY_STATUS_DEVICE_ERROR`, as a device out of memory does.
+    pub device_capacity: usize,
+    /// Every `copy` and `copy_batch` first sleeps this many nanoseconds (outside the device's lock), to widen
+    /// race windows.
+    pub sleep_in_copy_ns: u64,
+    /// Every block digests to the same value: a digest that cannot tell contents apart.
+    pub constant_digest: bool,
 }
 
 /// What the simulated device has seen since the last reset.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
 pub struct kreplay_sim_counters_t {
-    /// Copies performed (both directions).
+    /// Copies performed (both directions), by `copy` and inside batches.
     pub copies: usize,
     /// Bytes copied.
     pub copy_bytes: usize,
     /// Copies into device memory (restores).
     pub copies_to_device: usize,
-    /// Copies that failed by injection.
+    /// `copy` calls that failed by injection.
     pub failed_copies: usize,
     /// Pointer queries answered.
     pub pointer_queries: usize,
@@ -70,201 +95,43 @@ pub struct kreplay_sim_counters_t {
     pub host_unlocks: usize,
     /// Bytes page-locked now.
     pub locked_bytes: usize,
-    /// Copies refused because they touched freed or unknown device memory, or ran past a region's end, and
-    /// unlocks of ranges never locked: a correct library leaves this 0.
+    /// Copies and digests refused because they touched freed or unknown device memory, or ran past a region's
+    /// end, unlocks of ranges never locked and `device_free` of blocks not held: a correct library leaves
+    /// this 0.
     pub violations: usize,
+    /// `copy_batch` calls.
+    pub batches: usize,
+    /// Copies performed inside batches (also counted in `copies`).
+    pub batch_copies: usize,
+    /// `copy_batch` calls that failed by injection.
+    pub failed_batches: usize,
+    /// `device_alloc` calls.
+    pub device_allocs: usize,
+    /// Successful `device_free` calls.
+    pub device_frees: usize,
+    /// Bytes of `device_alloc` storage held now, all agents.
+    pub device_bytes: usize,
+    /// The most `device_bytes` has been.
+    pub device_peak_bytes: usize,
+    /// `digest` calls.
+    pub digests: usize,
+    /// Blocks digested.
+    pub digest_blocks: usize,
 }
 
-#[derive(Clone, Debug)]
-struct Region {
-    size: usize,
-    agent: u64,
-    kind: u32,
-    global_flags: u32,
-    live: bool,
+fn sim() -> &'static SimDevice {
+    static SIM: OnceLock<SimDevice> = OnceLock::new();
+    SIM.get_or_init(SimDevice::new)
 }
 
-#[derive(Clone, Debug)]
-struct Variable {
-    agent: u64,
-    name: Vec<u8>,
-    address: usize,
-    size: usize,
-    is_constant: bool,
-}
-
-struct State {
-    arena: usize,
-    next: usize,
-    regions: BTreeMap<usize, Region>,
-    variables: Vec<Variable>,
-    locked: Vec<(usize, usize)>,
-    faults: kreplay_sim_faults_t,
-    copies_since_faults: usize,
-    variables_since_faults: usize,
-}
-
-static STATE: Mutex<State> = Mutex::new(State {
-    arena: 0,
-    next: 0,
-    regions: BTreeMap::new(),
-    variables: Vec::new(),
-    locked: Vec::new(),
-    faults: kreplay_sim_faults_t {
-        fail_copy_at: 0,
-        fail_copies_from: 0,
-        fail_pointer_info: false,
-        fail_module_scan_at: 0,
-        refuse_host_lock: false,
-        fail_host_map_at: 0,
-    },
-    copies_since_faults: 0,
-    variables_since_faults: 0,
-});
-
-struct Counters {
-    copies: AtomicUsize,
-    copy_bytes: AtomicUsize,
-    copies_to_device: AtomicUsize,
-    failed_copies: AtomicUsize,
-    pointer_queries: AtomicUsize,
-    module_scans: AtomicUsize,
-    host_locks: AtomicUsize,
-    host_unlocks: AtomicUsize,
-    locked_bytes: AtomicUsize,
-    violations: AtomicUsize,
-}
-
-static COUNTERS: Counters = Counters {
-    copies: AtomicUsize::new(0),
-    copy_bytes: AtomicUsize::new(0),
-    copies_to_device: AtomicUsize::new(0),
-    failed_copies: AtomicUsize::new(0),
-    pointer_queries: AtomicUsize::new(0),
-    module_scans: AtomicUsize::new(0),
-    host_locks: AtomicUsize::new(0),
-    host_unlocks: AtomicUsize::new(0),
-    locked_bytes: AtomicUsize::new(0),
-    violations: AtomicUsize::new(0),
-};
-
-fn state() -> std::sync::MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn bump(counter: &AtomicUsize, by: usize) {
-    counter.fetch_add(by, Ordering::Relaxed);
-}
-
-/// Where an address falls.
-enum Place {
-    /// Inside a live region or module variable, with this many bytes left to its end.
-    Device(usize),
-    /// Inside a freed region, or in the arena outside any region.
-    Dead,
-    /// Not simulated device memory.
-    Host,
-}
-
-impl State {
-    fn ensure_arena(&mut self) -> bool {
-        if self.arena != 0 {
-            return true;
-        }
-        // SAFETY: an anonymous private mapping with no address hint has no preconditions; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ARENA_BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return false;
-        }
-        self.arena = ptr as usize;
-        self.next = self.arena;
-        true
-    }
-
-    fn place(&self, address: usize) -> Place {
-        if let Some(v) = self.variables.iter().find(|v| address >= v.address && address < v.address + v.size) {
-            return Place::Device(v.address + v.size - address);
-        }
-        if self.arena == 0 || address < self.arena || address >= self.arena + ARENA_BYTES {
-            return Place::Host;
-        }
-        match self.regions.range(..=address).next_back() {
-            Some((&base, region)) if address < base + region.size => {
-                if region.live {
-                    Place::Device(base + region.size - address)
-                } else {
-                    Place::Dead
-                }
-            }
-            _ => Place::Dead,
-        }
-    }
-
-    /// Whether `[address, address + bytes)` may be touched by a copy.
-    fn copy_allowed(&self, address: usize, bytes: usize) -> bool {
-        match self.place(address) {
-            Place::Host => true,
-            Place::Device(left) => bytes <= left,
-            Place::Dead => false,
-        }
-    }
-
-    fn allocate(&mut self, address: Option<usize>, size: usize) -> Option<usize> {
-        if !self.ensure_arena() || size == 0 {
-            return None;
-        }
-        match address {
-            Some(address) => {
-                let region = self.regions.get(&address)?;
-                (!region.live && region.size >= size).then_some(address)
-            }
-            None => {
-                let base = self.next;
-                let end = base.checked_add(size)?.checked_next_multiple_of(ALIGN)?;
-                if end > self.arena + ARENA_BYTES {
-                    return None;
-                }
-                self.next = end;
-                Some(base)
-            }
-        }
-    }
+fn raw(result: kreplay_core::Result<()>) -> RawStatus {
+    RawStatus(to_status(result) as u32)
 }
 
 unsafe extern "C" fn sim_copy(_: *mut c_void, dst: *mut c_void, src: *const c_void, bytes: usize) -> RawStatus {
-    let (dst_addr, src_addr) = (dst as usize, src as usize);
-    let mut state = state();
-    state.copies_since_faults += 1;
-    let n = state.copies_since_faults;
-    let faults = state.faults;
-    if faults.fail_copy_at == n || (faults.fail_copies_from != 0 && n >= faults.fail_copies_from) {
-        bump(&COUNTERS.failed_copies, 1);
-        return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
-    }
-    let dst_place = state.place(dst_addr);
-    if !state.copy_allowed(dst_addr, bytes) || !state.copy_allowed(src_addr, bytes) {
-        bump(&COUNTERS.violations, 1);
-        return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
-    }
-    drop(state);
-    // SAFETY: both ranges were checked to be live simulated regions or host memory the library passed; the
-    // library guarantees host ranges are valid for `bytes` and that source and destination do not overlap.
-    unsafe { std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst.cast::<u8>(), bytes) };
-    bump(&COUNTERS.copies, 1);
-    bump(&COUNTERS.copy_bytes, bytes);
-    if matches!(dst_place, Place::Device(_)) {
-        bump(&COUNTERS.copies_to_device, 1);
-    }
-    RawStatus(KREPLAY_STATUS_SUCCESS as u32)
+    // SAFETY: the library passes ranges valid for `bytes` (the `copy` op's contract); the sim checks device
+    // ranges itself.
+    raw(unsafe { sim().copy(dst.cast(), src.cast(), bytes) })
 }
 
 unsafe extern "C" fn sim_pointer_info(
@@ -272,27 +139,21 @@ unsafe extern "C" fn sim_pointer_info(
     ptr: *const c_void,
     info: *mut kreplay_pointer_info_t,
 ) -> RawStatus {
-    let state = state();
-    if state.faults.fail_pointer_info {
-        return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
-    }
-    bump(&COUNTERS.pointer_queries, 1);
-    let address = ptr as usize;
-    let mut answer = kreplay_pointer_info_t::default();
-    if let Some((&base, region)) = state.regions.range(..=address).next_back() {
-        if region.live && address < base + region.size {
-            answer = kreplay_pointer_info_t {
-                r#type: RawPointerType(region.kind),
-                global_flags: region.global_flags,
-                owner: kreplay_agent_t { handle: region.agent },
-                base: base as *mut c_void,
-                size: region.size,
+    match sim().pointer_info(ptr.cast()) {
+        Ok(found) => {
+            let answer = kreplay_pointer_info_t {
+                r#type: RawPointerType(kreplay_pointer_type_t::from(found.kind) as u32),
+                global_flags: found.global_flags.bits(),
+                owner: found.owner.into(),
+                base: found.base as *mut c_void,
+                size: found.size,
             };
+            // SAFETY: the library passes a writable info struct.
+            unsafe { info.write(answer) };
+            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
         }
+        Err(error) => raw(Err(error)),
     }
-    // SAFETY: the library passes a writable info struct.
-    unsafe { info.write(answer) };
-    RawStatus(KREPLAY_STATUS_SUCCESS as u32)
 }
 
 unsafe extern "C" fn sim_iterate(
@@ -301,68 +162,116 @@ unsafe extern "C" fn sim_iterate(
     visit: kreplay_module_variable_visitor_t,
     visit_data: *mut c_void,
 ) -> RawStatus {
-    bump(&COUNTERS.module_scans, 1);
-    let variables: Vec<Variable> = state().variables.iter().filter(|v| v.agent == agent.handle).cloned().collect();
-    for variable in &variables {
-        {
-            let mut state = state();
-            state.variables_since_faults += 1;
-            if state.faults.fail_module_scan_at == state.variables_since_faults {
-                return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
-            }
-        }
+    raw(sim().iterate_module_variables(agent.into(), &mut |variable: &ModuleVariable<'_>| {
+        let name = variable.name.unwrap_or_default();
         let reported = kreplay_module_variable_t {
-            name: variable.name.as_ptr().cast(),
-            name_length: variable.name.len(),
+            name: name.as_ptr().cast(),
+            name_length: name.len(),
             address: variable.address as *mut c_void,
             size: variable.size,
             is_constant: variable.is_constant,
         };
         // SAFETY: the visitor and its data come from the library for this walk; `reported` lives across the call.
-        if !unsafe { visit(visit_data, &reported) } {
-            break;
-        }
-    }
-    RawStatus(KREPLAY_STATUS_SUCCESS as u32)
+        unsafe { visit(visit_data, &reported) }
+    }))
 }
 
 unsafe extern "C" fn sim_host_lock(_: *mut c_void, ptr: *mut c_void, bytes: usize) -> RawStatus {
-    let mut state = state();
-    if state.faults.refuse_host_lock {
-        return RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32);
-    }
-    state.locked.push((ptr as usize, bytes));
-    bump(&COUNTERS.host_locks, 1);
-    bump(&COUNTERS.locked_bytes, bytes);
-    RawStatus(KREPLAY_STATUS_SUCCESS as u32)
+    raw(sim().host_lock(ptr.cast(), bytes))
 }
 
 unsafe extern "C" fn sim_host_unlock(_: *mut c_void, ptr: *mut c_void, bytes: usize) -> RawStatus {
-    let mut state = state();
-    match state.locked.iter().position(|&range| range == (ptr as usize, bytes)) {
-        Some(i) => {
-            state.locked.swap_remove(i);
-            bump(&COUNTERS.host_unlocks, 1);
-            COUNTERS.locked_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    raw(sim().host_unlock(ptr.cast(), bytes))
+}
+
+unsafe extern "C" fn sim_copy_batch(
+    _: *mut c_void,
+    agent: kreplay_agent_t,
+    copies: *const kreplay_copy_t,
+    count: usize,
+) -> RawStatus {
+    if count == 0 {
+        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
+    }
+    if copies.is_null() {
+        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
+    }
+    // SAFETY: the library passes `count` readable copies; `kreplay_copy_t` has `CopyJob`'s layout (checked in
+    // the ops module).
+    let jobs = unsafe { std::slice::from_raw_parts(copies.cast::<CopyJob>(), count) };
+    // SAFETY: every copy is valid by the `copy_batch` op's contract; the sim checks device ranges itself.
+    raw(unsafe { sim().copy_batch(agent.into(), jobs) })
+}
+
+unsafe extern "C" fn sim_device_alloc(
+    _: *mut c_void,
+    agent: kreplay_agent_t,
+    bytes: usize,
+    ptr_out: *mut *mut c_void,
+) -> RawStatus {
+    if ptr_out.is_null() {
+        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
+    }
+    match sim().device_alloc(agent.into(), bytes) {
+        Ok(ptr) => {
+            // SAFETY: non-null and writable by the op's contract.
+            unsafe { ptr_out.write(ptr.as_ptr().cast()) };
             RawStatus(KREPLAY_STATUS_SUCCESS as u32)
         }
-        None => {
-            bump(&COUNTERS.violations, 1);
-            RawStatus(KREPLAY_STATUS_DEVICE_ERROR as u32)
-        }
+        Err(error) => raw(Err(error)),
     }
 }
 
-/// Fills `ops_out` with the simulated device's ops (all five), ready for `kreplay_configure`.
+unsafe extern "C" fn sim_device_free(
+    _: *mut c_void,
+    agent: kreplay_agent_t,
+    ptr: *mut c_void,
+    bytes: usize,
+) -> RawStatus {
+    match NonNull::new(ptr.cast::<u8>()) {
+        // SAFETY: the sim checks that `ptr`/`bytes` is a block it handed to `agent` and refuses anything else.
+        Some(ptr) => raw(unsafe { sim().device_free(agent.into(), ptr, bytes) }),
+        None => RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32),
+    }
+}
+
+unsafe extern "C" fn sim_digest(
+    _: *mut c_void,
+    agent: kreplay_agent_t,
+    jobs: *const kreplay_digest_job_t,
+    count: usize,
+    block_bytes: usize,
+) -> RawStatus {
+    if count == 0 {
+        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
+    }
+    if jobs.is_null() {
+        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
+    }
+    // SAFETY: the library passes `count` readable jobs; `kreplay_digest_job_t` has `DigestJob`'s layout
+    // (checked in the ops module).
+    let jobs = unsafe { std::slice::from_raw_parts(jobs.cast::<DigestJob>(), count) };
+    // SAFETY: each job's output is writable by the op's contract; the sim checks the device ranges itself.
+    raw(unsafe { sim().digest(agent.into(), jobs, block_bytes) })
+}
+
+/// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the version-2 ops
+/// (`copy_batch`, `device_alloc`/`device_free`, `digest`) that `kreplay_sim_set_options` turned on (none by
+/// default). `release` stays NULL: the simulated device lives as long as the process. Ready for
+/// `kreplay_configure`.
 ///
 /// # Safety
 /// `ops_out` must be NULL or valid for a write of `kreplay_device_ops_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops_t) -> kreplay_status_t {
-    guard("kreplay_sim_device_ops", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if ops_out.is_null() {
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
+        let (batch, device, digest) = {
+            let state = sim().state();
+            (state.offer_copy_batch, state.offer_device, state.offer_digest)
+        };
         let ops = kreplay_device_ops_t {
             struct_size: size_of::<kreplay_device_ops_t>(),
             user_data: std::ptr::null_mut(),
@@ -371,10 +280,10 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
             iterate_module_variables: Some(sim_iterate),
             host_lock: Some(sim_host_lock),
             host_unlock: Some(sim_host_unlock),
-            copy_batch: None,
-            device_alloc: None,
-            device_free: None,
-            digest: None,
+            copy_batch: batch.then_some(sim_copy_batch as _),
+            device_alloc: device.then_some(sim_device_alloc as _),
+            device_free: device.then_some(sim_device_free as _),
+            digest: digest.then_some(sim_digest as _),
             release: None,
         };
         // SAFETY: non-null and writable by the caller's contract.
@@ -383,25 +292,46 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
     })
 }
 
+/// Sets the simulated device's options (NULL restores the defaults). Takes effect at once for the counters
+/// and behaviour; which version-2 ops exist is read by the next `kreplay_sim_device_ops`.
+///
+/// # Safety
+/// `options` must be NULL or point to a readable `kreplay_sim_options_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_sim_set_options(options: *const kreplay_sim_options_t) {
+    ffi_guard!((), || {
+        // SAFETY: NULL is checked; otherwise readable by the caller's contract.
+        let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
+        let mut state = sim().state();
+        state.offer_copy_batch = options.copy_batch;
+        state.offer_device = options.device_alloc;
+        state.offer_digest = options.digest;
+        state.device_capacity = options.device_capacity;
+        state.sleep_in_copy_ns = options.sleep_in_copy_ns;
+        state.constant_digest = options.constant_digest;
+    })
+}
+
 fn alloc_common(
-    address: Option<usize>,
+    at: Option<usize>,
     agent: kreplay_agent_t,
     size: usize,
     kind: kreplay_pointer_type_t,
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    if ptr_out.is_null() || size == 0 || size > ARENA_BYTES {
+    if ptr_out.is_null() || size == 0 {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
-    let mut state = state();
-    let Some(base) = state.allocate(address, size) else {
-        return if address.is_some() { KREPLAY_STATUS_INVALID_ARGUMENT } else { KREPLAY_STATUS_OUT_OF_HOST_MEMORY };
-    };
-    state.regions.insert(base, Region { size, agent: agent.handle, kind: kind as u32, global_flags, live: true });
-    // SAFETY: non-null and writable by the caller's contract.
-    unsafe { ptr_out.write(base as *mut c_void) };
-    KREPLAY_STATUS_SUCCESS
+    let kind = kind.engine().unwrap_or(PointerType::Unknown);
+    match sim().try_alloc(at, agent.into(), size, kind, GlobalFlags::from_bits_retain(global_flags)) {
+        Ok(base) => {
+            // SAFETY: non-null and writable by the caller's contract.
+            unsafe { ptr_out.write(base as *mut c_void) };
+            KREPLAY_STATUS_SUCCESS
+        }
+        Err(error) => error.into(),
+    }
 }
 
 /// Allocates `size` bytes of simulated memory of the given kind and global flags, owned by `agent`. The
@@ -418,9 +348,7 @@ pub unsafe extern "C" fn kreplay_sim_alloc(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    guard("kreplay_sim_alloc", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        alloc_common(None, agent, size, r#type, global_flags, ptr_out)
-    })
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || alloc_common(None, agent, size, r#type, global_flags, ptr_out))
 }
 
 /// Allocates again at `address`, which must be a region freed with `kreplay_sim_free` at least `size` bytes
@@ -437,27 +365,18 @@ pub unsafe extern "C" fn kreplay_sim_alloc_at(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    guard("kreplay_sim_alloc_at", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         alloc_common(Some(address as usize), agent, size, r#type, global_flags, ptr_out)
     })
 }
 
-/// Frees a simulated region: it is filled with 0xDD and stays mapped, and from now on any copy into it is
+/// Frees a simulated region: it is filled with 0xDD and stays reserved, and from now on any copy into it is
 /// refused and counted as a violation. `NOT_FOUND` for anything but a live region's base. Does not record the
 /// free: the caller does that first, as a host's free wrapper would.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_sim_free(ptr: *mut c_void) -> kreplay_status_t {
-    guard("kreplay_sim_free", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        let mut state = state();
-        match state.regions.get_mut(&(ptr as usize)) {
-            Some(region) if region.live => {
-                region.live = false;
-                // SAFETY: the region lies inside the arena mapping, which stays mapped until reset.
-                unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), FREED_FILL, region.size) };
-                KREPLAY_STATUS_SUCCESS
-            }
-            _ => KREPLAY_STATUS_NOT_FOUND,
-        }
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if sim().try_free(ptr as usize) { KREPLAY_STATUS_SUCCESS } else { KREPLAY_STATUS_NOT_FOUND }
     })
 }
 
@@ -475,31 +394,24 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     is_constant: bool,
     address_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    guard("kreplay_sim_add_module_variable", KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if address_out.is_null() || size > ARENA_BYTES {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if address_out.is_null() {
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
-        let name = if name.is_null() {
-            Vec::new()
+        let name: &[u8] = if name.is_null() {
+            &[]
         } else {
             // SAFETY: non-null and NUL-terminated by the caller's contract.
-            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes().to_vec()
+            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
         };
-        let mut state = state();
-        let address = if size == 0 {
-            0x10
-        } else {
-            // Carved from the arena (but not a region): after a reset the address is dead, so a stale snapshot's
-            // restore is refused instead of writing into reused memory.
-            match state.allocate(None, size) {
-                Some(address) => address,
-                None => return KREPLAY_STATUS_OUT_OF_HOST_MEMORY,
+        match sim().add_variable_with(agent.into(), name, size, is_constant) {
+            Ok(address) => {
+                // SAFETY: non-null and writable by the caller's contract.
+                unsafe { address_out.write(address as *mut c_void) };
+                KREPLAY_STATUS_SUCCESS
             }
-        };
-        state.variables.push(Variable { agent: agent.handle, name, address, size, is_constant });
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { address_out.write(address as *mut c_void) };
-        KREPLAY_STATUS_SUCCESS
+            Err(error) => error.into(),
+        }
     })
 }
 
@@ -509,13 +421,21 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
 /// `faults` must be NULL or point to a readable `kreplay_sim_faults_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_set_faults(faults: *const kreplay_sim_faults_t) {
-    guard("kreplay_sim_set_faults", (), || {
+    ffi_guard!((), || {
         // SAFETY: NULL is checked; otherwise readable by the caller's contract.
         let faults = unsafe { faults.as_ref() }.copied().unwrap_or_default();
-        let mut state = state();
-        state.faults = faults;
-        state.copies_since_faults = 0;
-        state.variables_since_faults = 0;
+        let from = |now: usize, k: usize| if k == 0 { 0 } else { now.saturating_add(k) };
+        let mut state = sim().state();
+        state.fail_copy_at = from(state.copies, faults.fail_copy_at);
+        state.fail_copies_from = from(state.copies, faults.fail_copies_from);
+        state.fail_query = faults.fail_pointer_info;
+        state.fail_scan_at_variable = from(state.scanned_variables, faults.fail_module_scan_at);
+        state.refuse_lock = faults.refuse_host_lock;
+        state.fail_batch_at = from(state.batches, faults.fail_copy_batch_at);
+        state.fail_batches_from = from(state.batches, faults.fail_copy_batches_from);
+        state.fail_device_alloc_at = from(state.device_allocs, faults.fail_device_alloc_at);
+        state.fail_digest_at = from(state.digests, faults.fail_digest_at);
+        state.fail_digests_from = from(state.digests, faults.fail_digests_from);
         host_memory::fault::fail_map_at(faults.fail_host_map_at);
     })
 }
@@ -526,60 +446,59 @@ pub unsafe extern "C" fn kreplay_sim_set_faults(faults: *const kreplay_sim_fault
 /// `counters_out` must be NULL or valid for a write of `kreplay_sim_counters_t`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_counters(counters_out: *mut kreplay_sim_counters_t) -> kreplay_status_t {
-    guard("kreplay_sim_counters", KREPLAY_STATUS_INTERNAL_ERROR, || {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
         if counters_out.is_null() {
             return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
-        let load = |counter: &AtomicUsize| counter.load(Ordering::Relaxed);
+        let state = sim().state();
         let counters = kreplay_sim_counters_t {
-            copies: load(&COUNTERS.copies),
-            copy_bytes: load(&COUNTERS.copy_bytes),
-            copies_to_device: load(&COUNTERS.copies_to_device),
-            failed_copies: load(&COUNTERS.failed_copies),
-            pointer_queries: load(&COUNTERS.pointer_queries),
-            module_scans: load(&COUNTERS.module_scans),
-            host_locks: load(&COUNTERS.host_locks),
-            host_unlocks: load(&COUNTERS.host_unlocks),
-            locked_bytes: load(&COUNTERS.locked_bytes),
-            violations: load(&COUNTERS.violations),
+            copies: state.copies_done,
+            copy_bytes: state.copy_bytes,
+            copies_to_device: state.copies_to_device,
+            failed_copies: state.failed_copies,
+            pointer_queries: state.queries,
+            module_scans: state.scans,
+            host_locks: state.locks,
+            host_unlocks: state.unlocks,
+            locked_bytes: state.locked_bytes,
+            violations: state.violations,
+            batches: state.batches,
+            batch_copies: state.batch_copies,
+            failed_batches: state.failed_batches,
+            device_allocs: state.device_allocs,
+            device_frees: state.device_frees,
+            device_bytes: state.device_bytes,
+            device_peak_bytes: state.device_peak_bytes,
+            digests: state.digests,
+            digest_blocks: state.digest_blocks,
         };
+        drop(state);
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { counters_out.write(counters) };
         KREPLAY_STATUS_SUCCESS
     })
 }
 
-/// Forgets every region and module variable (their memory is released), disarms faults and zeroes the
-/// counters (except `locked_bytes` and the ranges still locked, which the library must unlock itself).
-/// Does not touch the library's inventory: record frees first, or turn tracking off and on.
+/// Bytes of `device_alloc` storage `agent` holds now.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_sim_device_bytes(agent: kreplay_agent_t) -> usize {
+    ffi_guard!(0, || sim().device_bytes_held(Agent::from(agent)))
+}
+
+/// Forgets every region, module variable and storage block (their memory is released), disarms faults,
+/// restores the default options and zeroes the counters (except `locked_bytes` and the ranges still locked,
+/// which the library must unlock itself). Ops already configured keep working (a version-2 op that the
+/// options no longer offer still runs). Does not touch the library's inventory: record frees first, or turn
+/// tracking off and on.
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_sim_reset() {
-    guard("kreplay_sim_reset", (), || {
-        let mut state = state();
-        if state.arena != 0 {
-            // SAFETY: the arena is our own mapping; dropping its pages zero-fills them on next touch and keeps
-            // the addresses reserved.
-            unsafe { libc::madvise(state.arena as *mut c_void, ARENA_BYTES, libc::MADV_DONTNEED) };
-            state.next = state.arena;
-        }
-        state.regions.clear();
-        state.variables.clear();
-        state.faults = kreplay_sim_faults_t::default();
-        state.copies_since_faults = 0;
-        state.variables_since_faults = 0;
+    ffi_guard!((), || {
+        sim().reset();
+        let mut state = sim().state();
+        state.offer_copy_batch = false;
+        state.offer_device = false;
+        state.offer_digest = false;
+        drop(state);
         host_memory::fault::fail_map_at(0);
-        for counter in [
-            &COUNTERS.copies,
-            &COUNTERS.copy_bytes,
-            &COUNTERS.copies_to_device,
-            &COUNTERS.failed_copies,
-            &COUNTERS.pointer_queries,
-            &COUNTERS.module_scans,
-            &COUNTERS.host_locks,
-            &COUNTERS.host_unlocks,
-            &COUNTERS.violations,
-        ] {
-            counter.store(0, Ordering::Relaxed);
-        }
     })
 }

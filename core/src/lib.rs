@@ -35,6 +35,8 @@ pub mod types;
 /// The host staging pools, under the name the C API gives them.
 pub use storage::host as staging;
 
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 #[cfg(test)]
 mod testing;
 
