@@ -170,7 +170,9 @@ pub unsafe extern "C" fn kreplay_snap(
             Err(reason) => return declined(reason),
         };
         let raw = Box::into_raw(snapshot);
-        let Some(handle) = REGISTRY.lock().insert(raw) else {
+        // The registry's lock is released before the decline below logs (a logger may call kreplay).
+        let inserted = REGISTRY.lock().insert(raw);
+        let Some(handle) = inserted else {
             // SAFETY: `raw` came from `Box::into_raw` just above and was handed to no one.
             drop(unsafe { Box::from_raw(raw) });
             // Like every other decline, this one leaves nothing retained that it took: the capture's storage went

@@ -336,6 +336,68 @@ mod tests {
         assert!(text.ends_with(b"..."));
     }
 
+    static A_RETIRED: AtomicBool = AtomicBool::new(false);
+    static A_CALLS_AFTER: AtomicUsize = AtomicUsize::new(0);
+    static B_ABOVE_LEVEL: AtomicUsize = AtomicUsize::new(0);
+
+    fn sink_a(_: [*mut (); 2], _: Level, _: &CStr) {
+        if A_RETIRED.load(Ordering::SeqCst) {
+            A_CALLS_AFTER.fetch_add(1, Ordering::SeqCst);
+        }
+        std::thread::yield_now();
+    }
+
+    fn sink_b(_: [*mut (); 2], level: Level, _: &CStr) {
+        if level > Level::Error {
+            B_ABOVE_LEVEL.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    // Other tests install sinks of their own meanwhile, so only what must never happen is asserted.
+    #[test]
+    fn after_install_returns_the_previous_sink_is_never_called_and_levels_travel_with_sinks() {
+        let null = [core::ptr::null_mut(); 2];
+        install(Some(ContextSink { deliver: sink_a, context: null }), Level::Trace, true);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let talkers: Vec<_> = (0..3)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        crate::log!(Level::Warning, "a warning");
+                        crate::log!(Level::Info, "an info line");
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+        install(Some(ContextSink { deliver: sink_b, context: null }), Level::Error, true);
+        A_RETIRED.store(true, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+        stop.store(true, Ordering::SeqCst);
+        for talker in talkers {
+            talker.join().unwrap();
+        }
+        assert_eq!(A_CALLS_AFTER.load(Ordering::SeqCst), 0);
+        assert_eq!(B_ABOVE_LEVEL.load(Ordering::SeqCst), 0);
+    }
+
+    fn reinstalling_sink(_: [*mut (); 2], _: Level, _: &CStr) {
+        // From inside a delivery: must not wait for itself.
+        install(None, Level::Warning, false);
+    }
+
+    #[test]
+    fn a_sink_that_installs_another_from_inside_itself_does_not_deadlock() {
+        install(
+            Some(ContextSink { deliver: reinstalling_sink, context: [core::ptr::null_mut(); 2] }),
+            Level::Trace,
+            true,
+        );
+        crate::log!(Level::Error, "installs another sink");
+        set_sink(Some(|_, _| {}), Level::Error);
+    }
+
     #[test]
     fn newlines_and_nuls_inside_a_message_become_spaces() {
         let mut line = Line::new();
