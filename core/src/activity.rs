@@ -68,8 +68,8 @@ impl Activity {
                 let slot = &self.slots[index];
                 let holder = slot.thread.load(Ordering::Acquire);
                 if holder == thread {
-                    // Re-entry: this thread already holds the slot, so only it changes the depth.
-                    slot.depth.fetch_add(1, Ordering::Relaxed);
+                    // Re-entry: this thread holds the slot, and only the holder changes the depth.
+                    slot.depth.store(slot.depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                     return self.admitted(index, true);
                 }
                 if holder == 0 && slot.thread.compare_exchange(0, thread, Ordering::SeqCst, Ordering::Relaxed).is_ok() {
@@ -90,7 +90,10 @@ impl Activity {
 
     fn leave(&self, index: usize) {
         let slot = &self.slots[index];
-        if slot.depth.fetch_sub(1, Ordering::Relaxed) == 1 {
+        // Only the holder changes the depth: no read-modify-write needed.
+        let depth = slot.depth.load(Ordering::Relaxed) - 1;
+        slot.depth.store(depth, Ordering::Relaxed);
+        if depth == 0 {
             slot.thread.store(0, Ordering::Release);
         }
     }

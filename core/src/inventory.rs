@@ -314,8 +314,9 @@ struct State<const CAP: usize, const SLOTS: usize> {
     lost: ArrayVec<Lost, LOST_CAPACITY>,
     /// A lost allocation could not even be remembered: every agent is declined from now on.
     lost_forgotten: bool,
-    /// Recent frees, oldest first, for [`Inventory::undo_remove`].
-    freed: ArrayVec<Freed, UNDO_CAPACITY>,
+    /// Recent frees for [`Inventory::undo_remove`]: a ring, `freed_next` is where the next one goes.
+    freed: [Option<Freed>; UNDO_CAPACITY],
+    freed_next: usize,
     /// Whether inserts are accepted; changed only under the write lock, with `epoch`.
     enabled: bool,
     /// Bumped whenever tracking is turned on or off: an insert prepared under another epoch is refused.
@@ -360,6 +361,8 @@ pub struct Inventory<const CAP: usize = CAPACITY, const SLOTS: usize = { slots_f
     enabled: AtomicBool,
     /// Pins taken and not yet released, all regions: turning tracking off waits for it to reach zero.
     pinned: AtomicUsize,
+    /// Mirror of `State::epoch`, written under the write lock, read without it by record calls.
+    epoch: AtomicU64,
 }
 
 impl<const CAP: usize, const SLOTS: usize> Default for Inventory<CAP, SLOTS> {
@@ -378,12 +381,14 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                 mapping_pins: [const { AtomicU32::new(0) }; VMEM_CAPACITY],
                 lost: ArrayVec::new_const(),
                 lost_forgotten: false,
-                freed: ArrayVec::new_const(),
+                freed: [None; UNDO_CAPACITY],
+                freed_next: 0,
                 enabled: false,
                 epoch: 0,
             }),
             enabled: AtomicBool::new(false),
             pinned: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -401,7 +406,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
     /// The current tracking epoch, read before a record call does its slow work (the pointer query), so that
     /// its insert can be refused if tracking was turned off (or off and on) meanwhile.
     pub fn epoch(&self) -> u64 {
-        self.state.read().epoch
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// Turns tracking on or off. Turning it off forgets everything and waits until no copy touches a region
@@ -415,6 +420,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
             }
             state.enabled = enabled;
             state.epoch += 1;
+            self.epoch.store(state.epoch, Ordering::Release);
             self.enabled.store(enabled, Ordering::Relaxed);
             if enabled { 0 } else { state.clear() }
         };
@@ -524,18 +530,20 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
     /// refused the real free). `NotFound` when no such free is remembered, or the address is tracked again.
     pub fn undo_remove(&self, base: usize) -> Result<(), RemoveError> {
         let mut state = self.state.write();
-        let position = state
-            .freed
-            .iter()
-            .rposition(|freed| match freed {
-                Freed::Tracked(region) => region.base == base,
-                Freed::Lost(lost) => lost.base == base,
+        // Newest first: walk the ring backwards from the last free.
+        let position = (1..=UNDO_CAPACITY)
+            .map(|back| (state.freed_next + UNDO_CAPACITY - back) % UNDO_CAPACITY)
+            .find(|&at| match state.freed[at] {
+                Some(Freed::Tracked(region)) => region.base == base,
+                Some(Freed::Lost(lost)) => lost.base == base,
+                None => false,
             })
             .ok_or(RemoveError::NotFound)?;
         if state.allocations.get(base).is_some() {
             return Err(RemoveError::NotFound);
         }
-        match state.freed.remove(position) {
+        let Some(freed) = state.freed[position].take() else { return Err(RemoveError::NotFound) };
+        match freed {
             Freed::Tracked(region) => {
                 if state.allocations.insert(region).is_err() {
                     state.remember_lost(base, region.size, Some(region.agent), RegionKind::Allocation);
@@ -742,15 +750,13 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
         self.mappings.clear();
         self.lost.clear();
         self.lost_forgotten = false;
-        self.freed.clear();
+        self.freed = [None; UNDO_CAPACITY];
         count
     }
 
     fn remember_freed(&mut self, freed: Freed) {
-        if self.freed.is_full() {
-            self.freed.remove(0);
-        }
-        self.freed.push(freed);
+        self.freed[self.freed_next] = Some(freed);
+        self.freed_next = (self.freed_next + 1) % UNDO_CAPACITY;
     }
 
     fn mapping_pinned(&self, base: usize) -> Option<(&Region, &AtomicU32)> {
