@@ -90,10 +90,18 @@ bool try_variant(const char* mode, const char* host_reserve, uint8_t optimizatio
   return restored && release == 0;
 }
 
+__global__ void write_block(unsigned char* block, size_t bytes) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < bytes;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    block[i] = 0x22;
+  }
+}
+
 // The sequence the benchmark's OPT_TRANSFER rows run (CUPTI_CHECKPOINT_OPT_TRANSFER, one checkpoint saved over
 // with allowOverwrite): save, then twice a partial overwrite and a restore, then a second save over the first and
 // once more. Each step is printed (and flushed) before it runs, so that a crash inside CUPTI names its step.
-void try_transfer_sequence(const char* mode, bool device_memory) {
+// by_kernel: the partial overwrites are a kernel's (as in the benchmark) rather than cudaMemset's.
+void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel) {
   CUDA_CHECK(cudaSetDevice(0));
   CUcontext ctx = std::strcmp(mode, "null") == 0 ? nullptr : driver_api::current_context();
   unsigned char* buffer = nullptr;
@@ -110,7 +118,8 @@ void try_transfer_sequence(const char* mode, bool device_memory) {
   checkpoint.allowOverwrite = 1;
   checkpoint.optimizations = 1;
   auto step = [&](const char* what) {
-    std::printf("cupti_probe: transfer sequence ctx=%s %s: %s\n", mode, device_memory ? "device" : "host", what);
+    std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s: %s\n", mode,
+                device_memory ? "device" : "host", by_kernel ? "kernel" : "cudaMemset", what);
     std::fflush(stdout);
   };
   bool ok = true;
@@ -118,7 +127,12 @@ void try_transfer_sequence(const char* mode, bool device_memory) {
     step(save == 0 ? "save" : "save over the first");
     ok = cuptiCheckpointSave(&checkpoint) == CUPTI_SUCCESS;
     for (int pass = 0; pass < 2 && ok; ++pass) {
-      CUDA_CHECK(cudaMemset(buffer + (pass + 1) * (1u << 20), 0x22, 64u << 10));  // one 64 KiB block
+      if (by_kernel) {
+        write_block<<<64, 256>>>(buffer + (pass + 1) * (1u << 20), 64u << 10);
+        CUDA_CHECK_LAUNCH();
+      } else {
+        CUDA_CHECK(cudaMemset(buffer + (pass + 1) * (1u << 20), 0x22, 64u << 10));  // one 64 KiB block
+      }
       CUDA_CHECK(cudaDeviceSynchronize());
       step("restore");
       ok = cuptiCheckpointRestore(&checkpoint) == CUPTI_SUCCESS;
@@ -132,8 +146,8 @@ void try_transfer_sequence(const char* mode, bool device_memory) {
   }
   step("free");
   const bool freed = cuptiCheckpointFree(&checkpoint) == CUPTI_SUCCESS;
-  std::printf("cupti_probe: transfer sequence ctx=%s %s: %s\n", mode, device_memory ? "device" : "host",
-              ok && freed ? "restored exactly every time" : "FAILED");
+  std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s: %s\n", mode, device_memory ? "device" : "host",
+              by_kernel ? "kernel" : "cudaMemset", ok && freed ? "restored exactly every time" : "FAILED");
   std::fflush(stdout);
   CUDA_CHECK(cudaFree(buffer));
 }
@@ -156,8 +170,10 @@ int main() {
   std::printf("CUPTI_CONTEXT=%s\nCUPTI_HOST_RESERVE=%s\n", context, host_reserve);
   std::fflush(stdout);
   if (std::strcmp(context, "none") != 0) {
-    try_transfer_sequence(context, true);
-    try_transfer_sequence(context, false);
+    for (bool by_kernel : {false, true}) {
+      try_transfer_sequence(context, true, by_kernel);
+      try_transfer_sequence(context, false, by_kernel);
+    }
   }
   return 0;
 }

@@ -117,8 +117,8 @@ if [[ $steps == *,bench,* ]]; then
   fi
   bench=("$bin/kreplay_cuda_bench" --cupti-context "$cupti_context" --cupti-host-reserve "$cupti_host_reserve")
   # Every row but CUPTI's OPT_TRANSFER ones first; those run in a process of their own afterwards, so that a
-  # crash inside CUPTI (one was seen on this driver) costs only them. If they crash with one checkpoint saved over
-  # per row, they run again with a new checkpoint per dispatch.
+  # crash inside CUPTI (one was seen on this driver) costs only them. If they crash, or CUPTI refuses them, with
+  # one checkpoint saved over per row, they run again with a new checkpoint per dispatch.
   "${bench[@]}" --csv "$out/h200-replay-benchmark.csv" --info-log "$out/kreplay-info.log" "$@" \
     --exclude-rows 5c,5d 2>&1 | tee "$out/bench.log"
   rc=${PIPESTATUS[0]}
@@ -135,7 +135,8 @@ if [[ $steps == *,bench,* ]]; then
         tail -n +2 /tmp/kreplay-cupti-transfer.csv >>"$out/h200-replay-benchmark.csv"
       fi
       rm -f /tmp/kreplay-cupti-transfer.csv
-      [[ $rc -ne 139 && $rc -ne 134 ]] && break  # only a crash is worth the second way
+      # Only a crash, or CUPTI refusing a row (3), is worth the second way.
+      [[ $rc -ne 139 && $rc -ne 134 && $rc -ne 3 ]] && break
     done
   fi
   if python3 -c 'import matplotlib' 2>/dev/null && [[ -s "$out/h200-replay-benchmark.csv" ]]; then
