@@ -33,7 +33,7 @@
 //   5d cupti_host_transfer   5b with CUPTI_CHECKPOINT_OPT_TRANSFER, per fraction
 // Per row: first dispatch, steady-state snapshot, restore and dispatch (medians of dispatches 2..D), device and
 // host memory held while the snapshot exists (cudaMemGetInfo of the row's device and the process's resident set,
-// against the same readings before the row). Also: the adapter's digest of the 1 GiB footprints (row D).
+// against the same readings before the row; with several devices at once the resident set is all of theirs). Also: the adapter's digest of the 1 GiB footprints (row D).
 // CUPTI's context (--cupti-context): "null" leaves CUpti_Checkpoint::ctx NULL (the current context), "explicit"
 // names the current (primary) context, "created" runs the CUPTI rows on a fresh allocation of the same footprint
 // in a context made with cuCtxCreate, as NVIDIA's sample does. cupti_probe tells which one this driver accepts.

@@ -669,7 +669,8 @@ void batch_copies_are_exact(int device, test_case& t) {
   }
   const uint64_t releases = kreplay_cuda::stats().releases;
   ops.release(ops.user_data);
-  t.expect(kreplay_cuda::stats().releases == releases + 1, "release did not run");
+  // At least: the other devices' threads release their own sets at the same time.
+  t.expect(kreplay_cuda::stats().releases >= releases + 1, "release did not run");
 }
 
 void digest_self_test(int device, test_case& t) {
