@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 
 namespace fake {
 
@@ -480,7 +482,24 @@ executable_t* find_executable(hsa_executable_t executable) {
   return nullptr;
 }
 
+// Symbol handle -> (executable, position), so that a scan of thousands of symbols does not search them all
+// for every query. Checked on use: tests edit fake::executables directly, and a stale entry falls back to the
+// search.
+std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> symbol_index;
+
+void index_symbols(std::size_t executable) {
+  const auto& symbols = executables[executable].symbols;
+  for (std::size_t i = 0; i < symbols.size(); ++i) symbol_index[symbols[i].handle] = {executable, i};
+}
+
 const symbol_t* find_symbol(hsa_executable_symbol_t symbol) {
+  const auto it = symbol_index.find(symbol.handle);
+  if (it != symbol_index.end() && it->second.first < executables.size()) {
+    const auto& symbols = executables[it->second.first].symbols;
+    if (it->second.second < symbols.size() && symbols[it->second.second].handle == symbol.handle) {
+      return &symbols[it->second.second];
+    }
+  }
   for (const auto& e : executables) {
     for (const auto& s : e.symbols) {
       if (s.handle == symbol.handle) return &s;
@@ -575,6 +594,7 @@ void release_everything() {
     for (auto& s : e.symbols) std::free(s.address);
   }
   executables.clear();
+  symbol_index.clear();
 }
 
 // Gives the fake's memory back at exit, before the containers that point at it are destroyed, so that a
@@ -666,6 +686,7 @@ std::size_t add_standard_executable(hsa_agent_t agent, const std::string& suffix
   e.symbols.push_back(variable("empty" + suffix, 0, HSA_VARIABLE_SEGMENT_GLOBAL, false));
   e.symbols.push_back(variable("flaky" + suffix, 16, HSA_VARIABLE_SEGMENT_GLOBAL, false));
   executables.push_back(e);
+  index_symbols(executables.size() - 1);
   return executables.size() - 1;
 }
 
@@ -698,6 +719,7 @@ std::size_t add_executable_with_variables(hsa_agent_t agent, std::size_t n, std:
                                  std::calloc(1, size), size, HSA_VARIABLE_SEGMENT_GLOBAL, false, agent, -1});
   }
   executables.push_back(std::move(e));
+  index_symbols(executables.size() - 1);
   return executables.size() - 1;
 }
 
