@@ -11,6 +11,7 @@ use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::log::Level;
 use crate::ops::{DeviceOps, Digest};
+use crate::opsets::OpsRef;
 use crate::policy::Policy;
 use crate::storage::device::DeviceLease;
 use crate::types::Agent;
@@ -139,7 +140,7 @@ impl<O: DeviceOps> Engine<O> {
     /// over; the stash's other storage is given back.
     fn stage(
         &self,
-        ops: &O,
+        ops: &OpsRef<'_, O>,
         agent: Agent,
         policy: &Policy,
         snapshot: &mut Snapshot<'_, O>,
@@ -219,16 +220,11 @@ impl<O: DeviceOps> Engine<O> {
                 );
                 match locked {
                     Ok(()) => {
-                        let hold = self.ops().map(|current| current.hold());
-                        // The ops just used may have been replaced meanwhile: hold the set that locked it.
-                        match hold {
-                            Ok(hold) if self.pools.set_hold(&mut lease, Some(hold)) => {}
-                            other => {
-                                if let Ok(hold) = other {
-                                    self.ops.release_hold(hold);
-                                }
-                                let _ = ops.host_unlock(lease.data.as_ptr(), lease.capacity);
-                            }
+                        // Held through the set that locked it, so that set unlocks it, whatever is configured then.
+                        let hold = ops.hold();
+                        if !self.pools.set_hold(&mut lease, Some(hold)) {
+                            self.ops.release_hold(hold);
+                            let _ = ops.host_unlock(lease.data.as_ptr(), lease.capacity);
                         }
                     }
                     Err(error) => crate::log!(
@@ -251,7 +247,7 @@ impl<O: DeviceOps> Engine<O> {
     /// else the best idle block, else a new allocation (after giving idle blocks back, so that the budget holds).
     fn take_device(
         &self,
-        ops: &O,
+        ops: &OpsRef<'_, O>,
         agent: Agent,
         size: usize,
         limit: usize,
@@ -271,7 +267,8 @@ impl<O: DeviceOps> Engine<O> {
         self.trim_device(agent);
         let len = size.saturating_add(size / HEADROOM_DIVISOR).min(limit).max(size);
         let ptr = ops.device_alloc(agent, len)?;
-        let hold = self.ops()?.hold();
+        // Freed through the set that allocated it, whatever is configured then.
+        let hold = ops.hold();
         match self.device.add(agent, ptr, len, hold) {
             Ok(lease) => Ok((lease, false)),
             Err(error) => {
