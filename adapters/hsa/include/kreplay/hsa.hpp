@@ -14,6 +14,7 @@
  *   kreplay::hsa::install(core_table, amd_ext_table, lib_instance);      // live tables: wrappers go in
  *   kreplay::hsa::configure(&saved_core, &saved_amd_ext, &options);      // captured, un-wrapped copies
  *   // When the kernel-replay service is configured:
+ *   kreplay::hsa::set_policy(&policy);   // optional: pinning, device budget; keeps the module-scan cache
  *   kreplay_tracking_enable(true);
  *   // Around the passes of one dispatch: kreplay_replay_gate, kreplay_snap, kreplay_restore, ...
  *   // At the tool's fini:
