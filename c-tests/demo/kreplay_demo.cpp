@@ -1,14 +1,18 @@
-// kreplay_demo: a small kernel-replay profiler run on the simulated device.
+// kreplay_demo: one kernel-replay workload run in each of kreplay's modes on the simulated device, side by side.
 //
 // It plays the part of a profiler that replays every dispatch several times to collect more counters than one
-// pass can: an application allocates a footprint of device memory (through wrappers that report each
-// allocation to kreplay, as a host's HSA interception would), defines module-scope variables, then launches
-// kernels. Before each dispatch the profiler takes a snapshot; between passes it restores it, so that every
-// pass reads exactly the inputs the first one read. The "kernel" rewrites all of its inputs, so a missed or
-// partial restore shows up as a checksum that differs between passes, and the demo exits non-zero.
+// pass can. An application allocates a footprint of device memory (through wrappers that report each
+// allocation to kreplay, as a host's HSA interception would) and defines module-scope variables. Each dispatch
+// is replayed in passes: a snapshot before the first, a restore before each later one. The "kernel" of a pass
+// first reads its whole footprint (a checksum) and then rewrites a fraction of its 64 KiB blocks at random, so
+// a missed or partial restore shows up as a checksum that differs from the one of the captured state.
 //
-// Exit status: 0 when every replayed dispatch computed the same result in every pass and the simulated device
-// saw no write into freed memory; 1 when a check failed; 2 for bad command-line arguments.
+// The same workload runs in every mode (host tier with full copies or dirty-only, device tier whole or
+// spilled, version-1 ops), and a table compares what a dispatch cost and how many bytes it moved in each.
+//
+// Exit status: 0 when every pass of every replayed dispatch read exactly the captured state, the byte counts
+// agree with kreplay's reports and nothing was left held after a trim; 1 when a check failed; 2 for bad
+// command-line arguments.
 
 #include "kreplay.h"
 #include "kreplay_sim.h"
@@ -26,6 +30,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
@@ -34,33 +40,64 @@
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr std::size_t kBlockBytes = 64u << 10;  // the kernel's write unit, and kreplay's default digest block
+
+// One way of running kreplay, as a host would set it up: which ops it hands in and which policy it sets.
+struct Mode {
+  const char* key;    // for --modes
+  const char* label;  // for the table
+  bool copy_batch;
+  bool device_ops;  // device_alloc and device_free
+  bool digest;
+  bool dirty_only;
+  int budget_halves;  // device_budget_bytes in halves of the captured footprint: 0 (host only), 1 or 2
+};
+
+constexpr Mode kModes[] = {
+    {"host-full", "host tier, full copies", true, true, true, false, 0},
+    {"host-dirty", "host tier, dirty-only", true, true, true, true, 0},
+    {"device", "device tier, full copies", true, true, true, false, 2},
+    {"device-dirty", "device tier, dirty-only", true, true, true, true, 2},
+    {"spill", "spill (budget = half)", true, true, true, false, 1},
+    {"v1", "version-1 ops (no batches)", false, false, false, false, 0},
+};
+constexpr std::size_t kModeCount = sizeof kModes / sizeof kModes[0];
 
 struct Options {
   std::size_t footprint_mib = 256;
   std::size_t regions = 200;
-  std::size_t dispatches = 5;
-  std::size_t passes = 4;
+  std::size_t dispatches = 3;
+  std::size_t passes = 5;
+  double write_percent = 1.0;
+  std::vector<std::size_t> modes;  // indices into kModes; empty: all
   bool pin = true;
   std::size_t max_snapshot_mib = 0;
   bool verbose = false;
   bool skip_restores = false;
+  bool blind_digest = false;
 };
 
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: kreplay_demo [options]\n"
                "\n"
-               "Replays dispatches on kreplay's simulated device: each dispatch is snapshotted, its kernel runs\n"
-               "once per pass with a restore in between, and every pass must compute the same checksum.\n"
+               "Replays one workload in each of kreplay's modes on the simulated device and compares them: each\n"
+               "dispatch is snapshotted, its kernel runs once per pass with a restore in between, and every pass\n"
+               "must read exactly the captured state.\n"
                "\n"
                "  --footprint-mib N      tracked device memory to allocate (default 256)\n"
                "  --regions N            tracked allocations it is split into (default 200)\n"
-               "  --dispatches N         dispatches to replay (default 5)\n"
-               "  --passes N             passes per dispatch (default 4)\n"
+               "  --dispatches N         dispatches to replay in each mode (default 3)\n"
+               "  --passes N             passes per dispatch: 1 snapshot + N-1 restores (default 5)\n"
+               "  --write-percent P      share of the 64 KiB blocks each pass rewrites, 0 to 100 (default 1)\n"
+               "  --modes A,B,...        modes to run, in this order (default all):\n"
+               "                         host-full, host-dirty, device, device-dirty, spill, v1\n"
                "  --pin / --no-pin       page-lock retained staging (default --pin)\n"
                "  --max-snapshot-mib N   decline snapshots above N MiB of host memory (default 0: no limit)\n"
-               "  --verbose              also print kreplay's INFO lines (one per snapshot and restore)\n"
+               "  --verbose              also print each dispatch and kreplay's INFO lines\n"
                "  --skip-restores        self-test: run the passes without restoring, so the check must fail\n"
+               "  --blind-digest         self-test: the digest cannot tell blocks apart, so dirty-only restores\n"
+               "                         write nothing and the check must fail\n"
                "  --help                 this text\n");
 }
 
@@ -72,6 +109,36 @@ bool parse_size(const char* text, std::size_t* out) {
   if (errno != 0 || *end != '\0') return false;
   *out = static_cast<std::size_t>(value);
   return true;
+}
+
+bool parse_percent(const char* text, double* out) {
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text, &end);
+  if (errno != 0 || *end != '\0' || !(value >= 0.0 && value <= 100.0)) return false;
+  *out = value;
+  return true;
+}
+
+bool parse_modes(const std::string& text, std::vector<std::size_t>* out) {
+  out->clear();
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string key = text.substr(start, comma - start);
+    std::size_t found = kModeCount;
+    for (std::size_t m = 0; m < kModeCount; ++m) {
+      if (key == kModes[m].key) found = m;
+    }
+    if (found == kModeCount) {
+      std::fprintf(stderr, "kreplay_demo: unknown mode '%s'\n", key.c_str());
+      return false;
+    }
+    out->push_back(found);
+    start = comma + 1;
+  }
+  return !out->empty();
 }
 
 // Returns 0 to run, 1 when --help was asked for, 2 on a bad argument.
@@ -94,6 +161,23 @@ int parse_options(int argc, char** argv, Options* options) {
     } else if (arg == "--skip-restores") {
       options->skip_restores = true;
       continue;
+    } else if (arg == "--blind-digest") {
+      options->blind_digest = true;
+      continue;
+    } else if (arg == "--write-percent") {
+      if (i + 1 >= argc || !parse_percent(argv[i + 1], &options->write_percent)) {
+        std::fprintf(stderr, "kreplay_demo: --write-percent needs a number from 0 to 100\n");
+        return 2;
+      }
+      ++i;
+      continue;
+    } else if (arg == "--modes") {
+      if (i + 1 >= argc || !parse_modes(argv[i + 1], &options->modes)) {
+        std::fprintf(stderr, "kreplay_demo: --modes needs a comma-separated list of modes (see --help)\n");
+        return 2;
+      }
+      ++i;
+      continue;
     } else if (arg == "--footprint-mib") {
       target = &options->footprint_mib;
     } else if (arg == "--regions") {
@@ -115,8 +199,8 @@ int parse_options(int argc, char** argv, Options* options) {
     }
     ++i;
   }
-  if (options->footprint_mib == 0 || options->footprint_mib > (32u << 10)) {
-    std::fprintf(stderr, "kreplay_demo: --footprint-mib must be in [1, 32768]\n");
+  if (options->footprint_mib == 0 || options->footprint_mib > (8u << 10)) {
+    std::fprintf(stderr, "kreplay_demo: --footprint-mib must be in [1, 8192]\n");
     return 2;
   }
   if (options->regions < 2 || options->regions > 60000) {
@@ -131,9 +215,12 @@ int parse_options(int argc, char** argv, Options* options) {
     std::fprintf(stderr, "kreplay_demo: --max-snapshot-mib must be at most 2^40\n");
     return 2;
   }
-  if (options->dispatches == 0 || options->passes < 2) {
-    std::fprintf(stderr, "kreplay_demo: --dispatches must be at least 1 and --passes at least 2\n");
+  if (options->dispatches == 0 || options->dispatches > 1000 || options->passes < 2 || options->passes > 1000) {
+    std::fprintf(stderr, "kreplay_demo: --dispatches must be in [1, 1000] and --passes in [2, 1000]\n");
     return 2;
+  }
+  if (options->modes.empty()) {
+    for (std::size_t m = 0; m < kModeCount; ++m) options->modes.push_back(m);
   }
   return 0;
 }
@@ -144,7 +231,7 @@ double now_s() {
 }
 
 // A progress line on stderr, only once a run has taken more than a second, and at most once a second: short
-// runs print nothing extra.
+// runs print nothing extra. On a terminal it rewrites one line.
 class Progress {
  public:
   Progress() : start_(now_s()), last_(start_), tty_(isatty(STDERR_FILENO) != 0) {}
@@ -158,13 +245,13 @@ class Progress {
     va_start(args, format);
     std::vsnprintf(text, sizeof text, format, args);
     va_end(args);
-    std::fprintf(stderr, tty_ ? "\r[%6.1f s] %-70s" : "[%6.1f s] %s\n", now - start_, text);
+    std::fprintf(stderr, tty_ ? "\r[%5.1f s] %-80s" : "[%5.1f s] %s\n", now - start_, text);
     shown_ = true;
   }
 
   // Clears a pending carriage-return line before normal output.
   void clear() {
-    if (shown_ && tty_) std::fprintf(stderr, "\r%-82s\r", "");
+    if (shown_ && tty_) std::fprintf(stderr, "\r%-92s\r", "");
     shown_ = false;
   }
 
@@ -209,6 +296,189 @@ bool check(kreplay_status_t status, const char* what) {
   return false;
 }
 
+std::string describe_size(std::size_t bytes);
+
+const char* plural(std::size_t count) { return count == 1 ? "" : "s"; }
+
+// A MiB figure of the table in words: small amounts in their own unit, so that "0.0 MiB" never hides bytes.
+std::string describe_mib(double mib) {
+  if (mib == 0.0) return "none";
+  if (mib < 0.1) return describe_size(static_cast<std::size_t>(std::llround(mib * kMiB)));
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", mib);
+  return text;
+}
+
+std::string describe_size(std::size_t bytes) {
+  char text[32];
+  if (bytes >= (1u << 20)) {
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / kMiB);
+  } else if (bytes >= 1024) {
+    std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  } else {
+    std::snprintf(text, sizeof text, "%zu B", bytes);
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The ops the demo hands to kreplay: the simulated device's own, with every copy counted by direction on the
+// way through. The simulated device counts copied bytes but not where they went; the table needs host<->device
+// and device<->device apart, and the device-to-device share is what the device tier is for.
+
+struct CopyCounts {
+  std::size_t host_device = 0;    // either way across the (simulated) link
+  std::size_t device_device = 0;  // within device memory: device-tier storage
+  std::size_t host_host = 0;      // never expected: both ends in host memory
+  std::size_t to_device = 0;      // of the above, bytes written into device memory (restores)
+  std::size_t total() const { return host_device + device_device + host_host; }
+};
+
+CopyCounts operator-(const CopyCounts& a, const CopyCounts& b) {
+  CopyCounts d;
+  d.host_device = a.host_device - b.host_device;
+  d.device_device = a.device_device - b.device_device;
+  d.host_host = a.host_host - b.host_host;
+  d.to_device = a.to_device - b.to_device;
+  return d;
+}
+
+CopyCounts operator+(const CopyCounts& a, const CopyCounts& b) {
+  CopyCounts s;
+  s.host_device = a.host_device + b.host_device;
+  s.device_device = a.device_device + b.device_device;
+  s.host_host = a.host_host + b.host_host;
+  s.to_device = a.to_device + b.to_device;
+  return s;
+}
+
+class CopyTap {
+ public:
+  // Device memory: the application's regions and module variables (added by the demo) and kreplay's device
+  // storage (added by device_alloc below). Everything else a copy touches is host staging.
+  void add_device_range(const void* base, std::size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_[reinterpret_cast<std::uintptr_t>(base)] = size;
+  }
+  void remove_device_range(const void* base) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_.erase(reinterpret_cast<std::uintptr_t>(base));
+  }
+
+  // Wraps `inner` (the simulated device's ops) into `out`, which kreplay_configure takes.
+  void wrap(const kreplay_device_ops_t& inner, kreplay_device_ops_t* out) {
+    inner_ = inner;
+    *out = kreplay_device_ops_t{};
+    out->struct_size = sizeof *out;
+    out->user_data = this;
+    out->copy = &tap_copy;
+    out->pointer_info = &tap_pointer_info;
+    out->iterate_module_variables = &tap_iterate_module_variables;
+    if (inner.host_lock != nullptr && inner.host_unlock != nullptr) {
+      out->host_lock = &tap_host_lock;
+      out->host_unlock = &tap_host_unlock;
+    }
+    if (inner.copy_batch != nullptr) out->copy_batch = &tap_copy_batch;
+    if (inner.device_alloc != nullptr && inner.device_free != nullptr) {
+      out->device_alloc = &tap_device_alloc;
+      out->device_free = &tap_device_free;
+    }
+    if (inner.digest != nullptr) out->digest = &tap_digest;
+  }
+
+  CopyCounts counts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return counts_;
+  }
+
+ private:
+  bool is_device(const void* address) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    auto it = device_.upper_bound(a);
+    if (it == device_.begin()) return false;
+    --it;
+    return a - it->first < it->second;
+  }
+
+  void count(const void* dst, const void* src, std::size_t bytes) {
+    const bool dst_device = is_device(dst);
+    const bool src_device = is_device(src);
+    if (dst_device && src_device) {
+      counts_.device_device += bytes;
+    } else if (dst_device || src_device) {
+      counts_.host_device += bytes;
+    } else {
+      counts_.host_host += bytes;
+    }
+    if (dst_device) counts_.to_device += bytes;
+  }
+
+  static CopyTap* self(void* user_data) { return static_cast<CopyTap*>(user_data); }
+
+  static kreplay_status_t tap_copy(void* user_data, void* dst, const void* src, std::size_t bytes) {
+    CopyTap* tap = self(user_data);
+    const kreplay_status_t status = tap->inner_.copy(tap->inner_.user_data, dst, src, bytes);
+    if (status == KREPLAY_STATUS_SUCCESS) {
+      std::lock_guard<std::mutex> lock(tap->mutex_);
+      tap->count(dst, src, bytes);
+    }
+    return status;
+  }
+  static kreplay_status_t tap_copy_batch(void* user_data, kreplay_agent_t agent, const kreplay_copy_t* copies,
+                                         std::size_t count) {
+    CopyTap* tap = self(user_data);
+    const kreplay_status_t status = tap->inner_.copy_batch(tap->inner_.user_data, agent, copies, count);
+    // A failed batch is redone copy by copy through tap_copy, which counts those; the demo injects no faults.
+    if (status == KREPLAY_STATUS_SUCCESS) {
+      std::lock_guard<std::mutex> lock(tap->mutex_);
+      for (std::size_t i = 0; i < count; ++i) tap->count(copies[i].dst, copies[i].src, copies[i].bytes);
+    }
+    return status;
+  }
+  static kreplay_status_t tap_pointer_info(void* user_data, const void* ptr, kreplay_pointer_info_t* info) {
+    CopyTap* tap = self(user_data);
+    return tap->inner_.pointer_info(tap->inner_.user_data, ptr, info);
+  }
+  static kreplay_status_t tap_iterate_module_variables(void* user_data, kreplay_agent_t agent,
+                                                       kreplay_module_variable_visitor_t visit, void* visit_data) {
+    CopyTap* tap = self(user_data);
+    return tap->inner_.iterate_module_variables(tap->inner_.user_data, agent, visit, visit_data);
+  }
+  static kreplay_status_t tap_host_lock(void* user_data, void* ptr, std::size_t bytes) {
+    CopyTap* tap = self(user_data);
+    return tap->inner_.host_lock(tap->inner_.user_data, ptr, bytes);
+  }
+  static kreplay_status_t tap_host_unlock(void* user_data, void* ptr, std::size_t bytes) {
+    CopyTap* tap = self(user_data);
+    return tap->inner_.host_unlock(tap->inner_.user_data, ptr, bytes);
+  }
+  static kreplay_status_t tap_device_alloc(void* user_data, kreplay_agent_t agent, std::size_t bytes,
+                                           void** ptr_out) {
+    CopyTap* tap = self(user_data);
+    const kreplay_status_t status = tap->inner_.device_alloc(tap->inner_.user_data, agent, bytes, ptr_out);
+    if (status == KREPLAY_STATUS_SUCCESS) tap->add_device_range(*ptr_out, bytes);
+    return status;
+  }
+  static kreplay_status_t tap_device_free(void* user_data, kreplay_agent_t agent, void* ptr, std::size_t bytes) {
+    CopyTap* tap = self(user_data);
+    tap->remove_device_range(ptr);
+    return tap->inner_.device_free(tap->inner_.user_data, agent, ptr, bytes);
+  }
+  static kreplay_status_t tap_digest(void* user_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs,
+                                     std::size_t count, std::size_t block_bytes) {
+    CopyTap* tap = self(user_data);
+    return tap->inner_.digest(tap->inner_.user_data, agent, jobs, count, block_bytes);
+  }
+
+  std::mutex mutex_;
+  std::map<std::uintptr_t, std::size_t> device_;
+  CopyCounts counts_;
+  kreplay_device_ops_t inner_{};
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// The application: its allocations, module variables and kernel.
+
 // A device allocation as the application sees it.
 struct Allocation {
   unsigned char* ptr = nullptr;
@@ -219,26 +489,14 @@ struct Allocation {
 // first, then the runtime call (free), so that no restore can write into memory already given back.
 class Device {
  public:
-  explicit Device(kreplay_agent_t agent) : agent_(agent) {}
+  Device(kreplay_agent_t agent, CopyTap* tap) : agent_(agent), tap_(tap) {}
 
   bool allocate(std::size_t size, kreplay_pointer_type_t type, uint32_t global_flags, uint32_t alloc_flags,
                 Allocation* out) {
     void* ptr = nullptr;
     if (!check(kreplay_sim_alloc(agent_, size, type, global_flags, &ptr), "kreplay_sim_alloc")) return false;
     if (!check(kreplay_record_alloc(ptr, size, alloc_flags), "kreplay_record_alloc")) return false;
-    *out = Allocation{static_cast<unsigned char*>(ptr), size};
-    return true;
-  }
-
-  // Reallocates at an address the runtime just got back, the way allocators hand a freed block to the next
-  // request: the inventory must see a new generation there.
-  bool allocate_at(void* address, std::size_t size, Allocation* out) {
-    void* ptr = nullptr;
-    if (!check(kreplay_sim_alloc_at(address, agent_, size, KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED,
-                                    &ptr),
-               "kreplay_sim_alloc_at"))
-      return false;
-    if (!check(kreplay_record_alloc(ptr, size, 0), "kreplay_record_alloc")) return false;
+    tap_->add_device_range(ptr, size);
     *out = Allocation{static_cast<unsigned char*>(ptr), size};
     return true;
   }
@@ -249,10 +507,11 @@ class Device {
 
   bool release(const Allocation& allocation) {
     if (!check(kreplay_record_free(allocation.ptr), "kreplay_record_free")) return false;
+    tap_->remove_device_range(allocation.ptr);
     return check(kreplay_sim_free(allocation.ptr), "kreplay_sim_free");
   }
 
-  // Memory that a snapshot must leave alone; record_alloc still sees it, as it would on a real host.
+  // Memory that a snapshot must leave alone; record_free still sees it, as it would on a real host.
   bool release_untracked(const Allocation& allocation) {
     const kreplay_status_t status = kreplay_record_free(allocation.ptr);
     if (status != KREPLAY_STATUS_NOT_FOUND) {
@@ -260,11 +519,13 @@ class Device {
                    static_cast<void*>(allocation.ptr), kreplay_status_string(status));
       return false;
     }
+    tap_->remove_device_range(allocation.ptr);
     return check(kreplay_sim_free(allocation.ptr), "kreplay_sim_free");
   }
 
  private:
   kreplay_agent_t agent_;
+  CopyTap* tap_;
 };
 
 struct ModuleVariable {
@@ -327,28 +588,37 @@ void fill(unsigned char* data, std::size_t size, uint64_t seed) {
   for (; i < size; ++i) data[i] = static_cast<unsigned char>(seed + i);
 }
 
-// The "kernel": reads every input, folds it into a position-dependent checksum, and rewrites it with one step
-// of a full-period generator, so that the next pass reads different data unless it is restored in between.
-uint64_t kernel_over(unsigned char* data, std::size_t size, bool writable) {
-  uint64_t sum = 0;
-  uint64_t running = 0;
+// A position-dependent checksum of a range (Fletcher-style running sums in four lanes, so that the compiler
+// can vectorise it and a pass's read runs near memory speed).
+uint64_t checksum(const unsigned char* data, std::size_t size) {
+  uint64_t s[4] = {0, 0, 0, 0};
+  uint64_t t[4] = {0, 0, 0, 0};
+  std::size_t i = 0;
+  for (; i + 32 <= size; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, data + i, 32);
+    for (int k = 0; k < 4; ++k) {
+      s[k] += w[k];
+      t[k] += s[k];
+    }
+  }
+  uint64_t tail = 0;
+  for (; i < size; ++i) tail = tail * 131 + data[i] + 1;
+  uint64_t hash = size;
+  for (int k = 0; k < 4; ++k) hash = (hash ^ s[k]) * 0xff51afd7ed558ccdull ^ t[k];
+  return (hash ^ tail) * 0xc4ceb9fe1a85ec53ull;
+}
+
+// Rewrites a block so that it differs from what it held: one step of a full-period generator per word.
+void rewrite(unsigned char* data, std::size_t size) {
   std::size_t i = 0;
   for (; i + 8 <= size; i += 8) {
     uint64_t word;
     std::memcpy(&word, data + i, 8);
-    sum += word;
-    running += sum;
-    if (writable) {
-      word = word * 6364136223846793005ull + 1442695040888963407ull;
-      std::memcpy(data + i, &word, 8);
-    }
+    word = word * 6364136223846793005ull + 1442695040888963407ull;
+    std::memcpy(data + i, &word, 8);
   }
-  for (; i < size; ++i) {
-    sum += data[i];
-    running += sum;
-    if (writable) data[i] = static_cast<unsigned char>(data[i] * 5u + 1u);
-  }
-  return (sum * 0xff51afd7ed558ccdull) ^ running ^ size;
+  for (; i < size; ++i) data[i] = static_cast<unsigned char>(data[i] * 5u + 1u);
 }
 
 uint64_t mix(uint64_t hash, uint64_t value) {
@@ -356,43 +626,104 @@ uint64_t mix(uint64_t hash, uint64_t value) {
   return hash;
 }
 
-struct Kernel {
-  std::vector<Allocation>* regions;
-  std::vector<ModuleVariable>* variables;
-  uint64_t* launch_counter;  // fine-grained memory: the host reads it, so it must never be rolled back
+struct Range {
+  unsigned char* ptr;
+  std::size_t size;
+};
 
-  uint64_t run() const {
-    uint64_t hash = 0;
-    for (const Allocation& region : *regions) hash = mix(hash, kernel_over(region.ptr, region.size, true));
-    for (const ModuleVariable& variable : *variables) {
-      if (!variable.captured) continue;
-      // Kernels read __constant__ memory and never write it.
-      hash = mix(hash, kernel_over(variable.ptr, variable.size, !variable.is_constant));
+// What the kernel reads and writes: every tracked region and captured module variable (it reads __constant__
+// tables and never writes them), and a fine-grained launch counter that kreplay must never roll back.
+class Kernel {
+ public:
+  Kernel(std::vector<Range> reads, const std::vector<Range>& writes, uint64_t* launch_counter)
+      : reads_(std::move(reads)), launch_counter_(launch_counter) {
+    for (const Range& range : writes) {
+      for (std::size_t offset = 0; offset < range.size; offset += kBlockBytes)
+        blocks_.push_back({range.ptr + offset, std::min(kBlockBytes, range.size - offset)});
     }
-    ++*launch_counter;
+    restart();
+  }
+
+  // Makes the next draws, from a generator seeded alike, pick the same blocks as after the previous restart.
+  void restart() {
+    order_.resize(blocks_.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+  }
+
+  std::size_t blocks() const { return blocks_.size(); }
+
+  // The checksum of everything the kernel reads: what a pass computes from its inputs.
+  uint64_t read() const {
+    uint64_t hash = 0;
+    for (const Range& range : reads_) hash = mix(hash, checksum(range.ptr, range.size));
     return hash;
+  }
+
+  // Rewrites `count` distinct blocks drawn at random (a partial shuffle).
+  void write(std::size_t count, std::mt19937_64& rng) {
+    count = std::min(count, blocks_.size());
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uniform_int_distribution<std::size_t> pick(i, blocks_.size() - 1);
+      std::swap(order_[i], order_[pick(rng)]);
+      rewrite(blocks_[order_[i]].ptr, blocks_[order_[i]].size);
+    }
+    ++*launch_counter_;
+  }
+
+  uint64_t launches() const { return *launch_counter_; }
+
+ private:
+  std::vector<Range> reads_;
+  std::vector<Range> blocks_;
+  std::vector<std::size_t> order_;
+  uint64_t* launch_counter_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// One mode's run and its figures.
+
+struct ModeFigures {
+  std::size_t replayed = 0;   // dispatches replayed
+  std::size_t declined = 0;   // dispatches whose snapshot was declined (run once)
+  std::size_t passes = 0;     // passes verified
+  double first_s = 0;         // the first dispatch's snapshot + restores
+  double steady_s = 0;        // the later dispatches' snapshots + restores, summed
+  std::size_t steady = 0;     // how many later dispatches
+  CopyCounts steady_bytes;    // bytes moved by the later dispatches, summed
+  CopyCounts first_bytes;     // bytes moved by the first dispatch
+  std::size_t captured = 0;   // bytes a snapshot holds
+  std::size_t device_held = 0;  // most device storage held while a snapshot was live
+  std::size_t host_held = 0;    // most host staging mapped while a snapshot was live
+  std::size_t clean_bytes = 0;  // bytes restores found unchanged and did not write, all dispatches
+  std::size_t first_calls = 0;   // copy, copy_batch and digest calls of the first dispatch
+  std::size_t steady_calls = 0;  // of the later dispatches, summed
+  double kernel_s = 0;
+  bool ran = false;
+
+  double per_dispatch_ms() const {
+    if (steady > 0) return steady_s * 1e3 / static_cast<double>(steady);
+    return first_s * 1e3;
+  }
+  double calls_per_dispatch() const {
+    if (steady > 0) return static_cast<double>(steady_calls) / static_cast<double>(steady);
+    return static_cast<double>(first_calls);
+  }
+  double mib_per_dispatch(std::size_t CopyCounts::*field) const {
+    if (steady > 0) return static_cast<double>(steady_bytes.*field) / kMiB / static_cast<double>(steady);
+    return static_cast<double>(first_bytes.*field) / kMiB;
   }
 };
 
-struct DispatchFigures {
-  bool replayed = false;
-  double snap_s = 0;
-  double restore_s = 0;  // all restores of the dispatch
-  std::size_t restores = 0;
-  std::size_t bytes = 0;
-  std::size_t regions = 0;
-  std::size_t module_variables = 0;
-  std::size_t maps = 0;  // host mappings the snapshot made (0: staging reused)
-  std::size_t mapped_bytes = 0;
-  std::size_t locks = 0;
-  kreplay_snapshot_info_t info{};
+struct Context {
+  const Options* options;
+  kreplay_agent_t agent;
+  Kernel* kernel;
+  CopyTap* tap;
+  Progress* progress;
+  std::size_t captured_bytes;  // regions and captured module variables
+  std::size_t regions;
+  std::size_t module_variables;
 };
-
-kreplay_host_memory_stats_t host_memory() {
-  kreplay_host_memory_stats_t stats{};
-  kreplay_host_memory_stats(&stats);
-  return stats;
-}
 
 kreplay_sim_counters_t sim_counters() {
   kreplay_sim_counters_t counters{};
@@ -400,19 +731,192 @@ kreplay_sim_counters_t sim_counters() {
   return counters;
 }
 
-std::string describe_size(std::size_t bytes) {
-  char text[32];
-  if (bytes >= (1u << 20)) {
-    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / kMiB);
-  } else if (bytes >= 1024) {
-    std::snprintf(text, sizeof text, "%.1f KiB", static_cast<double>(bytes) / 1024.0);
-  } else {
-    std::snprintf(text, sizeof text, "%zu B", bytes);
-  }
-  return text;
+std::size_t host_mapped_bytes() {
+  kreplay_host_memory_stats_t stats{};
+  kreplay_host_memory_stats(&stats);
+  return stats.mapped_bytes;
 }
 
-double gb_per_s(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0.0; }
+// Runs the dispatches of one mode; false when a check failed (it printed why).
+bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::size_t count, ModeFigures* out) {
+  const Options& options = *context.options;
+  const kreplay_agent_t agent = context.agent;
+  ModeFigures& figures = *out;
+  figures.ran = true;
+
+  // The ops a host with this device would hand in, and the policy it would set.
+  kreplay_sim_options_t sim{};
+  sim.copy_batch = mode.copy_batch;
+  sim.device_alloc = mode.device_ops;
+  sim.digest = mode.digest;
+  sim.constant_digest = options.blind_digest;
+  kreplay_sim_set_options(&sim);
+  kreplay_device_ops_t sim_ops{};
+  if (!check(kreplay_sim_device_ops(&sim_ops), "kreplay_sim_device_ops")) return false;
+  kreplay_device_ops_t ops{};
+  context.tap->wrap(sim_ops, &ops);
+  if (!check(kreplay_configure(&ops), "kreplay_configure")) return false;
+  const std::size_t budget = context.captured_bytes / 2 * static_cast<std::size_t>(mode.budget_halves) +
+                             (mode.budget_halves == 2 ? context.captured_bytes % 2 : 0);
+  const kreplay_status_t policy = kreplay::policy_t()
+                                      .pin_staging(options.pin)
+                                      .max_snapshot_bytes(options.max_snapshot_mib << 20)
+                                      .device_budget_bytes(budget)
+                                      .dirty_only(mode.dirty_only)
+                                      .apply();
+  if (!check(policy, "kreplay_set_policy")) return false;
+
+  // The same blocks are written in every mode, so that the modes do the same work.
+  std::mt19937_64 rng(0x6b7265706c6179ull);
+  context.kernel->restart();
+  const auto writes = static_cast<std::size_t>(
+      std::llround(static_cast<double>(context.kernel->blocks()) * options.write_percent / 100.0));
+
+  for (std::size_t d = 0; d < options.dispatches; ++d) {
+    context.progress->update("mode %zu of %zu (%s): dispatch %zu of %zu, snapshot", index + 1, count, mode.label,
+                             d + 1, options.dispatches);
+    const uint64_t launches_before = context.kernel->launches();
+    const CopyCounts tap_before = context.tap->counts();
+    const kreplay_sim_counters_t sim_before = sim_counters();
+    // One packet holding one kernel dispatch, outside any graph launch: the gate lets it be replayed.
+    const bool gate = kreplay_replay_gate(1, 1, false) == KREPLAY_GATE_REPLAY;
+    double spent_s = 0;
+    double start = now_s();
+    kreplay::device_snapshot_t snapshot = gate ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
+    spent_s += now_s() - start;
+    if (!snapshot.ok) {
+      context.progress->clear();
+      std::printf("  %-28s dispatch %zu: snapshot declined (%s): runs once, unreplayed\n", mode.label, d + 1,
+                  gate ? kreplay_decline_reason_string(snapshot.reason) : "the gate said no");
+      ++figures.declined;
+      const double kernel_start = now_s();
+      (void)context.kernel->read();
+      context.kernel->write(writes, rng);
+      figures.kernel_s += now_s() - kernel_start;
+      continue;
+    }
+    kreplay_snapshot_info_t info{};
+    if (!check(kreplay_snapshot_info(snapshot.get(), &info), "kreplay_snapshot_info")) return false;
+    if (info.regions != context.regions || info.module_variables != context.module_variables ||
+        info.bytes != context.captured_bytes) {
+      std::fprintf(stderr, "kreplay_demo: %s dispatch %zu captured %zu regions, %zu module variables, %zu bytes; "
+                           "expected %zu, %zu and %zu\n",
+                   mode.label, d + 1, info.regions, info.module_variables, info.bytes, context.regions,
+                   context.module_variables, context.captured_bytes);
+      return false;
+    }
+    const CopyCounts captured_moved = context.tap->counts() - tap_before;
+    if (captured_moved.total() != info.copied_bytes || captured_moved.device_device > info.device_bytes) {
+      std::fprintf(stderr, "kreplay_demo: %s dispatch %zu: the capture reports %zu bytes copied, %zu held on the "
+                           "device; the device saw %zu copied (%zu device to device)\n",
+                   mode.label, d + 1, info.copied_bytes, info.device_bytes, captured_moved.total(),
+                   captured_moved.device_device);
+      return false;
+    }
+    figures.captured = info.bytes;
+    figures.device_held = std::max(figures.device_held, kreplay_sim_device_bytes(agent));
+    figures.host_held = std::max(figures.host_held, host_mapped_bytes());
+
+    uint64_t captured_checksum = 0;
+    std::size_t restored_bytes = 0;
+    for (std::size_t pass = 0; pass < options.passes; ++pass) {
+      if (pass > 0 && !options.skip_restores) {
+        const CopyCounts before = context.tap->counts();
+        start = now_s();
+        const kreplay::restore_result_t restored = kreplay::restore_with_status(snapshot);
+        spent_s += now_s() - start;
+        const kreplay_restore_report_t& report = restored.report;
+        const CopyCounts moved = context.tap->counts() - before;
+        restored_bytes += report.bytes;
+        figures.clean_bytes += report.clean_bytes;
+        if (!restored.ok() || report.skipped != 0 || report.failed != 0 ||
+            report.restored != info.regions + info.module_variables ||
+            report.bytes + report.clean_bytes != info.bytes || moved.to_device != report.bytes ||
+            moved.total() != report.bytes) {
+          std::fprintf(stderr, "kreplay_demo: %s dispatch %zu pass %zu: restore %s: %zu restored, %zu skipped, %zu "
+                               "failed, %zu bytes written and %zu found unchanged (expected %zu ranges and %zu "
+                               "bytes); the device saw %zu bytes written\n",
+                       mode.label, d + 1, pass + 1, kreplay_status_string(restored.status), report.restored,
+                       report.skipped, report.failed, report.bytes, report.clean_bytes,
+                       info.regions + info.module_variables, info.bytes, moved.to_device);
+          return false;
+        }
+      }
+      context.progress->update("mode %zu of %zu (%s): dispatch %zu of %zu, pass %zu of %zu", index + 1, count,
+                               mode.label, d + 1, options.dispatches, pass + 1, options.passes);
+      const double kernel_start = now_s();
+      const uint64_t read = context.kernel->read();
+      if (pass == 0) {
+        captured_checksum = read;
+      } else if (read != captured_checksum) {
+        context.progress->clear();
+        std::fprintf(stderr, "kreplay_demo: %s dispatch %zu pass %zu read a state with checksum %016" PRIx64
+                             ", the captured state has %016" PRIx64 ": the restore did not give it the same inputs\n",
+                     mode.label, d + 1, pass + 1, read, captured_checksum);
+        return false;
+      }
+      context.kernel->write(writes, rng);
+      figures.kernel_s += now_s() - kernel_start;
+      ++figures.passes;
+    }
+    const uint64_t launches = context.kernel->launches() - launches_before;
+    if (launches != options.passes) {
+      std::fprintf(stderr, "kreplay_demo: the fine-grained launch counter moved by %" PRIu64 " in %s dispatch %zu: "
+                           "untracked memory was restored\n",
+                   launches, mode.label, d + 1);
+      return false;
+    }
+    figures.device_held = std::max(figures.device_held, kreplay_sim_device_bytes(agent));
+    figures.host_held = std::max(figures.host_held, host_mapped_bytes());
+    snapshot.reset();
+
+    // The simulated device's own count of copied bytes must agree with the demo's, so that the table's byte
+    // figures are the device's and not only the demo's.
+    const CopyCounts moved = context.tap->counts() - tap_before;
+    const kreplay_sim_counters_t sim_after = sim_counters();
+    const std::size_t sim_bytes = sim_after.copy_bytes - sim_before.copy_bytes;
+    // Calls the engine made into the device: single copies, batches and digests.
+    const std::size_t calls = (sim_after.copies - sim_after.batch_copies) - (sim_before.copies - sim_before.batch_copies) +
+                              (sim_after.batches - sim_before.batches) + (sim_after.digests - sim_before.digests);
+    if (sim_bytes != moved.total() || moved.host_host != 0) {
+      std::fprintf(stderr, "kreplay_demo: %s dispatch %zu: the simulated device copied %zu bytes, the ops saw %zu "
+                           "(%zu host to host)\n",
+                   mode.label, d + 1, sim_bytes, moved.total(), moved.host_host);
+      return false;
+    }
+    ++figures.replayed;
+    if (d == 0) {
+      figures.first_s = spent_s;
+      figures.first_bytes = moved;
+      figures.first_calls = calls;
+    } else {
+      figures.steady_s += spent_s;
+      figures.steady_bytes = figures.steady_bytes + moved;
+      figures.steady_calls += calls;
+      ++figures.steady;
+    }
+    if (options.verbose) {
+      context.progress->clear();
+      std::printf("  %-28s dispatch %zu: %8.2f ms; capture copied %s (%s on the device), restores wrote %s and "
+                  "left %s unchanged; moved %s host<->device, %s device<->device\n",
+                  mode.label, d + 1, spent_s * 1e3, describe_size(info.copied_bytes).c_str(),
+                  describe_size(info.device_bytes).c_str(), describe_size(restored_bytes).c_str(),
+                  describe_size(static_cast<std::size_t>(options.passes - 1) * info.bytes - restored_bytes).c_str(),
+                  describe_size(moved.host_device).c_str(), describe_size(moved.device_device).c_str());
+    }
+  }
+
+  // Give everything back, as a host does between profiling sessions: the next mode starts from nothing.
+  kreplay_staging_trim(agent);
+  kreplay_device_trim(agent);
+  if (host_mapped_bytes() != 0 || kreplay_sim_device_bytes(agent) != 0 || sim_counters().locked_bytes != 0) {
+    std::fprintf(stderr, "kreplay_demo: after %s and a trim kreplay still holds %zu bytes of host memory (%zu "
+                         "page-locked) and %zu of device memory\n",
+                 mode.label, host_mapped_bytes(), sim_counters().locked_bytes, kreplay_sim_device_bytes(agent));
+    return false;
+  }
+  return true;
+}
 
 int run(const Options& options) {
   Progress progress;
@@ -420,27 +924,22 @@ int run(const Options& options) {
   log_context.progress = &progress;
   kreplay_set_logger(demo_log, &log_context, options.verbose ? KREPLAY_LOG_INFO : KREPLAY_LOG_WARNING);
 
+  // Allocations are classified through the ops when they are recorded, so a set must be installed first; each
+  // mode installs its own later.
+  CopyTap tap;
+  kreplay_device_ops_t sim_ops{};
+  if (!check(kreplay_sim_device_ops(&sim_ops), "kreplay_sim_device_ops")) return 1;
   kreplay_device_ops_t ops{};
-  if (!check(kreplay_sim_device_ops(&ops), "kreplay_sim_device_ops")) return 1;
+  tap.wrap(sim_ops, &ops);
   if (!check(kreplay_configure(&ops), "kreplay_configure")) return 1;
-  kreplay_policy_t policy{};
-  policy.struct_size = sizeof policy;
-  policy.pin_staging = options.pin;
-  policy.max_snapshot_bytes = options.max_snapshot_mib << 20;
-  if (!check(kreplay_set_policy(&policy), "kreplay_set_policy")) return 1;
   kreplay_tracking_enable(true);
-
   const kreplay_agent_t agent{0x6170u};
-  Device device(agent);
+  Device device(agent, &tap);
   std::mt19937_64 rng(20240521);
   const std::size_t footprint = options.footprint_mib << 20;
-
-  std::printf("kreplay %s demo on the simulated device: %s in %zu regions, %zu dispatches x %zu passes, staging %s\n",
-              kreplay_version(), describe_size(footprint).c_str(), options.regions, options.dispatches,
-              options.passes, options.pin ? "page-locked" : "pageable");
+  const double start = now_s();
 
   // The application's footprint.
-  const double setup_start = now_s();
   std::vector<Allocation> regions;
   regions.reserve(options.regions);
   uint64_t seed = 1;
@@ -469,15 +968,22 @@ int run(const Options& options) {
       !device.allocate(64 << 10, KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED,
                        KREPLAY_ALLOC_FLAG_EXECUTABLE, &executable))
     return 1;
-  auto* launch_counter = reinterpret_cast<uint64_t*>(fine_grained.ptr);
 
   // Module-scope variables, as a code object defines them: __device__ state the kernel updates, __constant__
   // tables it only reads, and the one-byte compilation-unit marker that HIP emits and kreplay skips.
   std::vector<ModuleVariable> variables;
-  for (int i = 0; i < 48; ++i) variables.push_back({"g_state_" + std::to_string(i), nullptr, 1u + (37u * i * i) % 4096u, false, true});
+  for (int i = 0; i < 48; ++i)
+    variables.push_back({"g_state_" + std::to_string(i), nullptr, 1u + (37u * i * i) % 4096u, false, true});
   for (int i = 0; i < 16; ++i) variables.push_back({"c_table_" + std::to_string(i), nullptr, 16u << (i % 8), true, true});
   variables.push_back({"__hip_cuid_5e1f0a9c2b7d4e38", nullptr, 1, false, false});
   std::size_t captured_variables = 0;
+  std::size_t variable_bytes = 0;
+  std::vector<Range> reads;
+  std::vector<Range> writes;
+  for (const Allocation& region : regions) {
+    reads.push_back({region.ptr, region.size});
+    writes.push_back({region.ptr, region.size});
+  }
   for (ModuleVariable& variable : variables) {
     void* address = nullptr;
     if (!check(kreplay_sim_add_module_variable(agent, variable.name.c_str(), variable.size, variable.is_constant,
@@ -485,9 +991,16 @@ int run(const Options& options) {
                "kreplay_sim_add_module_variable"))
       return 1;
     variable.ptr = static_cast<unsigned char*>(address);
+    tap.add_device_range(variable.ptr, variable.size);
     fill(variable.ptr, variable.size, seed++);
-    captured_variables += variable.captured ? 1 : 0;
+    if (!variable.captured) continue;
+    ++captured_variables;
+    variable_bytes += variable.size;
+    reads.push_back({variable.ptr, variable.size});
+    // Kernels read __constant__ memory and never write it.
+    if (!variable.is_constant) writes.push_back({variable.ptr, variable.size});
   }
+  Kernel kernel(std::move(reads), writes, reinterpret_cast<uint64_t*>(fine_grained.ptr));
 
   kreplay_inventory_stats_t inventory{};
   if (!check(kreplay_inventory_stats(agent, &inventory), "kreplay_inventory_stats")) return 1;
@@ -496,220 +1009,105 @@ int run(const Options& options) {
                  inventory.regions, inventory.bytes, inventory.overflowed, regions.size(), footprint);
     return 1;
   }
-  std::printf("footprint: %zu tracked regions from %s to %s, %zu module variables (%zu captured), 3 untracked "
-              "allocations (fine-grained, kernarg, executable); set up in %.2f s\n\n",
-              regions.size(), describe_size(smallest).c_str(), describe_size(largest).c_str(), variables.size(),
-              captured_variables, now_s() - setup_start);
+  const std::size_t writes_per_pass = static_cast<std::size_t>(
+      std::llround(static_cast<double>(kernel.blocks()) * options.write_percent / 100.0));
 
-  const Kernel kernel{&regions, &variables, launch_counter};
-  std::vector<DispatchFigures> figures;
-  const double run_start = now_s();
-  double kernel_s = 0;
-  uint64_t previous_checksum = 0;
-  std::size_t reallocated_in_place = 0;
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const std::size_t churn = std::max<std::size_t>(2, options.regions / 50);
+  std::printf("kreplay %s demo: one workload replayed in %zu mode%s on the simulated device\n", kreplay_version(),
+              options.modes.size(), plural(options.modes.size()));
+  std::printf("  footprint  %s in %zu tracked regions (%s to %s) and %zu module variables (%s)\n",
+              describe_size(footprint).c_str(), regions.size(), describe_size(smallest).c_str(),
+              describe_size(largest).c_str(), captured_variables, describe_size(variable_bytes).c_str());
+  std::printf("  kernel     each pass reads everything and rewrites %g %% of its %zu blocks of 64 KiB at random "
+              "(%zu blocks)\n",
+              options.write_percent, kernel.blocks(), writes_per_pass);
+  std::printf("  replay     %zu dispatch%s per mode, %zu passes each (1 snapshot + %zu restore%s); every pass checks "
+              "that it reads the captured state\n\n",
+              options.dispatches, options.dispatches == 1 ? "" : "es", options.passes, options.passes - 1,
+              plural(options.passes - 1));
+  std::fflush(stdout);
 
-  for (std::size_t d = 0; d < options.dispatches; ++d) {
-    DispatchFigures f;
-    const uint64_t launches_before = *launch_counter;
-    uint64_t first_checksum = 0;
-    // One packet holding one kernel dispatch, outside any graph launch: the gate lets it be replayed.
-    f.replayed = kreplay_replay_gate(1, 1, false) == KREPLAY_GATE_REPLAY;
-    const kreplay_host_memory_stats_t before = host_memory();
-    const kreplay_sim_counters_t counters_before = sim_counters();
-    progress.update("dispatch %zu of %zu: taking the snapshot", d + 1, options.dispatches);
-    const double snap_start = now_s();
-    kreplay::device_snapshot_t snapshot = f.replayed ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
-    f.snap_s = now_s() - snap_start;
-    const kreplay_host_memory_stats_t after = host_memory();
-    f.maps = after.maps - before.maps;
-    f.mapped_bytes = after.mapped_bytes > before.mapped_bytes ? after.mapped_bytes - before.mapped_bytes : 0;
-    f.locks = sim_counters().host_locks - counters_before.host_locks;
-    if (f.replayed && !snapshot.ok) {
-      progress.clear();
-      std::printf("dispatch %3zu  snapshot declined (%s): runs once, unreplayed\n", d + 1,
-                  kreplay_decline_reason_string(snapshot.reason));
-      f.replayed = false;
-    }
-
-    if (f.replayed) {
-      if (!check(kreplay_snapshot_info(snapshot.get(), &f.info), "kreplay_snapshot_info")) return 1;
-      f.bytes = f.info.bytes;
-      f.regions = f.info.regions;
-      f.module_variables = f.info.module_variables;
-      if (f.regions != regions.size() || f.module_variables != captured_variables) {
-        std::fprintf(stderr, "kreplay_demo: dispatch %zu captured %zu regions and %zu module variables; expected %zu "
-                             "and %zu\n",
-                     d + 1, f.regions, f.module_variables, regions.size(), captured_variables);
-        return 1;
-      }
-      for (std::size_t pass = 0; pass < options.passes; ++pass) {
-        if (pass > 0 && !options.skip_restores) {
-          const double restore_start = now_s();
-          const kreplay::restore_result_t restored = kreplay::restore_with_status(snapshot);
-          f.restore_s += now_s() - restore_start;
-          const kreplay_status_t status = restored.status;
-          const kreplay_restore_report_t& report = restored.report;
-          ++f.restores;
-          if (status != KREPLAY_STATUS_SUCCESS || report.skipped != 0 || report.failed != 0 ||
-              report.restored != f.regions + f.module_variables || report.bytes != f.bytes) {
-            std::fprintf(stderr, "kreplay_demo: dispatch %zu pass %zu: restore %s: %zu restored, %zu skipped, %zu "
-                                 "failed, %zu bytes (expected %zu and %zu bytes)\n",
-                         d + 1, pass + 1, kreplay_status_string(status), report.restored, report.skipped,
-                         report.failed, report.bytes, f.regions + f.module_variables, f.bytes);
-            return 1;
-          }
-        }
-        progress.update("dispatch %zu of %zu, pass %zu of %zu", d + 1, options.dispatches, pass + 1, options.passes);
-        const double kernel_start = now_s();
-        const uint64_t checksum = kernel.run();
-        kernel_s += now_s() - kernel_start;
-        if (pass == 0) {
-          first_checksum = checksum;
-        } else if (checksum != first_checksum) {
-          std::fprintf(stderr, "kreplay_demo: dispatch %zu pass %zu computed %016" PRIx64 ", pass 1 computed %016"
-                               PRIx64 ": the restore did not give it the same inputs\n",
-                       d + 1, pass + 1, checksum, first_checksum);
-          return 1;
-        }
-      }
-    } else {
-      const double kernel_start = now_s();
-      first_checksum = kernel.run();
-      kernel_s += now_s() - kernel_start;
-    }
-    // The last pass's writes stand, so the next dispatch reads new data: if it did not, the kernel would not be
-    // testing the restores at all.
-    if (d > 0 && first_checksum == previous_checksum) {
-      std::fprintf(stderr, "kreplay_demo: dispatch %zu read the same inputs as dispatch %zu: the kernel does not "
-                           "rewrite its inputs\n", d + 1, d);
-      return 1;
-    }
-    previous_checksum = first_checksum;
-    const uint64_t launches = *launch_counter - launches_before;
-    if (launches != (f.replayed ? options.passes : 1)) {
-      std::fprintf(stderr, "kreplay_demo: the fine-grained launch counter moved by %" PRIu64 " in dispatch %zu: "
-                           "untracked memory was restored\n", launches, d + 1);
-      return 1;
-    }
-
-    if (f.replayed) {
-      progress.clear();
-      char staging[96];
-      if (f.maps == 0) {
-        std::snprintf(staging, sizeof staging, "staging reused");
-      } else {
-        std::snprintf(staging, sizeof staging, "staging mapped (%zu map%s, %s%s)", f.maps, f.maps == 1 ? "" : "s",
-                      describe_size(f.mapped_bytes).c_str(), f.locks > 0 ? ", page-locked" : "");
-      }
-      std::printf("dispatch %3zu  snapshot %8.2f ms  restore %8.2f ms/pass  %10s  %5zu regions  %3zu module vars  "
-                  "%s  checksum %016" PRIx64 "\n",
-                  d + 1, f.snap_s * 1e3, f.restores ? f.restore_s * 1e3 / static_cast<double>(f.restores) : 0.0,
-                  describe_size(f.bytes).c_str(), f.regions, f.module_variables, staging, first_checksum);
-      std::fflush(stdout);
-    }
-    snapshot.reset();
-    figures.push_back(f);
-
-    // Between dispatches the application frees a few small buffers and allocates others: half of them at the
-    // address just given back (a new generation for the inventory), half elsewhere, with a different size.
-    if (d + 1 < options.dispatches) {
-      for (std::size_t c = 0; c < churn; ++c) {
-        // Only the smaller half churns, so that the simulated device (which keeps freed memory mapped and
-        // poisoned) does not grow on long runs.
-        std::size_t index = 1 + static_cast<std::size_t>(unit(rng) * static_cast<double>(regions.size() - 1));
-        index = std::min(index, regions.size() - 1);
-        if (regions[index].size > footprint / regions.size()) continue;
-        const Allocation old = regions[index];
-        if (!device.release(old)) return 1;
-        Allocation fresh;
-        if (c % 2 == 0) {
-          if (!device.allocate_at(old.ptr, old.size, &fresh)) return 1;
-          ++reallocated_in_place;
-        } else {
-          const auto size =
-              std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(old.size) * (0.75 + unit(rng) / 2)));
-          if (!device.allocate_tracked(size, &fresh)) return 1;
-        }
-        fill(fresh.ptr, fresh.size, seed++);
-        regions[index] = fresh;
-      }
-    }
+  const Context context{&options, agent, &kernel, &tap, &progress, footprint + variable_bytes, regions.size(),
+                        captured_variables};
+  std::vector<ModeFigures> results(kModeCount);
+  for (std::size_t i = 0; i < options.modes.size(); ++i) {
+    const std::size_t m = options.modes[i];
+    ModeFigures& figures = results[m];
+    const double mode_start = now_s();
+    if (!run_mode(context, kModes[m], i, options.modes.size(), &figures)) return 1;
+    progress.clear();
+    std::printf("  %-28s done in %5.2f s: %zu dispatches replayed, %zu passes verified%s\n", kModes[m].label,
+                now_s() - mode_start, figures.replayed, figures.passes,
+                figures.declined > 0 ? " (some snapshots declined)" : "");
+    std::fflush(stdout);
   }
-  const double run_s = now_s() - run_start;
-  progress.clear();
+  const double total_s = now_s() - start;
 
-  // Summary.
-  std::size_t replayed = 0;
-  double snap_bytes = 0, snap_s = 0, restore_bytes = 0, restore_s = 0;
-  double steady_snap_s = 0, steady_restore_s = 0;
-  std::size_t steady = 0, steady_restores = 0, steady_maps = 0;
-  for (std::size_t d = 0; d < figures.size(); ++d) {
-    const DispatchFigures& f = figures[d];
-    if (!f.replayed) continue;
-    ++replayed;
-    snap_bytes += static_cast<double>(f.bytes);
-    snap_s += f.snap_s;
-    restore_bytes += static_cast<double>(f.bytes) * static_cast<double>(f.restores);
-    restore_s += f.restore_s;
-    if (d > 0) {
-      ++steady;
-      steady_snap_s += f.snap_s;
-      steady_restore_s += f.restore_s;
-      steady_restores += f.restores;
-      steady_maps += f.maps;
+  // The table: per dispatch, the later dispatches' average (the first one also maps and page-locks staging and
+  // allocates device storage, and its capture copies everything).
+  const bool steady = options.dispatches > 1;
+  std::printf("\n%-28s %12s %15s %15s %10s %10s %10s\n", "mode", "ms/dispatch", "host<->device",
+              "device<->device", "device op", "device mem", "host mem");
+  std::printf("%-28s %12s %15s %15s %10s %10s %10s\n", "", steady ? "(after 1st)" : "", "MiB/dispatch",
+              "MiB/dispatch", "calls", "held MiB", "held MiB");
+  auto link_mib = [&](std::size_t m) { return results[m].mib_per_dispatch(&CopyCounts::host_device); };
+  auto moved_mib = [&](std::size_t m) { return link_mib(m) + results[m].mib_per_dispatch(&CopyCounts::device_device); };
+  std::size_t fewest = kModeCount;
+  std::size_t full = kModeCount;
+  std::size_t total_passes = 0;
+  std::size_t total_declined = 0;
+  for (std::size_t m : options.modes) {
+    const ModeFigures& f = results[m];
+    total_passes += f.passes;
+    total_declined += f.declined;
+    if (f.replayed == 0) {
+      std::printf("%-28s %12s\n", kModes[m].label, "declined");
+      continue;
     }
+    std::printf("%-28s %12.1f %15.1f %15.1f %10.0f %10.1f %10.1f\n", kModes[m].label, f.per_dispatch_ms(),
+                link_mib(m), f.mib_per_dispatch(&CopyCounts::device_device), f.calls_per_dispatch(),
+                static_cast<double>(f.device_held) / kMiB, static_cast<double>(f.host_held) / kMiB);
+    // Fewest bytes in all; between equals, fewest across the host link.
+    if (fewest == kModeCount || moved_mib(m) < moved_mib(fewest) ||
+        (moved_mib(m) == moved_mib(fewest) && link_mib(m) < link_mib(fewest)))
+      fewest = m;
+    if (std::strcmp(kModes[m].key, "host-full") == 0) full = m;
   }
-  const kreplay_sim_counters_t counters = sim_counters();
-  const kreplay_host_memory_stats_t host = host_memory();
-  const std::size_t retained = kreplay_retained_staging_bytes(agent);
 
-  if (replayed > 0) {
-    std::printf("\nsummary: %zu of %zu dispatches replayed, %zu passes each; every pass of a replayed dispatch computed "
-                "the same checksum\n",
-                replayed, options.dispatches, options.passes);
-    std::printf("  snapshots  %8.1f MiB in %8.2f ms  %6.2f GB/s\n", snap_bytes / kMiB, snap_s * 1e3,
-                gb_per_s(snap_bytes, snap_s));
-    std::printf("  restores   %8.1f MiB in %8.2f ms  %6.2f GB/s\n", restore_bytes / kMiB, restore_s * 1e3,
-                gb_per_s(restore_bytes, restore_s));
+  std::printf("\nCompared: one %s workload (each pass rewrites %g %% of its 64 KiB blocks) replayed in %zu mode%s;\n",
+              describe_size(footprint + variable_bytes).c_str(), options.write_percent, options.modes.size(),
+              plural(options.modes.size()));
+  if (total_passes > 0) {
+    std::printf("every one of the %zu passes read exactly the captured state", total_passes);
   } else {
-    std::printf("\nsummary: no dispatch was replayed (every snapshot was declined); each ran once\n");
+    std::printf("no dispatch was replayed");
   }
-  if (!figures.empty() && figures[0].replayed) {
-    std::printf("  first dispatch: snapshot %.2f ms (%zu host map%s)\n", figures[0].snap_s * 1e3, figures[0].maps,
-                figures[0].maps == 1 ? "" : "s");
+  if (total_declined > 0) std::printf(" (%zu declined dispatches ran once, unreplayed)", total_declined);
+  std::printf(".\n");
+  if (fewest != kModeCount) {
+    std::printf("Fewest bytes moved: %s, %s per dispatch, %s of it across the host link", kModes[fewest].label,
+                describe_mib(moved_mib(fewest)).c_str(), describe_mib(link_mib(fewest)).c_str());
+    if (full != kModeCount && full != fewest && results[full].replayed > 0)
+      std::printf("\n  (%s: %s)", kModes[full].label, describe_mib(moved_mib(full)).c_str());
+    for (std::size_t m : options.modes) {
+      if (m != fewest && results[m].replayed > 0 && moved_mib(m) == moved_mib(fewest))
+        std::printf("; %s moved as many, %s across the link", kModes[m].label, describe_mib(link_mib(m)).c_str());
+    }
+    std::printf(".\n");
   }
-  if (steady > 0) {
-    std::printf("  steady state:   snapshot %.2f ms, restore %.2f ms/pass, %zu host maps in %zu later dispatch(es)\n",
-                steady_snap_s * 1e3 / static_cast<double>(steady),
-                steady_restores ? steady_restore_s * 1e3 / static_cast<double>(steady_restores) : 0.0, steady_maps,
-                steady);
-  }
-  std::printf("  kernel passes %.2f s of %.2f s; allocation churn: %zu regions reallocated at a freed address\n",
-              kernel_s, run_s, reallocated_in_place);
-  std::printf("  host memory: %s retained idle, %s mapped by kreplay (%zu maps, %zu unmaps), %s page-locked\n",
-              describe_size(retained).c_str(), describe_size(host.mapped_bytes).c_str(), host.maps, host.unmaps,
-              describe_size(counters.locked_bytes).c_str());
-  std::printf("  simulated device: %zu copies, %s, %zu writes refused as violations; kreplay logged %zu warnings, "
-              "%zu errors\n",
-              counters.copies, describe_size(counters.copy_bytes).c_str(), counters.violations, log_context.warnings,
-              log_context.errors);
+  std::printf("Times are of the simulation (this run: %.1f s): its device memory is host memory, so every copy runs\n"
+              "at memcpy speed and digests (dirty-only) run on the CPU; GPU figures are in docs/performance.md.\n",
+              total_s);
+  if (log_context.warnings != 0 || log_context.errors != 0)
+    std::printf("kreplay logged %zu warnings and %zu errors.\n", log_context.warnings, log_context.errors);
 
-  // Teardown as a host would: free everything (records first), then give idle staging back.
+  // Teardown as a host would: free everything (records first).
   for (const Allocation& region : regions) {
     if (!device.release(region)) return 1;
   }
   if (!device.release_untracked(fine_grained) || !device.release_untracked(kernarg) ||
       !device.release_untracked(executable))
     return 1;
-  kreplay_staging_trim(agent);
-  const kreplay_host_memory_stats_t end = host_memory();
-  if (end.mapped_bytes != 0 || sim_counters().locked_bytes != 0) {
-    std::fprintf(stderr, "kreplay_demo: after a trim kreplay still maps %zu bytes (%zu page-locked)\n",
-                 end.mapped_bytes, sim_counters().locked_bytes);
-    return 1;
-  }
+  const kreplay_sim_counters_t counters = sim_counters();
   if (counters.violations != 0 || log_context.errors != 0) {
     std::fprintf(stderr, "kreplay_demo: %zu copies into freed memory, %zu errors logged\n", counters.violations,
                  log_context.errors);
