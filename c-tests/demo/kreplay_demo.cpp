@@ -365,7 +365,9 @@ class CopyTap {
     device_.erase(reinterpret_cast<std::uintptr_t>(base));
   }
 
-  // Wraps `inner` (the simulated device's ops) into `out`, which kreplay_configure takes.
+  // Wraps `inner` (the simulated device's ops) into `out`, which kreplay_configure takes. Sets installed earlier
+  // call the new `inner` from then on: the demo trims all storage before it installs the next set, so none of
+  // them is called again.
   void wrap(const kreplay_device_ops_t& inner, kreplay_device_ops_t* out) {
     inner_ = inner;
     *out = kreplay_device_ops_t{};
@@ -691,14 +693,10 @@ struct ModeFigures {
   std::size_t steady = 0;     // how many later dispatches
   CopyCounts steady_bytes;    // bytes moved by the later dispatches, summed
   CopyCounts first_bytes;     // bytes moved by the first dispatch
-  std::size_t captured = 0;   // bytes a snapshot holds
   std::size_t device_held = 0;  // most device storage held while a snapshot was live
   std::size_t host_held = 0;    // most host staging mapped while a snapshot was live
-  std::size_t clean_bytes = 0;  // bytes restores found unchanged and did not write, all dispatches
   std::size_t first_calls = 0;   // copy, copy_batch and digest calls of the first dispatch
   std::size_t steady_calls = 0;  // of the later dispatches, summed
-  double kernel_s = 0;
-  bool ran = false;
 
   double per_dispatch_ms() const {
     if (steady > 0) return steady_s * 1e3 / static_cast<double>(steady);
@@ -742,7 +740,6 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
   const Options& options = *context.options;
   const kreplay_agent_t agent = context.agent;
   ModeFigures& figures = *out;
-  figures.ran = true;
 
   // The ops a host with this device would hand in, and the policy it would set.
   kreplay_sim_options_t sim{};
@@ -756,8 +753,8 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
   kreplay_device_ops_t ops{};
   context.tap->wrap(sim_ops, &ops);
   if (!check(kreplay_configure(&ops), "kreplay_configure")) return false;
-  const std::size_t budget = context.captured_bytes / 2 * static_cast<std::size_t>(mode.budget_halves) +
-                             (mode.budget_halves == 2 ? context.captured_bytes % 2 : 0);
+  const std::size_t budget =
+      mode.budget_halves == 2 ? context.captured_bytes : context.captured_bytes / 2 * (mode.budget_halves == 1 ? 1 : 0);
   const kreplay_status_t policy = kreplay::policy_t()
                                       .pin_staging(options.pin)
                                       .max_snapshot_bytes(options.max_snapshot_mib << 20)
@@ -789,10 +786,8 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
       std::printf("  %-28s dispatch %zu: snapshot declined (%s): runs once, unreplayed\n", mode.label, d + 1,
                   gate ? kreplay_decline_reason_string(snapshot.reason) : "the gate said no");
       ++figures.declined;
-      const double kernel_start = now_s();
       (void)context.kernel->read();
       context.kernel->write(writes, rng);
-      figures.kernel_s += now_s() - kernel_start;
       continue;
     }
     kreplay_snapshot_info_t info{};
@@ -813,7 +808,6 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
                    captured_moved.device_device);
       return false;
     }
-    figures.captured = info.bytes;
     figures.device_held = std::max(figures.device_held, kreplay_sim_device_bytes(agent));
     figures.host_held = std::max(figures.host_held, host_mapped_bytes());
 
@@ -828,7 +822,6 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
         const kreplay_restore_report_t& report = restored.report;
         const CopyCounts moved = context.tap->counts() - before;
         restored_bytes += report.bytes;
-        figures.clean_bytes += report.clean_bytes;
         if (!restored.ok() || report.skipped != 0 || report.failed != 0 ||
             report.restored != info.regions + info.module_variables ||
             report.bytes + report.clean_bytes != info.bytes || moved.to_device != report.bytes ||
@@ -844,7 +837,6 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
       }
       context.progress->update("mode %zu of %zu (%s): dispatch %zu of %zu, pass %zu of %zu", index + 1, count,
                                mode.label, d + 1, options.dispatches, pass + 1, options.passes);
-      const double kernel_start = now_s();
       const uint64_t read = context.kernel->read();
       if (pass == 0) {
         captured_checksum = read;
@@ -856,7 +848,6 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
         return false;
       }
       context.kernel->write(writes, rng);
-      figures.kernel_s += now_s() - kernel_start;
       ++figures.passes;
     }
     const uint64_t launches = context.kernel->launches() - launches_before;
@@ -876,8 +867,10 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
     const kreplay_sim_counters_t sim_after = sim_counters();
     const std::size_t sim_bytes = sim_after.copy_bytes - sim_before.copy_bytes;
     // Calls the engine made into the device: single copies, batches and digests.
-    const std::size_t calls = (sim_after.copies - sim_after.batch_copies) - (sim_before.copies - sim_before.batch_copies) +
-                              (sim_after.batches - sim_before.batches) + (sim_after.digests - sim_before.digests);
+    const std::size_t single_copies =
+        (sim_after.copies - sim_after.batch_copies) - (sim_before.copies - sim_before.batch_copies);
+    const std::size_t calls =
+        single_copies + (sim_after.batches - sim_before.batches) + (sim_after.digests - sim_before.digests);
     if (sim_bytes != moved.total() || moved.host_host != 0) {
       std::fprintf(stderr, "kreplay_demo: %s dispatch %zu: the simulated device copied %zu bytes, the ops saw %zu "
                            "(%zu host to host)\n",
@@ -974,7 +967,8 @@ int run(const Options& options) {
   std::vector<ModuleVariable> variables;
   for (int i = 0; i < 48; ++i)
     variables.push_back({"g_state_" + std::to_string(i), nullptr, 1u + (37u * i * i) % 4096u, false, true});
-  for (int i = 0; i < 16; ++i) variables.push_back({"c_table_" + std::to_string(i), nullptr, 16u << (i % 8), true, true});
+  for (int i = 0; i < 16; ++i)
+    variables.push_back({"c_table_" + std::to_string(i), nullptr, 16u << (i % 8), true, true});
   variables.push_back({"__hip_cuid_5e1f0a9c2b7d4e38", nullptr, 1, false, false});
   std::size_t captured_variables = 0;
   std::size_t variable_bytes = 0;
