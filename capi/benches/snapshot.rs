@@ -2,7 +2,13 @@
 //! copies themselves, for one large footprint and for one footprint cut into more and more regions, on the
 //! first dispatch (staging mapped and faulted in) and in steady state (staging retained).
 //!
-//! Run with `cargo bench -p kreplay-capi --features sim --bench snapshot`. The simulated device's copy is a
+//! Version 2 (issues 11 to 14) adds, side by side on the same simulated device: 16,384 regions of 64 KiB with and
+//! without `copy_batch`; the device tier against host staging; dirty-only restores (digests) against full
+//! ones; and issue 14's GPU-free bar, a capture with 5,000 module variables from the module cache against a
+//! capture of the same bytes in one region (bar: at most 1.2x).
+//!
+//! Run with `cargo bench -p kreplay-capi --features sim --bench snapshot` (optionally with row names: large,
+//! split, disabled, batches, tiers, dirty, modules). The simulated device's copy is a
 //! `memcpy` behind a lock and a region lookup, so the baseline is a plain `memcpy` of the same bytes between
 //! the same kinds of memory. Figures are for this machine only; see docs/performance.md.
 
@@ -28,6 +34,14 @@ fn median(mut values: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn configure() {
+    configure_with(kreplay_sim_options_t::default(), kreplay_policy_t::default());
+}
+
+/// Installs the simulated device's ops with the version-2 ops `options` turns on, and `policy` (its
+/// `struct_size` is filled in here). Tracking stays on; the engine keeps what it recorded.
+fn configure_with(options: kreplay_sim_options_t, policy: kreplay_policy_t) {
+    // SAFETY: a complete options struct, read during the call.
+    unsafe { kreplay_sim_set_options(&options) };
     let mut ops = MaybeUninit::<kreplay_device_ops_t>::uninit();
     // SAFETY: `ops` is writable; on success the function initialised all of it.
     let ops = unsafe {
@@ -36,7 +50,7 @@ fn configure() {
     };
     // SAFETY: a complete ops struct.
     ok(unsafe { kreplay_configure(&ops) }, "kreplay_configure");
-    let policy = kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), ..Default::default() };
+    let policy = kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), ..policy };
     // SAFETY: a complete policy struct.
     ok(unsafe { kreplay_set_policy(&policy) }, "kreplay_set_policy");
     kreplay_tracking_enable(true);
@@ -376,6 +390,260 @@ fn disabled_record() {
     println!();
 }
 
+// ---- Version 2 -------------------------------------------------------------------------------------------
+
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let start = Instant::now();
+    let value = f();
+    (value, start.elapsed().as_secs_f64())
+}
+
+fn restore(snapshot: *mut kreplay_snapshot_t) -> (kreplay_restore_report_t, f64) {
+    let mut report = kreplay_restore_report_t::default();
+    // SAFETY: a live snapshot and a writable report.
+    let (status, elapsed) = timed(|| unsafe { kreplay_restore(snapshot, &mut report) });
+    ok(status, "kreplay_restore");
+    (report, elapsed)
+}
+
+fn info(snapshot: *mut kreplay_snapshot_t) -> kreplay_snapshot_info_t {
+    let mut info = MaybeUninit::<kreplay_snapshot_info_t>::uninit();
+    // SAFETY: a live snapshot and a writable output.
+    ok(unsafe { kreplay_snapshot_info(snapshot, info.as_mut_ptr()) }, "kreplay_snapshot_info");
+    // SAFETY: written on success.
+    unsafe { info.assume_init() }
+}
+
+fn counters() -> kreplay_sim_counters_t {
+    let mut counters = MaybeUninit::<kreplay_sim_counters_t>::uninit();
+    // SAFETY: writable output.
+    ok(unsafe { kreplay_sim_counters(counters.as_mut_ptr()) }, "kreplay_sim_counters");
+    // SAFETY: written on success.
+    unsafe { counters.assume_init() }
+}
+
+/// Steady-state snapshot and restore times (medians of `runs`, after one first dispatch that is not counted),
+/// with the simulated device's batch and copy counts of the last run.
+struct Steady {
+    snap: Spread,
+    restore: Spread,
+    batches: usize,
+    copies: usize,
+}
+
+fn steady(agent: kreplay_agent_t, regions: usize, runs: usize) -> Steady {
+    let (first, _) = snap(agent);
+    kreplay_snapshot_free(first);
+    let (mut snaps, mut restores) = (Vec::new(), Vec::new());
+    let (mut batches, mut copies) = (0, 0);
+    for _ in 0..runs {
+        let before = counters();
+        let (snapshot, elapsed) = snap(agent);
+        snaps.push(elapsed);
+        let (report, elapsed) = restore(snapshot);
+        assert_eq!(report.restored, regions);
+        restores.push(elapsed);
+        let after = counters();
+        batches = after.batches - before.batches;
+        copies = after.copies - before.copies;
+        kreplay_snapshot_free(snapshot);
+    }
+    Steady { snap: median(snaps), restore: median(restores), batches, copies }
+}
+
+fn print_steady(label: &str, s: &Steady, bytes: usize, versus: Option<&Steady>) {
+    let ratio = versus
+        .map_or(String::new(), |v| format!("  ({:.2}x / {:.2}x)", s.snap.0 / v.snap.0, s.restore.0 / v.restore.0));
+    println!(
+        "{label:<28} snapshot {:>7.2} ms [{:.2}, {:.2}] ({:>5.2} GB/s)  restore {:>7.2} ms [{:.2}, {:.2}] ({:>5.2} GB/s)  \
+         {} batches, {} copies{ratio}",
+        s.snap.0 * 1e3,
+        s.snap.1 * 1e3,
+        s.snap.2 * 1e3,
+        gbps(bytes, s.snap.0),
+        s.restore.0 * 1e3,
+        s.restore.1 * 1e3,
+        s.restore.2 * 1e3,
+        gbps(bytes, s.restore.0),
+        s.batches / 2,
+        s.copies / 2
+    );
+}
+
+fn batches(runs: usize) {
+    println!("== 1 GiB in 16,384 regions of 64 KiB: copy by copy against copy_batch (median of {runs} [min, max]) ==");
+    let agent = kreplay_agent_t { handle: 0xBA7C };
+    let regions = allocate(agent, 16_384, 64 << 10);
+    let bytes = 16_384 * (64 << 10);
+    configure_with(kreplay_sim_options_t::default(), kreplay_policy_t::default());
+    let single = steady(agent, regions.len(), runs);
+    print_steady("copy (version 1)", &single, bytes, None);
+    configure_with(kreplay_sim_options_t { copy_batch: true, ..Default::default() }, kreplay_policy_t::default());
+    let batched = steady(agent, regions.len(), runs);
+    print_steady("copy_batch", &batched, bytes, Some(&single));
+    println!("(batches and copies are per snapshot-and-restore pair; the ratios are against copy by copy)");
+    free_all(regions);
+    kreplay_staging_trim(agent);
+    configure();
+    println!();
+}
+
+fn tiers(runs: usize) {
+    println!("== 1 GiB in 16 regions of 64 MiB: host staging against the device tier (median of {runs} [min, max]) ==");
+    let agent = kreplay_agent_t { handle: 0x7135 };
+    let regions = allocate(agent, 16, 64 * MIB);
+    let v2 = kreplay_sim_options_t { copy_batch: true, device_alloc: true, ..Default::default() };
+    configure_with(v2, kreplay_policy_t::default());
+    let host = steady(agent, regions.len(), runs);
+    print_steady("host staging", &host, GIB, None);
+    configure_with(v2, kreplay_policy_t { device_budget_bytes: 2 * GIB, ..Default::default() });
+    let (probe, _) = snap(agent);
+    let on_device = info(probe).device_bytes;
+    kreplay_snapshot_free(probe);
+    let device = steady(agent, regions.len(), runs);
+    print_steady("device tier (budget 2 GiB)", &device, GIB, Some(&host));
+    println!(
+        "device tier: {} MiB of the snapshot in device storage, {} MiB held by the simulated device after the runs",
+        on_device / MIB,
+        counters().device_bytes / MIB
+    );
+    kreplay_device_trim(agent);
+    free_all(regions);
+    kreplay_staging_trim(agent);
+    configure();
+    println!();
+}
+
+fn dirty(runs: usize) {
+    println!(
+        "== restore of 1 GiB in 16 regions of 64 MiB after a kernel wrote 1% of its 64 KiB blocks: full against \
+         dirty-only (median of {runs} [min, max]) =="
+    );
+    let agent = kreplay_agent_t { handle: 0xD127 };
+    let regions = allocate(agent, 16, 64 * MIB);
+    let block = 64 << 10;
+    // One block in a hundred, spread over every region.
+    let dirty_blocks: Vec<(usize, usize)> =
+        (0..GIB / block).step_by(100).map(|b| (b * block / (64 * MIB), b * block % (64 * MIB))).collect();
+    let kernel = |seed: u8| {
+        for &(r, offset) in &dirty_blocks {
+            // SAFETY: within a live simulated region.
+            unsafe { ptr::write_bytes(regions[r].ptr.add(offset), seed, 256) };
+        }
+    };
+    let options = kreplay_sim_options_t { copy_batch: true, digest: true, ..Default::default() };
+    let mut rows = Vec::new();
+    for (label, dirty_only) in [("full restore", false), ("dirty-only restore", true)] {
+        configure_with(options, kreplay_policy_t { dirty_only, digest_block_bytes: block, ..Default::default() });
+        let (snapshot, snap_time) = snap(agent);
+        let (mut times, mut clean, mut copied, mut digests) = (Vec::new(), 0, 0, 0);
+        for i in 0..runs {
+            kernel(i as u8 + 1);
+            let before = counters();
+            let (report, elapsed) = restore(snapshot);
+            let after = counters();
+            times.push(elapsed);
+            clean = report.clean_bytes;
+            copied = after.copy_bytes - before.copy_bytes;
+            digests = after.digest_blocks - before.digest_blocks;
+            assert_eq!(report.restored, regions.len());
+        }
+        for &(r, offset) in &dirty_blocks {
+            // SAFETY: within a live simulated region, which `allocate` filled with one value per region.
+            assert_eq!(unsafe { *regions[r].ptr.add(offset) }, (r % 251) as u8 + 1, "a dirty block was not restored");
+        }
+        let digest_ms = info(snapshot).digest_ns as f64 * 1e-6;
+        kreplay_snapshot_free(snapshot);
+        let t = median(times);
+        rows.push(t.0);
+        println!(
+            "{label:<20} restore {:>7.2} ms [{:.2}, {:.2}]: {:>5} MiB copied, {:>5} MiB reported clean, {:>6} blocks \
+             digested; snapshot {:.2} ms (digests {:.2} ms)",
+            t.0 * 1e3,
+            t.1 * 1e3,
+            t.2 * 1e3,
+            copied / MIB,
+            clean / MIB,
+            digests,
+            snap_time * 1e3,
+            digest_ms
+        );
+    }
+    println!(
+        "dirty-only / full: {:.2}x (the simulated digest is a host hash; a GPU's runs at memory bandwidth)",
+        rows[1] / rows[0]
+    );
+    free_all(regions);
+    kreplay_staging_trim(agent);
+    configure();
+    println!();
+}
+
+/// Issue 14's GPU-free bar: with the module cache on, a capture of 5,000 module variables (second capture
+/// onwards, so no scan) against a capture of the same bytes in one region.
+fn module_cache(runs: usize) {
+    println!(
+        "== 5,000 module variables from the module cache against the same bytes in one region (median of {runs}; \
+         bar: at most 1.2x) =="
+    );
+    const VARIABLES: usize = 5000;
+    for (i, size) in [256usize, 4096, 64 << 10].into_iter().enumerate() {
+        let cached = kreplay_agent_t { handle: 0x3D00 + i as u64 };
+        let single = kreplay_agent_t { handle: 0x3E00 + i as u64 };
+        for v in 0..VARIABLES {
+            let name = format!("variable_{v}\0");
+            let mut address = ptr::null_mut();
+            // SAFETY: a NUL-terminated name and a writable output.
+            ok(
+                unsafe { kreplay_sim_add_module_variable(cached, name.as_ptr().cast(), size, false, &mut address) },
+                "kreplay_sim_add_module_variable",
+            );
+            // SAFETY: the variable's storage, `size` bytes.
+            unsafe { ptr::write_bytes(address.cast::<u8>(), (v % 251) as u8 + 1, size) };
+        }
+        let region = allocate(single, 1, VARIABLES * size);
+        for (label, options) in [
+            ("copy", kreplay_sim_options_t::default()),
+            ("copy_batch", kreplay_sim_options_t { copy_batch: true, ..Default::default() }),
+        ] {
+            configure_with(options, kreplay_policy_t { cache_module_scan: true, ..Default::default() });
+            let measure = |agent: kreplay_agent_t| {
+                let (first, _) = snap(agent);
+                kreplay_snapshot_free(first);
+                let scans = counters().module_scans;
+                let mut times = Vec::new();
+                for _ in 0..runs {
+                    let (snapshot, elapsed) = snap(agent);
+                    times.push(elapsed);
+                    kreplay_snapshot_free(snapshot);
+                }
+                (median(times), counters().module_scans - scans)
+            };
+            let (variables, scans) = measure(cached);
+            let (one, _) = measure(single);
+            println!(
+                "{VARIABLES} x {:>6} B ({:>6.2} MiB), {label:<10}: variables {:>7.3} ms [{:.3}, {:.3}], one region {:>7.3} ms \
+                 [{:.3}, {:.3}]: {:.2}x{}; scans after the first capture: {scans}",
+                size,
+                (VARIABLES * size) as f64 / MIB as f64,
+                variables.0 * 1e3,
+                variables.1 * 1e3,
+                variables.2 * 1e3,
+                one.0 * 1e3,
+                one.1 * 1e3,
+                one.2 * 1e3,
+                variables.0 / one.0,
+                if variables.0 / one.0 <= 1.2 { " (within the bar)" } else { " (ABOVE the 1.2x bar)" }
+            );
+        }
+        free_all(region);
+        kreplay_staging_trim(cached);
+        kreplay_staging_trim(single);
+    }
+    configure();
+    println!();
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
@@ -395,6 +663,18 @@ fn main() {
     }
     if wanted("disabled") {
         disabled_record();
+    }
+    if wanted("batches") {
+        batches(7);
+    }
+    if wanted("tiers") {
+        tiers(7);
+    }
+    if wanted("dirty") {
+        dirty(7);
+    }
+    if wanted("modules") {
+        module_cache(21);
     }
     let mut counters = MaybeUninit::<kreplay_sim_counters_t>::uninit();
     // SAFETY: writable output.
