@@ -216,9 +216,12 @@ void wrap_release(void* user_data) {
   set->release_seq.store(sequence.fetch_add(1) + 1);
 }
 
-// Sets are never freed: the test checks their counters after kreplay released them.
+// Sets live until the process ends: the test checks their counters after kreplay released them.
+std::vector<std::unique_ptr<OpsSet>> ops_sets;
+
 OpsSet* configure_wrapped(int id) {
-  OpsSet* set = new OpsSet;
+  ops_sets.emplace_back(new OpsSet);
+  OpsSet* set = ops_sets.back().get();
   set->id = id;
   kreplay_device_ops_t ops;
   std::memset(&ops, 0, sizeof ops);
