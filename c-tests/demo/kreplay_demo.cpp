@@ -1080,11 +1080,18 @@ int run(const Options& options) {
   if (fewest != kModeCount) {
     std::printf("Fewest bytes moved: %s, %s per dispatch, %s of it across the host link", kModes[fewest].label,
                 describe_mib(moved_mib(fewest)).c_str(), describe_mib(link_mib(fewest)).c_str());
-    if (full != kModeCount && full != fewest && results[full].replayed > 0)
-      std::printf("\n  (%s: %s)", kModes[full].label, describe_mib(moved_mib(full)).c_str());
+    std::vector<std::size_t> tied;
     for (std::size_t m : options.modes) {
-      if (m != fewest && results[m].replayed > 0 && moved_mib(m) == moved_mib(fewest))
-        std::printf("; %s moved as many, %s across the link", kModes[m].label, describe_mib(link_mib(m)).c_str());
+      if (m != fewest && results[m].replayed > 0 && moved_mib(m) == moved_mib(fewest)) tied.push_back(m);
+    }
+    const bool full_tied = std::find(tied.begin(), tied.end(), full) != tied.end();
+    if (full != kModeCount && full != fewest && !full_tied && results[full].replayed > 0)
+      std::printf("\n  (%s: %s)", kModes[full].label, describe_mib(moved_mib(full)).c_str());
+    if (tied.size() == 1) {
+      std::printf("; %s moved as many, %s across the link", kModes[tied[0]].label,
+                  describe_mib(link_mib(tied[0])).c_str());
+    } else if (tied.size() > 1) {
+      std::printf("; %zu other modes moved as many", tied.size());
     }
     std::printf(".\n");
   }
