@@ -1,6 +1,8 @@
 // The finalize rule of API.md, "Concurrency, lifetimes and re-entry", in a process of its own (finalize cannot
 // be undone): after kreplay_finalize returns, no device op and no logger is called again, although a snapshot
 // and a restore were in flight on other threads when it was called, and although calls keep coming.
+// With the argument `inside`, finalize is called from inside a device op instead (re-entry): it must return
+// without waiting for its own thread, and the call it was made from must end (a watchdog fails a hang).
 #include "reliability.h"
 
 #include <atomic>
@@ -49,9 +51,74 @@ void counting_logger(void*, kreplay_log_level_t, const char*, std::size_t) {
   }
 }
 
+std::atomic<int> inner_finalize_state{0};  // 1: called, 2: returned
+
+kreplay_status_t finalizing_copy(void*, void* dst, const void* src, std::size_t bytes) {
+  int expected = 0;
+  if (inner_finalize_state.compare_exchange_strong(expected, 1)) {
+    kreplay_finalize();
+    inner_finalize_state.store(2);
+  }
+  count_op();
+  return sim_ops.copy(sim_ops.user_data, dst, src, bytes);
+}
+
+int finalize_from_inside_a_copy() {
+  kreplay_set_logger(counting_logger, nullptr, KREPLAY_LOG_TRACE);
+  REL_REQUIRE(kreplay_sim_device_ops(&sim_ops) == KREPLAY_STATUS_SUCCESS);
+  kreplay_device_ops_t ops = sim_ops;
+  ops.copy = finalizing_copy;
+  ops.copy_batch = nullptr;
+  REL_REQUIRE(kreplay_configure(&ops) == KREPLAY_STATUS_SUCCESS);
+  kreplay_tracking_enable(true);
+  kreplay_agent_t who = {0x53};
+  for (int i = 0; i < 4; ++i) {
+    void* region = nullptr;
+    REL_REQUIRE(kreplay_sim_alloc(who, 4096, KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, &region) ==
+                KREPLAY_STATUS_SUCCESS);
+    REL_REQUIRE(kreplay_record_alloc(region, 4096, 0) == KREPLAY_STATUS_SUCCESS);
+  }
+  std::atomic<bool> done{false};
+  kreplay_status_t status = KREPLAY_STATUS_INTERNAL_ERROR;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  std::thread caller([&] {
+    kreplay_snapshot_t* snapshot = nullptr;
+    status = kreplay_snap(who, &snapshot, &reason);
+    kreplay_snapshot_free(snapshot);
+    done.store(true);
+  });
+  auto start = std::chrono::steady_clock::now();
+  while (!done.load()) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(20)) {
+      std::fprintf(stderr, "kreplay_finalize from inside a copy: still running after 20 s: a hang\n");
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  caller.join();
+  finalize_returned.store(true);
+  std::printf("finalize from inside a copy: returned (%d); the snapshot it was called from: %s (%s); %zu ops "
+              "before\n",
+              inner_finalize_state.load(), kreplay_status_string(status), kreplay_decline_reason_string(reason),
+              ops_calls.load());
+  REL_CHECK(inner_finalize_state.load() == 2);
+  REL_CHECK(status == KREPLAY_STATUS_SUCCESS || status == KREPLAY_STATUS_DECLINED);
+  kreplay_snapshot_t* snapshot = nullptr;
+  REL_CHECK_STATUS(kreplay_snap(who, &snapshot, &reason), KREPLAY_STATUS_DECLINED);
+  REL_CHECK(reason == KREPLAY_DECLINE_FINALIZED);
+  (void)kreplay_staging_acquire(nullptr, who, 64);
+  REL_CHECK_EQ(ops_after.load(), 0);
+  REL_CHECK_EQ(log_after.load(), 0);
+  return rel_finish("kreplay_reliability_rules_finalize inside");
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "inside") == 0) {
+    return finalize_from_inside_a_copy();
+  }
   kreplay_set_logger(counting_logger, nullptr, KREPLAY_LOG_TRACE);
   REL_REQUIRE(kreplay_sim_device_ops(&sim_ops) == KREPLAY_STATUS_SUCCESS);
   kreplay_device_ops_t ops;
