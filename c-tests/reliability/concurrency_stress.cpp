@@ -7,7 +7,11 @@
 // - no pass writes another generation's data: every allocation holds exactly its own generation's bytes
 //   when it is freed, although restores of older snapshots ran over its address all along;
 // - staging lent to a caller is never written by anyone else;
-// - the inventory's counts per agent match the model, and nothing is leaked.
+// - the inventory's counts per agent match the model, and nothing is leaked;
+// - version 2 (API.md, "Concurrency, lifetimes and re-entry"): one thread swaps between a WARNING and an ERROR
+//   logger (a retired logger is never called, the ERROR one never gets a warning), one reads and restores the
+//   snapshots the replayer of agent 0 publishes while that replayer frees them, and one brings short-lived
+//   agents through staging (every one gets a pool).
 // Usage: kreplay_reliability_concurrency [seconds] (default 3).
 #include "reliability.h"
 
@@ -122,7 +126,7 @@ std::atomic<std::uint64_t> next_generation{1};
 
 struct Figures {
   std::atomic<std::size_t> snapshots{0}, restores{0}, restored{0}, skipped{0}, reallocations{0}, vmem_changes{0},
-      staging_rounds{0};
+      staging_rounds{0}, logger_swaps{0}, inspections{0}, inspections_refused{0}, short_agents{0};
 };
 Figures figures;
 
@@ -187,8 +191,11 @@ void mapper(Agent& agent, Clock::time_point deadline, std::uint64_t seed) {
   }
 }
 
+// The snapshot agent 0's replayer is using, for the inspector; it stays published after the free on purpose.
+std::atomic<kreplay_snapshot_t*> published{nullptr};
+
 // Snapshots one agent and restores each snapshot a few times.
-void replayer(const Agent& agent, Clock::time_point deadline) {
+void replayer(const Agent& agent, Clock::time_point deadline, bool publish) {
   while (Clock::now() < deadline && !failed.load()) {
     kreplay_snapshot_t* snapshot = nullptr;
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
@@ -199,6 +206,9 @@ void replayer(const Agent& agent, Clock::time_point deadline) {
       continue;
     }
     figures.snapshots.fetch_add(1);
+    if (publish) {
+      published.store(snapshot);
+    }
     kreplay_snapshot_info_t info{};
     STRESS_CHECK(kreplay_snapshot_info(snapshot, &info) == KREPLAY_STATUS_SUCCESS);
     STRESS_CHECK(info.module_variables == 2);
@@ -218,6 +228,77 @@ void replayer(const Agent& agent, Clock::time_point deadline) {
 
 // Holds staging buffers of both agents while snapshots take and return theirs: what a caller was lent must
 // stay exactly as the caller wrote it.
+// Reads and restores whatever agent 0's replayer published, freed or not: SUCCESS or INVALID_ARGUMENT, never a
+// crash (the replayer's free takes effect when a restore in progress here ends).
+void inspector(Clock::time_point deadline) {
+  while (Clock::now() < deadline && !failed.load()) {
+    kreplay_snapshot_t* snapshot = published.load();
+    if (snapshot == nullptr) {
+      std::this_thread::yield();
+      continue;
+    }
+    kreplay_snapshot_info_t info{};
+    kreplay_status_t status = kreplay_snapshot_info(snapshot, &info);
+    STRESS_CHECK(status == KREPLAY_STATUS_SUCCESS || status == KREPLAY_STATUS_INVALID_ARGUMENT);
+    if (status == KREPLAY_STATUS_SUCCESS) {
+      STRESS_CHECK(info.module_variables == 2);
+      kreplay_restore_report_t report{};
+      status = kreplay_restore(snapshot, &report);
+      STRESS_CHECK(status == KREPLAY_STATUS_SUCCESS || status == KREPLAY_STATUS_INVALID_ARGUMENT);
+      STRESS_CHECK(report.failed == 0);
+    }
+    (status == KREPLAY_STATUS_SUCCESS ? figures.inspections : figures.inspections_refused).fetch_add(1);
+    if (status != KREPLAY_STATUS_SUCCESS) {
+      std::this_thread::yield();
+    }
+  }
+}
+
+// Two loggers swapped in turn: one at WARNING, one at ERROR. A logger is retired once the swap away from it
+// returned, and made current again only by the next swap to it.
+struct SwapLogger {
+  kreplay_log_level_t level;
+  std::atomic<bool> retired{true};
+};
+SwapLogger swap_loggers[2] = {{KREPLAY_LOG_WARNING, {}}, {KREPLAY_LOG_ERROR, {}}};
+
+void swapped_logger(void* user_data, kreplay_log_level_t level, const char* message, std::size_t length) {
+  SwapLogger* logger = static_cast<SwapLogger*>(user_data);
+  STRESS_CHECK(!logger->retired.load());
+  STRESS_CHECK(static_cast<unsigned>(level) <= static_cast<unsigned>(logger->level));
+  count_messages(nullptr, level, message, length);
+}
+
+void logger_swapper(Clock::time_point deadline) {
+  std::size_t current = 0;
+  while (Clock::now() < deadline && !failed.load()) {
+    const std::size_t next = 1 - current;
+    swap_loggers[next].retired.store(false);
+    kreplay_set_logger(swapped_logger, &swap_loggers[next], swap_loggers[next].level);
+    swap_loggers[current].retired.store(true);
+    current = next;
+    figures.logger_swaps.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  kreplay_set_logger(count_messages, nullptr, KREPLAY_LOG_WARNING);
+  swap_loggers[current].retired.store(true);
+}
+
+// Agents seen once each, as a process whose partitions come and go: each gets a pool, which is reclaimed.
+void short_lived_agents(Clock::time_point deadline) {
+  std::uint64_t handle = 0x90000;
+  while (Clock::now() < deadline && !failed.load()) {
+    kreplay_agent_t agent{handle++};
+    kreplay_staging_buffer_t buffer{};
+    STRESS_CHECK(kreplay_staging_acquire(&buffer, agent, 512) == KREPLAY_STATUS_SUCCESS);
+    kreplay_staging_release(&buffer);
+    kreplay_staging_trim(agent);
+    STRESS_CHECK(kreplay_retained_staging_bytes(agent) == 0);
+    figures.short_agents.fetch_add(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void stager(const Agent& a, const Agent& b, Clock::time_point deadline, std::uint64_t seed) {
   Rng rng{seed};
   while (Clock::now() < deadline && !failed.load()) {
@@ -351,9 +432,12 @@ int main(int argc, char** argv) {
       threads.emplace_back(allocator, std::ref(agents[a]), t, kAllocatorsPerAgent, deadline, 0x1000 + a * 16 + t);
     }
     threads.emplace_back(mapper, std::ref(agents[a]), deadline, 0x2000 + a);
-    threads.emplace_back(replayer, std::cref(agents[a]), deadline);
+    threads.emplace_back(replayer, std::cref(agents[a]), deadline, a == 0);
   }
   threads.emplace_back(stager, std::cref(agents[0]), std::cref(agents[1]), deadline, 0x3000);
+  threads.emplace_back(inspector, deadline);
+  threads.emplace_back(logger_swapper, deadline);
+  threads.emplace_back(short_lived_agents, deadline);
   for (std::thread& thread : threads) {
     thread.join();
   }
@@ -362,13 +446,17 @@ int main(int argc, char** argv) {
   }
 
   std::printf("%zu threads for %.1f s: %zu snapshots, %zu restores (%zu ranges written, %zu skipped), %zu "
-              "reallocations, %zu vmem changes, %zu staging rounds, %zu warnings\n",
+              "reallocations, %zu vmem changes, %zu staging rounds, %zu warnings; %zu logger swaps, %zu inspections "
+              "of published snapshots (%zu refused: freed), %zu short-lived agents\n",
               threads.size(), seconds, figures.snapshots.load(), figures.restores.load(), figures.restored.load(),
               figures.skipped.load(), figures.reallocations.load(), figures.vmem_changes.load(),
-              figures.staging_rounds.load(), warnings_logged.load());
+              figures.staging_rounds.load(), warnings_logged.load(), figures.logger_swaps.load(),
+              figures.inspections.load(), figures.inspections_refused.load(), figures.short_agents.load());
   // The run must have raced something: restores that had to skip a region freed or reallocated meanwhile.
   REL_CHECK(figures.snapshots.load() > 0);
   REL_CHECK(figures.skipped.load() > 0);
+  REL_CHECK(figures.logger_swaps.load() > 0);
+  REL_CHECK(figures.short_agents.load() > 0);
 
   for (const Agent& agent : agents) {
     check_inventory(agent);
