@@ -201,6 +201,17 @@ impl<const CAP: usize, const SLOTS: usize> Table<CAP, SLOTS> {
         self.slot_of(base).map(|slot| &self.entries[self.index[slot] as usize - 1])
     }
 
+    /// The entry with this base and its pin word, trying index `hint` first (where the entry was when it was
+    /// listed: entries move only when another is removed, so in a steady replay the hint is right and no hash
+    /// probe is needed).
+    fn get_pinned_hinted(&self, base: usize, hint: u32) -> Option<(&Region, &AtomicU32)> {
+        let at = hint as usize;
+        match self.entries.get(at) {
+            Some(region) if region.base == base => Some((region, &self.pins[at])),
+            _ => self.get_pinned(base),
+        }
+    }
+
     /// The entry with this base and its pin word.
     fn get_pinned(&self, base: usize) -> Option<(&Region, &AtomicU32)> {
         self.slot_of(base).map(|slot| {
@@ -342,6 +353,8 @@ pub struct PinKey {
     pub generation: u64,
     /// Bytes captured.
     pub min_size: usize,
+    /// Where the region was in its table when it was listed ([`Inventory::gather_with`]): checked first.
+    pub hint: u32,
 }
 
 /// Why [`Inventory::remove`] or [`Inventory::remove_vmem`] did not finish.
@@ -566,8 +579,8 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         let mut count = 0;
         for key in keys {
             let found = match key.kind {
-                RegionKind::Allocation => state.allocations.get_pinned(key.base),
-                RegionKind::VmemMapping => state.mapping_pinned(key.base),
+                RegionKind::Allocation => state.allocations.get_pinned_hinted(key.base, key.hint),
+                RegionKind::VmemMapping => state.mapping_pinned(key.base, key.hint),
             };
             let pinned = match found {
                 Some((region, pins)) if region.generation == key.generation && region.size >= key.min_size => {
@@ -593,8 +606,8 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         for key in keys {
             count += 1;
             let found = match key.kind {
-                RegionKind::Allocation => state.allocations.get_pinned(key.base),
-                RegionKind::VmemMapping => state.mapping_pinned(key.base),
+                RegionKind::Allocation => state.allocations.get_pinned_hinted(key.base, key.hint),
+                RegionKind::VmemMapping => state.mapping_pinned(key.base, key.hint),
             };
             // A region forgotten meanwhile (tracking turned off) or replaced has no pin of ours to release.
             if let Some((region, pins)) = found {
@@ -660,16 +673,17 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
 
     /// Appends `agent`'s regions to `out` (allocations first, then mappings), reserving outside the lock.
     pub fn gather(&self, agent: Agent, out: &mut Vec<Region>) -> Result<(), GatherError> {
-        self.gather_with(agent, out, |region| *region)
+        self.gather_with(agent, out, |region, _| *region)
     }
 
-    /// Like [`Inventory::gather`], appending `convert(region)` for each region, so a caller that keeps its own
-    /// record per region fills it straight from the table, without an intermediate list.
+    /// Like [`Inventory::gather`], appending `convert(region, hint)` for each region, so a caller that keeps its
+    /// own record per region fills it straight from the table, without an intermediate list. `hint` is the
+    /// region's place in its table, for [`PinKey::hint`].
     pub fn gather_with<T>(
         &self,
         agent: Agent,
         out: &mut Vec<T>,
-        mut convert: impl FnMut(&Region) -> T,
+        mut convert: impl FnMut(&Region, u32) -> T,
     ) -> Result<(), GatherError> {
         let start = out.len();
         let mut want = 0;
@@ -683,7 +697,8 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                 return Err(GatherError::Overflow);
             }
             let mut complete = true;
-            for region in state.allocations.iter().chain(state.mappings.iter()) {
+            let allocations = state.allocations.iter().enumerate();
+            for (at, region) in allocations.chain(state.mappings.iter().enumerate()) {
                 if region.agent != agent {
                     continue;
                 }
@@ -691,7 +706,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                     complete = false;
                     break;
                 }
-                out.push(convert(region));
+                out.push(convert(region, at as u32));
             }
             if complete {
                 return Ok(());
@@ -759,8 +774,11 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
         self.freed_next = (self.freed_next + 1) % UNDO_CAPACITY;
     }
 
-    fn mapping_pinned(&self, base: usize) -> Option<(&Region, &AtomicU32)> {
-        let at = self.mappings.iter().position(|r| r.base == base)?;
+    fn mapping_pinned(&self, base: usize, hint: u32) -> Option<(&Region, &AtomicU32)> {
+        let at = match self.mappings.get(hint as usize) {
+            Some(region) if region.base == base => hint as usize,
+            _ => self.mappings.iter().position(|r| r.base == base)?,
+        };
         Some((&self.mappings[at], &self.mapping_pins[at]))
     }
 
@@ -873,7 +891,7 @@ mod tests {
             self.remove_vmem(base, size, true).unwrap()
         }
         fn is_live(&self, base: usize, generation: u64, min_size: usize) -> bool {
-            let key = PinKey { base, kind: RegionKind::Allocation, generation, min_size };
+            let key = PinKey { base, kind: RegionKind::Allocation, generation, min_size, hint: 0 };
             let mut live = false;
             self.pin_each(core::iter::once(key), |pinned| live = pinned);
             if live {
@@ -1109,7 +1127,7 @@ mod tests {
         let mut out = Vec::new();
         inventory.gather(A, &mut out).unwrap();
         let region = out.iter().find(|r| r.base == base).unwrap();
-        PinKey { base, kind: region.kind, generation: region.generation, min_size: region.size }
+        PinKey { base, kind: region.kind, generation: region.generation, min_size: region.size, hint: 0 }
     }
 
     fn pin(inventory: &Inventory<64, 128>, key: PinKey) -> bool {

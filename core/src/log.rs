@@ -66,8 +66,8 @@ pub struct ContextSink {
 pub const MESSAGE_CAPACITY: usize = 1023;
 
 /// Sinks that can be installed or still finishing deliveries at once. A new sink takes a slot with no delivery
-/// in progress; with every other slot busy, [`install`] waits for one (only a host with this many threads
-/// inside loggers that are being replaced at the same moment could see that).
+/// in progress; with every other slot busy, [`install`] waits for one, holding no lock meanwhile (only a host
+/// with this many threads inside loggers that are being replaced at the same moment could see that).
 pub const SINK_SLOTS: usize = 16;
 
 const KIND_STDERR: u32 = 0;
@@ -141,7 +141,8 @@ pub fn close(wait: bool) {
 }
 
 fn install_kind(kind: u32, function: *mut (), context: [*mut (); 2], level: Level, wait: bool) -> bool {
-    let (previous, previous_installed) = {
+    let mut backoff = Backoff::new();
+    let (previous, previous_installed) = loop {
         let mut serial = INSTALL.lock();
         if CLOSED.load(Ordering::Acquire) {
             return false;
@@ -150,15 +151,15 @@ fn install_kind(kind: u32, function: *mut (), context: [*mut (); 2], level: Leve
         let current_slot = (current % SINK_SLOTS as u64) as usize;
         // A slot with no delivery in progress. A delivery that announces itself on it from now on read an
         // older `CURRENT` and backs out without reading the fields, so they may be rewritten.
-        let mut backoff = Backoff::new();
-        let slot_index = loop {
-            let free = (1..SINK_SLOTS)
-                .map(|step| (current_slot + step) % SINK_SLOTS)
-                .find(|&index| SLOTS[index].users.load(Ordering::SeqCst) == 0);
-            if let Some(index) = free {
-                break index;
-            }
+        let free = (1..SINK_SLOTS)
+            .map(|step| (current_slot + step) % SINK_SLOTS)
+            .find(|&index| SLOTS[index].users.load(Ordering::SeqCst) == 0);
+        let Some(slot_index) = free else {
+            // Every other slot is still delivering: wait without the lock, since those deliveries may be
+            // loggers that install a sink themselves.
+            drop(serial);
             backoff.snooze();
+            continue;
         };
         *serial += 1;
         let installed = *serial * SINK_SLOTS as u64 + slot_index as u64;
@@ -174,7 +175,7 @@ fn install_kind(kind: u32, function: *mut (), context: [*mut (); 2], level: Leve
             CLOSED.store(true, Ordering::Release);
         }
         CURRENT.store(installed, Ordering::SeqCst);
-        (current_slot, SLOTS[current_slot].installed.load(Ordering::SeqCst))
+        break (current_slot, SLOTS[current_slot].installed.load(Ordering::SeqCst));
     };
     if wait {
         // The previous slot is done once it has no user, or once it was reused (which needed it to have none).

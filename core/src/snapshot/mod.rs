@@ -70,13 +70,15 @@ pub(crate) struct Range {
     pub source: Source,
     /// Index of its first block digest, for tracked ranges of a snapshot that has digests.
     pub digest_at: usize,
+    /// Where its region was in the inventory's table when it was listed (a lookup hint for pinning).
+    pub hint: u32,
 }
 
 impl Range {
     pub(crate) fn pin_key(&self) -> Option<PinKey> {
         match self.source {
             Source::Tracked { kind, generation } => {
-                Some(PinKey { base: self.address, kind, generation, min_size: self.size })
+                Some(PinKey { base: self.address, kind, generation, min_size: self.size, hint: self.hint })
             }
             Source::ModuleVariable => None,
         }

@@ -33,13 +33,14 @@ impl<O: DeviceOps> Engine<O> {
     ) -> Result<Vec<Range>, DeclineReason> {
         let start = clock::now_ns();
         let mut ranges: Vec<Range> = Vec::new();
-        let listed = self.inventory.gather_with(agent, &mut ranges, |region| Range {
+        let listed = self.inventory.gather_with(agent, &mut ranges, |region, hint| Range {
             address: region.base,
             size: region.size,
             tier: Tier::Host,
             offset: 0,
             source: Source::Tracked { kind: region.kind, generation: region.generation },
             digest_at: 0,
+            hint,
         });
         listed.map_err(|error| match error {
             GatherError::Overflow => {
@@ -80,6 +81,7 @@ impl<O: DeviceOps> Engine<O> {
             offset: 0,
             source: Source::ModuleVariable,
             digest_at: 0,
+            hint: 0,
         };
         if policy.cache_module_scan {
             let generation = self.modules.generation();

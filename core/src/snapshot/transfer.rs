@@ -20,15 +20,13 @@ use crate::ops::{CopyJob, DeviceOps, Digest, DigestJob};
 use crate::types::Agent;
 
 /// Ranges pinned together at most.
-const CHUNK_RANGES: usize = 4096;
+const CHUNK_RANGES: usize = 16384;
 /// Bytes of ranges pinned together at most: a free of one of them waits for this much copying (about 20 ms over
 /// PCIe, 0.5 ms device to device), and a dirty-only pass makes one digest call per chunk, whose fixed cost
 /// (a launch and a wait) is paid per chunk.
 const CHUNK_BYTES: usize = 1 << 30;
 /// Copies handed to `copy_batch` in one call at most.
-const BATCH_COPIES: usize = 1024;
-/// Ranges digested in one call at most.
-const DIGEST_JOBS: usize = 256;
+const BATCH_COPIES: usize = 4096;
 
 /// Which way the contents move.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -73,9 +71,51 @@ pub(crate) struct Moved {
     pub digest_failed: bool,
 }
 
-struct Batch {
+/// Per-call working memory, allocated once per transfer (fallibly) and sized for one chunk.
+struct Scratch {
     copies: Vec<CopyJob>,
+    /// The chunk index of each copy's range.
     owners: Vec<u32>,
+    /// Chunk indices of the chunk's tracked ranges, in pin order.
+    tracked: Vec<u32>,
+    /// Bit sets over the chunk: pinned (or a module variable), failed.
+    pinned: Vec<u64>,
+    failed: Vec<u64>,
+    jobs: Vec<DigestJob>,
+}
+
+impl Scratch {
+    /// Working memory for chunks of `ranges` ranges and batches of `copies` copies; `None` without host memory.
+    fn new(ranges: usize, copies: usize, digests: bool) -> Option<Scratch> {
+        let words = ranges.div_ceil(64);
+        let mut scratch = Scratch {
+            copies: Vec::new(),
+            owners: Vec::new(),
+            tracked: Vec::new(),
+            pinned: Vec::new(),
+            failed: Vec::new(),
+            jobs: Vec::new(),
+        };
+        scratch.copies.try_reserve_exact(copies).ok()?;
+        scratch.owners.try_reserve_exact(copies).ok()?;
+        scratch.tracked.try_reserve_exact(ranges).ok()?;
+        scratch.pinned.try_reserve_exact(words).ok()?;
+        scratch.failed.try_reserve_exact(words).ok()?;
+        if digests {
+            scratch.jobs.try_reserve_exact(ranges).ok()?;
+        }
+        scratch.pinned.resize(words, 0);
+        scratch.failed.resize(words, 0);
+        Some(scratch)
+    }
+
+    fn is_pinned(&self, i: usize) -> bool {
+        self.pinned[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    fn has_failed(&self, i: usize) -> bool {
+        self.failed[i / 64] & (1 << (i % 64)) != 0
+    }
 }
 
 impl<O: DeviceOps> Engine<O> {
@@ -94,17 +134,19 @@ impl<O: DeviceOps> Engine<O> {
     ) -> Moved {
         let mut moved = Moved::default();
         let batching = ops.can_copy_batch();
-        let mut batch = Batch { copies: Vec::new(), owners: Vec::new() };
-        let capacity = if batching { BATCH_COPIES } else { 1 };
-        if batch.copies.try_reserve_exact(capacity).is_err() || batch.owners.try_reserve_exact(capacity).is_err() {
+        // Without batches or digests, one range at a time: each is validated right before its copy, as in
+        // version 1.
+        let (chunk_ranges, chunk_bytes) =
+            if batching || dirty.is_some() { (CHUNK_RANGES.min(ranges.len().max(1)), CHUNK_BYTES) } else { (1, 0) };
+        let copies = if batching { BATCH_COPIES } else { 1 };
+        let scratch =
+            Scratch::new(chunk_ranges, copies, dirty.is_some()).or_else(|| Scratch::new(1, 1, dirty.is_some()));
+        let Some(mut scratch) = scratch else {
             crate::log!(Level::Error, "agent {:#x}: no host memory for the copy list", agent.0);
             outcomes.iter_mut().for_each(|o| *o = Outcome::Failed);
             return moved;
-        }
-        // Without batches, one range at a time: each is validated right before its copy, as in version 1.
-        let (chunk_ranges, chunk_bytes) =
-            if batching || dirty.is_some() { (CHUNK_RANGES, CHUNK_BYTES) } else { (1, 0) };
-        let mut pinned = [0u64; CHUNK_RANGES / 64];
+        };
+        let chunk_ranges = chunk_ranges.min(scratch.tracked.capacity()).max(1);
         let mut start = 0;
         while start < ranges.len() {
             if self.is_finalized() {
@@ -118,34 +160,13 @@ impl<O: DeviceOps> Engine<O> {
                 end += 1;
             }
             let chunk = &ranges[start..end];
-            // Pin: module variables always count as pinned; tracked regions only while live.
-            pinned.fill(0);
-            let mut k = 0;
-            let keys = chunk.iter().enumerate().filter_map(|(i, r)| r.pin_key().map(|key| (i, key)));
-            // Indices (in the chunk) of its tracked ranges, in pin order.
-            let mut tracked: arrayvec::ArrayVec<u16, CHUNK_RANGES> = arrayvec::ArrayVec::new();
-            for (i, _) in keys.clone() {
-                tracked.push(i as u16);
-            }
-            self.inventory.pin_each(keys.map(|(_, key)| key), |ok| {
-                if ok {
-                    let i = tracked[k] as usize;
-                    pinned[i / 64] |= 1 << (i % 64);
-                }
-                k += 1;
-            });
-            for (i, range) in chunk.iter().enumerate() {
-                if range.pin_key().is_none() {
-                    pinned[i / 64] |= 1 << (i % 64);
-                }
-            }
-            let is_pinned = |i: usize| pinned[i / 64] & (1 << (i % 64)) != 0;
+            self.pin_chunk(chunk, &mut scratch);
 
             // Digest the pinned tracked ranges.
             let mut digested = false;
             if let Some(dirty) = dirty.as_mut().filter(|_| !moved.digest_failed) {
                 let begun = clock::now_ns();
-                let result = self.digest_chunk(ops, agent, chunk, &tracked, &is_pinned, dirty, direction);
+                let result = self.digest_chunk(ops, agent, chunk, &mut scratch, dirty);
                 moved.digest_ns += clock::since(begun);
                 match result {
                     Ok(()) => digested = true,
@@ -161,30 +182,13 @@ impl<O: DeviceOps> Engine<O> {
             }
 
             // Copy.
-            let mut failed = [0u64; CHUNK_RANGES / 64];
+            scratch.failed.fill(0);
             for (i, range) in chunk.iter().enumerate() {
-                if !is_pinned(i) {
+                if !scratch.is_pinned(i) {
                     continue;
                 }
-                let index = start + i;
-                let stored = storage.at(range);
-                let (device, held) = (range.address as *mut u8, stored);
-                let mut push = |offset: usize, len: usize, batch: &mut Batch| {
-                    // SAFETY: `offset + len <= range.size`, within both the device range and its storage.
-                    let (dev, sto) = unsafe { (device.add(offset), held.add(offset)) };
-                    let job = match direction {
-                        Direction::Capture => CopyJob { dst: sto, src: dev, bytes: len },
-                        Direction::Restore => CopyJob { dst: dev, src: sto, bytes: len },
-                    };
-                    batch.copies.push(job);
-                    batch.owners.push(i as u32);
-                    moved.copied_bytes += len;
-                    if batch.copies.len() == batch.copies.capacity() {
-                        moved.copied_bytes -= self.submit(ops, agent, batch, &mut failed);
-                    }
-                };
                 let known = dirty.as_ref().filter(|_| digested && range.pin_key().is_some()).and_then(|dirty| {
-                    (dirty.known)(index)
+                    (dirty.known)(start + i)
                         .map(|at| (dirty.block_bytes, &dirty.live[range.digest_at..], &dirty.reference[at..]))
                 });
                 match known {
@@ -198,7 +202,18 @@ impl<O: DeviceOps> Engine<O> {
                                 (false, Some(first)) => {
                                     let from = first * block;
                                     let to = (b * block).min(range.size);
-                                    push(from, to - from, &mut batch);
+                                    self.push(
+                                        ops,
+                                        agent,
+                                        storage,
+                                        range,
+                                        i,
+                                        from,
+                                        to - from,
+                                        direction,
+                                        &mut scratch,
+                                        &mut moved,
+                                    );
                                     run = None;
                                 }
                                 _ => {}
@@ -208,24 +223,32 @@ impl<O: DeviceOps> Engine<O> {
                             }
                         }
                     }
-                    None => push(0, range.size, &mut batch),
+                    None => {
+                        self.push(ops, agent, storage, range, i, 0, range.size, direction, &mut scratch, &mut moved)
+                    }
                 }
             }
-            moved.copied_bytes -= self.submit(ops, agent, &mut batch, &mut failed);
-            self.inventory.unpin_each(
-                tracked.iter().map(|&i| i as usize).filter(|&i| is_pinned(i)).filter_map(|i| chunk[i].pin_key()),
-            );
+            moved.copied_bytes -= self.submit(ops, agent, &mut scratch);
+            let pinned_keys = scratch
+                .tracked
+                .iter()
+                .map(|&i| i as usize)
+                .filter(|&i| scratch.is_pinned(i))
+                .filter_map(|i| chunk[i].pin_key());
+            self.inventory.unpin_each(pinned_keys);
+            let mut any_failed = false;
             for i in 0..chunk.len() {
-                outcomes[start + i] = if !is_pinned(i) {
+                outcomes[start + i] = if !scratch.is_pinned(i) {
                     Outcome::Skipped
-                } else if failed[i / 64] & (1 << (i % 64)) != 0 {
+                } else if scratch.has_failed(i) {
+                    any_failed = true;
                     Outcome::Failed
                 } else {
                     Outcome::Done
                 };
             }
             start = end;
-            if direction == Direction::Capture && failed.iter().any(|&word| word != 0) {
+            if direction == Direction::Capture && any_failed {
                 // A capture with a failed copy is declined: nothing after it is even read.
                 break;
             }
@@ -233,47 +256,96 @@ impl<O: DeviceOps> Engine<O> {
         moved
     }
 
-    /// Digests the pinned tracked ranges of a chunk into `dirty.live`.
+    /// Pins the chunk's tracked ranges (module variables always count as pinned; tracked regions only while
+    /// live with their generation and size).
+    fn pin_chunk(&self, chunk: &[Range], scratch: &mut Scratch) {
+        scratch.pinned.fill(0);
+        scratch.tracked.clear();
+        for (i, range) in chunk.iter().enumerate() {
+            if range.pin_key().is_some() {
+                scratch.tracked.push(i as u32);
+            } else {
+                scratch.pinned[i / 64] |= 1 << (i % 64);
+            }
+        }
+        let Scratch { tracked, pinned, .. } = scratch;
+        let mut k = 0;
+        self.inventory.pin_each(tracked.iter().filter_map(|&i| chunk[i as usize].pin_key()), |ok| {
+            if ok {
+                let i = tracked[k] as usize;
+                pinned[i / 64] |= 1 << (i % 64);
+            }
+            k += 1;
+        });
+    }
+
+    /// Adds one copy of `len` bytes at `offset` within `range` (chunk index `i`) to the batch, submitting the
+    /// batch when it is full.
     #[allow(clippy::too_many_arguments)]
+    fn push(
+        &self,
+        ops: &O,
+        agent: Agent,
+        storage: &Storage,
+        range: &Range,
+        i: usize,
+        offset: usize,
+        len: usize,
+        direction: Direction,
+        scratch: &mut Scratch,
+        moved: &mut Moved,
+    ) {
+        // SAFETY: `offset + len <= range.size`, within both the device range and its storage.
+        let (device, stored) = unsafe { ((range.address as *mut u8).add(offset), storage.at(range).add(offset)) };
+        let job = match direction {
+            Direction::Capture => CopyJob { dst: stored, src: device, bytes: len },
+            Direction::Restore => CopyJob { dst: device, src: stored, bytes: len },
+        };
+        scratch.copies.push(job);
+        scratch.owners.push(i as u32);
+        moved.copied_bytes += len;
+        if scratch.copies.len() == scratch.copies.capacity() {
+            moved.copied_bytes -= self.submit(ops, agent, scratch);
+        }
+    }
+
+    /// Digests the pinned tracked ranges of a chunk into `dirty.live`, in one call.
     fn digest_chunk(
         &self,
         ops: &O,
         agent: Agent,
         chunk: &[Range],
-        tracked: &[u16],
-        is_pinned: &dyn Fn(usize) -> bool,
+        scratch: &mut Scratch,
         dirty: &mut Dirty<'_>,
-        _direction: Direction,
     ) -> crate::Result<()> {
-        let mut jobs: arrayvec::ArrayVec<DigestJob, DIGEST_JOBS> = arrayvec::ArrayVec::new();
         let block = dirty.block_bytes;
         let live = dirty.live.as_mut_ptr();
-        for i in tracked.iter().map(|&i| i as usize).filter(|&i| is_pinned(i)) {
+        scratch.jobs.clear();
+        for &i in &scratch.tracked {
+            let i = i as usize;
+            if !scratch.is_pinned(i) {
+                continue;
+            }
             let range = &chunk[i];
             debug_assert!(range.digest_at + range.size.div_ceil(block) <= dirty.live.len());
-            jobs.push(DigestJob {
+            scratch.jobs.push(DigestJob {
                 address: range.address as *const u8,
                 bytes: range.size,
                 // SAFETY: digest slots were laid out for every tracked range (`digest_at` + its block count is
                 // within `live`).
                 digests_out: unsafe { live.add(range.digest_at) },
             });
-            if jobs.is_full() {
-                // SAFETY: every job is a pinned (live) tracked region of `agent` and its own slice of `live`.
-                unsafe { ops.digest(agent, &jobs, block) }?;
-                jobs.clear();
-            }
         }
-        if !jobs.is_empty() {
-            // SAFETY: as above.
-            unsafe { ops.digest(agent, &jobs, block) }?;
+        if scratch.jobs.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // SAFETY: every job is a pinned (live) tracked region of `agent` and its own slice of `live`.
+        unsafe { ops.digest(agent, &scratch.jobs, block) }
     }
 
     /// Runs the batch's copies, marks the ranges whose copies failed, and empties the batch. Returns the bytes
     /// of the copies that failed.
-    fn submit(&self, ops: &O, agent: Agent, batch: &mut Batch, failed: &mut [u64]) -> usize {
+    fn submit(&self, ops: &O, agent: Agent, batch: &mut Scratch) -> usize {
         let mut failed_bytes = 0;
         if batch.copies.is_empty() {
             return 0;
@@ -288,7 +360,7 @@ impl<O: DeviceOps> Engine<O> {
             for (job, &owner) in batch.copies.iter().zip(&batch.owners) {
                 // SAFETY: as above, for this one copy.
                 if let Err(error) = unsafe { ops.copy(job.dst, job.src, job.bytes) } {
-                    failed[owner as usize / 64] |= 1 << (owner % 64);
+                    batch.failed[owner as usize / 64] |= 1 << (owner % 64);
                     failed_bytes += job.bytes;
                     crate::log!(
                         Level::Warning,
