@@ -135,7 +135,8 @@ bool parse_modes(const std::string& text, std::vector<std::size_t>* out) {
       std::fprintf(stderr, "kreplay_demo: unknown mode '%s'\n", key.c_str());
       return false;
     }
-    out->push_back(found);
+    // A mode named twice runs once: the table has one row per mode.
+    if (std::find(out->begin(), out->end(), found) == out->end()) out->push_back(found);
     start = comma + 1;
   }
   return !out->empty();
