@@ -106,29 +106,6 @@ pub fn map(len: usize) -> Result<NonNull<u8>> {
     NonNull::new(ptr.cast()).ok_or(Error::OutOfHostMemory)
 }
 
-/// `MADV_POPULATE_WRITE` (Linux 5.14): fault in a range writable, in one system call.
-const MADV_POPULATE_WRITE: libc::c_int = 23;
-
-/// Faults in every page of `[ptr, ptr + len)` writable in one system call, so that page-locking it next does
-/// not fault each page on its own (measured: most of a first dispatch's staging time). Returns false where the
-/// kernel cannot (before 5.14), which only makes the lock slower.
-///
-/// # Safety
-/// `[ptr, ptr + len)` is part of one mapping made by [`map`].
-pub unsafe fn populate(ptr: NonNull<u8>, len: usize) -> bool {
-    #[cfg(miri)]
-    {
-        let _ = (ptr, len);
-        false
-    }
-    #[cfg(not(miri))]
-    {
-        // SAFETY: by the caller's contract the range is mapped, readable and writable; populating changes no
-        // contents.
-        unsafe { libc::madvise(ptr.as_ptr().cast(), len, MADV_POPULATE_WRITE) == 0 }
-    }
-}
-
 /// Unmaps a mapping made by [`map`].
 ///
 /// # Safety

@@ -66,7 +66,10 @@ pub trait DeviceOps: Send + Sync {
     /// Whether [`DeviceOps::host_lock`] and [`DeviceOps::host_unlock`] are available.
     fn can_lock_host(&self) -> bool;
 
-    /// Page-locks host memory for faster transfers.
+    /// Page-locks host memory for faster transfers. The engine locks each staging block once, when it is
+    /// fresh from `mmap` (no page touched yet), so this is where a first dispatch pays for faulting its
+    /// footprint in: an implementation that can should populate the range first, in parallel
+    /// (`MADV_POPULATE_WRITE` on slices from several threads), since runtimes fault pages in one by one.
     fn host_lock(&self, ptr: *mut u8, bytes: usize) -> Result<()>;
 
     /// Undoes [`DeviceOps::host_lock`].

@@ -202,20 +202,15 @@ impl<O: DeviceOps> Engine<O> {
                 }
             };
             if policy.pin_staging && !lease.is_locked() && ops.can_lock_host() {
-                // First dispatch of this footprint: fault the block in with one call, then page-lock it.
-                let begun = clock::now_ns();
-                // SAFETY: the lease is one whole block mapped by the host pool.
-                let populated = unsafe { crate::host_memory::populate(lease.data, lease.capacity) };
-                let populate_ns = clock::since(begun);
+                // First dispatch of this footprint: the block is fresh, so the lock also faults every page in
+                // (adapters populate it in parallel first; see `DeviceOps::host_lock`).
                 let begun = clock::now_ns();
                 let locked = ops.host_lock(lease.data.as_ptr(), lease.capacity);
                 crate::log!(
                     Level::Info,
-                    "agent {:#x}: new staging of {} bytes: populate {} us{}, page-lock {} us",
+                    "agent {:#x}: new staging of {} bytes page-locked in {} us",
                     agent.0,
                     lease.capacity,
-                    populate_ns / 1000,
-                    if populated { "" } else { " (not supported by this kernel)" },
                     clock::since(begun) / 1000
                 );
                 match locked {
