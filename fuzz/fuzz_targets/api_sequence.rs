@@ -10,19 +10,32 @@
 //! every input, everything is freed and trimmed: the library's host mappings must be back to where they
 //! started, every page lock undone, and the simulated device must have refused no copy.
 //!
+//! Version 2: each input first picks a configuration of the simulated device and the policy (copy batches,
+//! the device tier with a budget and a device capacity, dirty-only restores with digests and their block size,
+//! a delay in every copy), and the ops can reconfigure mid-input (a new set of ops while snapshots made through
+//! the old one live), arm batch, device-allocation and digest faults, toggle tracking, swap the logger (the
+//! previous one must never be called again), and restore while a second thread reads the snapshot's info and
+//! frees it. With any version-2 op in play the exact copy counts of version 1 no longer apply; the invariant
+//! that stays is: after every restore that returns SUCCESS every writable entry (live with the captured
+//! generation, or a module variable) holds exactly its bytes at snapshot time, a restore that fails leaves
+//! each byte either restored or as it was, nothing else changes, and the simulated device sees no write into
+//! freed memory. An input may end with finalize while calls are in flight: that runs in a forked child (finalize
+//! cannot be undone in this process), which checks that no device op and no logger runs after it returned.
+//!
 //! The fuzzer runs many inputs in one process and the library is a process-wide singleton: every input starts
-//! from a reset (tracking off and on, simulated device reset, pools trimmed) and uses the same two agents.
+//! from a reset (tracking off and on, simulated device reset, pools trimmed) and uses two agents, new ones for
+//! every input in a cycle of 200, so that the library's per-agent tables are recycled.
 #![no_main]
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use arbitrary::{Arbitrary, Unstructured};
 use kreplay::sim::{
     kreplay_sim_add_module_variable, kreplay_sim_alloc, kreplay_sim_alloc_at, kreplay_sim_counters,
-    kreplay_sim_counters_t, kreplay_sim_device_ops, kreplay_sim_faults_t, kreplay_sim_free, kreplay_sim_reset,
-    kreplay_sim_set_faults,
+    kreplay_sim_counters_t, kreplay_sim_device_bytes, kreplay_sim_device_ops, kreplay_sim_faults_t, kreplay_sim_free,
+    kreplay_sim_options_t, kreplay_sim_reset, kreplay_sim_set_faults, kreplay_sim_set_options,
 };
 use kreplay::*;
 use libfuzzer_sys::fuzz_target;
@@ -30,7 +43,16 @@ use libfuzzer_sys::fuzz_target;
 use kreplay_status_t::*;
 
 const MAX_OPS: usize = 64;
-const AGENTS: [kreplay_agent_t; 2] = [kreplay_agent_t { handle: 0xF0 }, kreplay_agent_t { handle: 0xF1 }];
+/// The first of this input's two agents (see `agents`).
+static AGENT_BASE: AtomicU64 = AtomicU64::new(0xF0);
+/// Distinct agent pairs the inputs cycle through: far more than the library's per-agent tables hold at once.
+const AGENT_PAIRS: u64 = 100;
+
+/// This input's two agents.
+fn agents() -> [kreplay_agent_t; 2] {
+    let base = AGENT_BASE.load(Ordering::Relaxed);
+    [kreplay_agent_t { handle: base }, kreplay_agent_t { handle: base + 1 }]
+}
 /// Each agent's virtual range: `SLICES` slices of `SLICE` bytes, mapped and unmapped in slice units.
 const SLICES: usize = 32;
 const SLICE: usize = 64;
@@ -43,8 +65,41 @@ const POISON: u8 = 0xDD;
 
 static ERRORS: AtomicUsize = AtomicUsize::new(0);
 static WARNINGS: AtomicUsize = AtomicUsize::new(0);
+/// Every message delivered, to any logger.
+static MESSAGES: AtomicUsize = AtomicUsize::new(0);
+/// Loggers are installed with increasing ids as `user_data`; ids up to this one were replaced and
+/// `kreplay_set_logger` returned, so they must never be called again.
+static RETIRED_LOGGER: AtomicUsize = AtomicUsize::new(0);
+static NEXT_LOGGER: AtomicUsize = AtomicUsize::new(1);
 
-unsafe extern "C" fn count_messages(_: *mut c_void, level: kreplay_log_level_t, message: *const c_char, length: usize) {
+type Logger = unsafe extern "C" fn(*mut c_void, kreplay_log_level_t, *const c_char, usize);
+
+/// Installs a new counting logger (alternating between two functions) and retires the previous one.
+fn swap_logger() {
+    let id = NEXT_LOGGER.fetch_add(1, Ordering::Relaxed);
+    let logger: Logger = if id.is_multiple_of(2) { count_messages_too } else { count_messages };
+    kreplay_set_logger(Some(logger), id as *mut c_void, RawLogLevel(1));
+    RETIRED_LOGGER.store(id - 1, Ordering::Relaxed);
+}
+
+unsafe extern "C" fn count_messages_too(
+    data: *mut c_void,
+    level: kreplay_log_level_t,
+    message: *const c_char,
+    length: usize,
+) {
+    // SAFETY: forwarded unchanged.
+    unsafe { count_messages(data, level, message, length) }
+}
+
+unsafe extern "C" fn count_messages(
+    data: *mut c_void,
+    level: kreplay_log_level_t,
+    message: *const c_char,
+    length: usize,
+) {
+    assert!(data as usize > RETIRED_LOGGER.load(Ordering::Relaxed), "a replaced logger was called");
+    MESSAGES.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the library passes a NUL-terminated message of `length` bytes, valid for the call.
     let text = unsafe { CStr::from_ptr(message) };
     assert_eq!(text.count_bytes(), length, "the message length does not match its NUL");
@@ -67,6 +122,11 @@ struct Stats {
     partial_restores: AtomicUsize,
     skipped: AtomicUsize,
     acquires: AtomicUsize,
+    races: AtomicUsize,
+    v2_inputs: AtomicUsize,
+    finalizes: AtomicUsize,
+    device_snapshots: AtomicUsize,
+    dirty_restores: AtomicUsize,
 }
 
 static STATS: Stats = Stats {
@@ -78,6 +138,11 @@ static STATS: Stats = Stats {
     partial_restores: AtomicUsize::new(0),
     skipped: AtomicUsize::new(0),
     acquires: AtomicUsize::new(0),
+    races: AtomicUsize::new(0),
+    v2_inputs: AtomicUsize::new(0),
+    finalizes: AtomicUsize::new(0),
+    device_snapshots: AtomicUsize::new(0),
+    dirty_restores: AtomicUsize::new(0),
 };
 
 fn bump(counter: &AtomicUsize, by: usize) {
@@ -89,7 +154,7 @@ fn print_stats() {
     let declines: Vec<usize> = STATS.declines.iter().map(load).collect();
     eprintln!(
         "kreplay-fuzz: {} inputs, {} ops, {} snapshots, declines by reason {:?}, {} restores ({} partial, {} ranges \
-         skipped), {} staging acquires",
+         skipped), {} staging acquires, {} racing restores, {} inputs with version-2 ops, {} finalizes, {} snapshots on the device, {} restores that found clean bytes",
         load(&STATS.inputs),
         load(&STATS.ops),
         load(&STATS.snapshots),
@@ -97,7 +162,12 @@ fn print_stats() {
         load(&STATS.restores),
         load(&STATS.partial_restores),
         load(&STATS.skipped),
-        load(&STATS.acquires)
+        load(&STATS.acquires),
+        load(&STATS.races),
+        load(&STATS.v2_inputs),
+        load(&STATS.finalizes),
+        load(&STATS.device_snapshots),
+        load(&STATS.dirty_restores)
     );
 }
 
@@ -121,6 +191,63 @@ enum Fault {
     ScanAt(u8),
     HostMap,
     RefuseLock,
+    /// The k-th `copy_batch` fails (after doing half of it); the library redoes it copy by copy.
+    BatchAt(u8),
+    BatchesFrom(u8),
+    /// The k-th `device_alloc` fails: the snapshot spills to host staging.
+    DeviceAllocAt(u8),
+    /// The k-th `digest` fails: the rest of the call copies whole ranges.
+    DigestAt(u8),
+    DigestsFrom(u8),
+}
+
+/// How an input sets up the simulated device's version-2 ops and the policy.
+#[derive(Arbitrary, Debug, Clone, Copy, Default)]
+struct Config {
+    copy_batch: bool,
+    device: bool,
+    digest: bool,
+    dirty_only: bool,
+    /// Device budget per agent: 0, or 4 KiB times this.
+    device_budget: u8,
+    /// Device capacity per agent: unlimited (0), or 4 KiB times this.
+    device_capacity: u8,
+    /// Digest block: 4, 8 or 64 KiB.
+    block: u8,
+    cache_module_scan: bool,
+    /// Every copy sleeps a little, to widen the windows of the racing ops.
+    slow_copies: bool,
+}
+
+impl Config {
+    fn options(self) -> kreplay_sim_options_t {
+        kreplay_sim_options_t {
+            copy_batch: self.copy_batch,
+            device_alloc: self.device,
+            digest: self.digest,
+            device_capacity: self.device_capacity as usize * 4096,
+            sleep_in_copy_ns: if self.slow_copies { 2000 } else { 0 },
+            constant_digest: false,
+        }
+    }
+
+    /// Whether the version-1 model's exact copy counts hold.
+    fn is_v1(self) -> bool {
+        let v2 = self.copy_batch || (self.device && self.device_budget != 0) || (self.digest && self.dirty_only);
+        !v2
+    }
+
+    fn policy(self, pin: bool, budget: usize) -> kreplay_policy_t {
+        kreplay_policy_t {
+            struct_size: size_of::<kreplay_policy_t>(),
+            pin_staging: pin,
+            max_snapshot_bytes: budget,
+            device_budget_bytes: self.device_budget as usize * 4096,
+            dirty_only: self.dirty_only,
+            digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
+            cache_module_scan: self.cache_module_scan,
+        }
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -204,6 +331,24 @@ enum Op {
         pin: bool,
         budget: u16,
     },
+    /// A new set of ops and policy while snapshots made through the old one live.
+    Reconfigure {
+        config: Config,
+    },
+    /// Tracking off and on: everything tracked is forgotten, and every snapshot's tracked ranges are skipped.
+    ToggleTracking,
+    /// A new logger; the previous one must never be called again.
+    SwapLogger,
+    /// A restore while a second thread reads the snapshot's info and, maybe, frees it.
+    RaceRestore {
+        pick: u8,
+        free: bool,
+    },
+    /// At the end of the input, finalize while calls are in flight (in a forked child); one in 16, since each
+    /// costs a fork.
+    Finalize {
+        gate: u8,
+    },
 }
 
 // ---- Model ---------------------------------------------------------------------------------------------
@@ -280,12 +425,20 @@ struct Model {
     idle_bound: [usize; 2],
     next_generation: u64,
     next_token: u8,
+    config: Config,
+    /// No version-2 op has been in play: the exact version-1 expectations hold.
+    v1: bool,
+    /// The largest device budget set during this input.
+    max_device_budget: usize,
+    /// Dirty-only restores (digest and `dirty_only`) have been in effect during this input.
+    dirty_seen: bool,
+    finalize: bool,
 }
 
 /// One allocation in 16 has its pointer query fail: often enough to reach the lost-allocation paths, rarely
 /// enough that most snapshots are not declined for it.
 fn failing_query(raw: u8) -> bool {
-    raw % 16 == 0
+    raw.is_multiple_of(16)
 }
 
 fn agent_index(raw: u8) -> usize {
@@ -364,7 +517,7 @@ impl Model {
     }
 
     fn check_inventory(&self) {
-        for (index, agent) in AGENTS.iter().enumerate() {
+        for (index, agent) in agents().iter().enumerate() {
             let mut stats = kreplay_inventory_stats_t::default();
             // SAFETY: a valid, writable struct.
             assert_eq!(unsafe { kreplay_inventory_stats(*agent, &mut stats) }, KREPLAY_STATUS_SUCCESS);
@@ -378,7 +531,7 @@ impl Model {
     }
 
     fn check_idle(&self) {
-        for (index, agent) in AGENTS.iter().enumerate() {
+        for (index, agent) in agents().iter().enumerate() {
             let retained = kreplay_retained_staging_bytes(*agent);
             assert!(
                 retained <= self.idle_bound[index],
@@ -522,9 +675,13 @@ impl Model {
         }
         use kreplay_decline_reason_t::*;
         let n = entries.len();
+        // With the module cache an earlier complete scan may be reused: then no scan runs and none fails, and
+        // the capture goes on to its next checks; if a scan does run, it fails as armed.
+        let scan_may_be_cached = self.config.cache_module_scan;
+        let scan_may_fail = matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len());
         let expect = if !self.lost.is_empty() || !self.lost_mappings.is_empty() {
             Expect::Decline(KREPLAY_DECLINE_INVENTORY_OVERFLOW)
-        } else if matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
+        } else if !scan_may_be_cached && matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
             Expect::Decline(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE)
         } else if budget != 0 && total_low > budget {
             Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
@@ -533,6 +690,9 @@ impl Model {
         } else if matches!(fault, Fault::HostMap) && total_high > 0 {
             // Mapping is needed unless a retained block fits; the pool's contents are not modelled.
             Expect::Either(KREPLAY_DECLINE_STAGING_MEMORY)
+        } else if !self.v1 && matches!(fault, Fault::CopyAt(_) | Fault::CopiesFrom(_)) {
+            // Batches, digests and the device tier change how many copies a capture makes, and which.
+            Expect::Either(KREPLAY_DECLINE_COPY_FAILED)
         } else if matches!(fault, Fault::CopyAt(k) | Fault::CopiesFrom(k) if copy_position(k) <= n) {
             Expect::Decline(KREPLAY_DECLINE_COPY_FAILED)
         } else {
@@ -546,17 +706,22 @@ impl Model {
         let mut handle: *mut kreplay_snapshot_t = std::ptr::NonNull::dangling().as_ptr();
         let mut reason = KREPLAY_DECLINE_NONE;
         // SAFETY: both outputs are valid for writes.
-        let status = unsafe { kreplay_snap(AGENTS[agent], &mut handle, &mut reason) };
+        let status = unsafe { kreplay_snap(agents()[agent], &mut handle, &mut reason) };
         disarm();
         self.check_image(&image, "snapshot");
         let after = sim_counters();
-        assert_eq!(after.copies_to_device, counters.copies_to_device, "a snapshot wrote to the device");
+        if self.v1 {
+            assert_eq!(after.copies_to_device, counters.copies_to_device, "a snapshot wrote to the device");
+        }
         if matches!(fault, Fault::RefuseLock) {
             assert_eq!(after.host_locks, counters.host_locks);
         }
-        // Capture ends by trimming the agent's idle staging.
-        assert_eq!(kreplay_retained_staging_bytes(AGENTS[agent]), 0, "idle staging left after a snapshot");
-        self.idle_bound[agent] = 0;
+        // Capture ends by trimming the agent's idle staging, except, with dirty-only restores, the storage that
+        // still holds the previous snapshot (kept so that the next capture copies only changed blocks).
+        if !self.dirty_seen {
+            assert_eq!(kreplay_retained_staging_bytes(agents()[agent]), 0, "idle staging left after a snapshot");
+            self.idle_bound[agent] = 0;
+        }
 
         let declined = |expected: kreplay_decline_reason_t| {
             bump(&STATS.declines[expected as usize], 1);
@@ -572,6 +737,14 @@ impl Model {
             assert!(handle.is_null());
             assert!(warnings() > before_warnings, "a decline was not logged");
         };
+        if scan_may_be_cached
+            && scan_may_fail
+            && self.lost.is_empty()
+            && self.lost_mappings.is_empty()
+            && reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE
+        {
+            return declined(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
+        }
         match expect {
             Expect::Decline(expected) => return declined(expected),
             Expect::Either(expected) if status != KREPLAY_STATUS_SUCCESS => return declined(expected),
@@ -583,11 +756,17 @@ impl Model {
         let mut info = kreplay_snapshot_info_t::default();
         // SAFETY: a live handle and a writable struct.
         assert_eq!(unsafe { kreplay_snapshot_info(handle, &mut info) }, KREPLAY_STATUS_SUCCESS);
-        assert_eq!(info.agent, AGENTS[agent]);
+        assert_eq!(info.agent, agents()[agent]);
         assert_eq!(info.regions, n - variables.len());
         assert_eq!(info.module_variables, variables.len());
         assert_eq!(info.bytes, entries.iter().map(|e| e.1).sum::<usize>());
-        if pin && !matches!(fault, Fault::RefuseLock) && total_high > 0 {
+        let device_budget = self.config.device_budget as usize * 4096;
+        assert!(info.device_bytes <= info.bytes, "more bytes on the device than in the snapshot");
+        bump(&STATS.device_snapshots, usize::from(info.device_bytes > 0));
+        if device_budget == 0 || !self.config.device {
+            assert_eq!(info.device_bytes, 0, "device storage without a device budget");
+        }
+        if self.v1 && pin && !matches!(fault, Fault::RefuseLock) && total_high > 0 {
             assert!(after.locked_bytes > 0, "pinned staging was not locked");
         }
         let entries = entries
@@ -601,25 +780,50 @@ impl Model {
         let snapshot = &self.snapshots[pick];
         let writable: Vec<usize> =
             (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
-        let w = writable.len();
-        let expected_failed = match fault {
-            Fault::CopyAt(k) if copy_position(k) <= w => 1,
-            Fault::CopiesFrom(k) if copy_position(k) <= w => w - copy_position(k) + 1,
-            _ => 0,
-        };
         let before = self.image();
         let before_errors = errors();
         arm(faults_for(fault));
-        let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7 };
+        let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7, clean_bytes: 7 };
         // SAFETY: a live handle and a writable report.
         let status = unsafe { kreplay_restore(snapshot.handle, &mut report) };
         disarm();
+        self.check_restore(pick, &writable, &before, status, &report, fault, before_errors);
+    }
+
+    /// What a restore of snapshot `pick` must have done, given what was writable and the image before it.
+    #[allow(clippy::too_many_arguments)]
+    fn check_restore(
+        &self,
+        pick: usize,
+        writable: &[usize],
+        before: &[Vec<u8>],
+        status: kreplay_status_t,
+        report: &kreplay_restore_report_t,
+        fault: Fault,
+        before_errors: usize,
+    ) {
+        let snapshot = &self.snapshots[pick];
+        let w = writable.len();
         bump(&STATS.restores, 1);
-        bump(&STATS.partial_restores, usize::from(expected_failed > 0));
         bump(&STATS.skipped, snapshot.entries.len() - w);
-        assert_eq!(report.failed, expected_failed);
-        assert_eq!(report.restored, w - expected_failed);
+        bump(&STATS.dirty_restores, usize::from(report.clean_bytes > 0));
         assert_eq!(report.skipped, snapshot.entries.len() - w);
+        let expected_failed = if self.v1 {
+            let failed = match fault {
+                Fault::CopyAt(k) if copy_position(k) <= w => 1,
+                Fault::CopiesFrom(k) if copy_position(k) <= w => w - copy_position(k) + 1,
+                _ => 0,
+            };
+            assert_eq!(report.failed, failed);
+            failed
+        } else {
+            if !matches!(fault, Fault::CopyAt(_) | Fault::CopiesFrom(_)) {
+                assert_eq!(report.failed, 0, "a restore failed under {fault:?}, which only changes how it copies");
+            }
+            report.failed
+        };
+        assert_eq!(report.restored, w - expected_failed);
+        bump(&STATS.partial_restores, usize::from(expected_failed > 0));
         if expected_failed == 0 {
             assert_eq!(status, KREPLAY_STATUS_SUCCESS);
         } else {
@@ -628,32 +832,90 @@ impl Model {
         }
 
         // Every writable entry holds its captured bytes, except the ones whose copy failed, which hold what
-        // they held before; everything else is as it was.
-        let mut expected_image = before.clone();
+        // they held before (byte by byte: a dirty-only restore may have written some blocks of them);
+        // everything else is as it was.
+        let mut expected_image = before.to_vec();
         let ranges = self.ranges();
         let locate = |address: usize| {
             ranges.iter().position(|&(a, s)| address >= a && address < a + s).expect("an entry outside the model")
         };
         let mut not_written = 0;
         let mut written_bytes = 0;
-        for &i in &writable {
+        for &i in writable {
             let entry = &snapshot.entries[i];
             let r = locate(entry.address);
             let offset = entry.address - ranges[r].0;
             let now = read(entry.address, entry.bytes.len());
+            let was = &before[r][offset..offset + entry.bytes.len()];
             if now == entry.bytes {
                 written_bytes += entry.bytes.len();
             } else {
-                assert_eq!(now, before[r][offset..offset + entry.bytes.len()], "a restore wrote the wrong bytes");
+                if self.v1 {
+                    assert_eq!(now, was, "a restore wrote the wrong bytes");
+                } else {
+                    let wrong = (0..now.len()).find(|&b| now[b] != entry.bytes[b] && now[b] != was[b]);
+                    assert_eq!(wrong, None, "a restore wrote bytes that are neither captured nor previous");
+                }
                 not_written += 1;
             }
             expected_image[r][offset..offset + entry.bytes.len()].copy_from_slice(&now);
         }
         assert!(not_written <= expected_failed, "{not_written} ranges were not written back, {expected_failed} failed");
-        if expected_failed == 0 {
+        if expected_failed == 0 && self.v1 {
             assert_eq!(report.bytes, written_bytes);
         }
         self.check_image(&expected_image, "restore");
+    }
+
+    /// A restore while a second thread reads the snapshot's info and maybe frees it.
+    fn race_restore(&mut self, pick: usize, free: bool) {
+        let snapshot = &self.snapshots[pick];
+        let handle = snapshot.handle as usize;
+        let expected_regions = snapshot.entries.iter().filter(|e| e.source != Source::Variable).count();
+        let writable: Vec<usize> =
+            (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
+        let before = self.image();
+        let before_errors = errors();
+        let barrier = std::sync::Barrier::new(2);
+        let mut report = kreplay_restore_report_t::default();
+        let status = std::thread::scope(|scope| {
+            let other = scope.spawn(|| {
+                barrier.wait();
+                for _ in 0..3 {
+                    let mut info = kreplay_snapshot_info_t::default();
+                    // SAFETY: a handle that is live or freed by this very thread below; the library checks it.
+                    let status = unsafe { kreplay_snapshot_info(handle as *mut kreplay_snapshot_t, &mut info) };
+                    assert_eq!(status, KREPLAY_STATUS_SUCCESS, "info of a live snapshot during a restore");
+                    assert_eq!(info.regions, expected_regions);
+                    std::thread::yield_now();
+                }
+                if free {
+                    kreplay_snapshot_free(handle as *mut kreplay_snapshot_t);
+                }
+            });
+            barrier.wait();
+            // SAFETY: a live handle (a free racing with it takes effect when the restore ends) and a report.
+            let status = unsafe { kreplay_restore(handle as *mut kreplay_snapshot_t, &mut report) };
+            other.join().expect("the racing thread failed");
+            status
+        });
+        bump(&STATS.races, 1);
+        if status == KREPLAY_STATUS_INVALID_ARGUMENT {
+            // The free came first: nothing may have been written.
+            assert!(free, "a restore of a live snapshot was refused");
+            self.check_image(&before, "refused restore");
+        } else {
+            self.check_restore(pick, &writable, &before, status, &report, Fault::None, before_errors);
+        }
+        if free {
+            let snapshot = self.snapshots.swap_remove(pick);
+            self.idle_bound[snapshot.agent] += snapshot.staging_bound;
+            // The handle is gone: info and free of it are refused, and nothing crashes.
+            let mut info = kreplay_snapshot_info_t::default();
+            // SAFETY: a freed handle; the library must refuse it without touching it.
+            let status = unsafe { kreplay_snapshot_info(snapshot.handle, &mut info) };
+            assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT, "info of a freed snapshot");
+        }
     }
 }
 
@@ -674,6 +936,11 @@ fn faults_for(fault: Fault) -> kreplay_sim_faults_t {
         Fault::ScanAt(k) => faults.fail_module_scan_at = scan_position(k),
         Fault::HostMap => faults.fail_host_map_at = 1,
         Fault::RefuseLock => faults.refuse_host_lock = true,
+        Fault::BatchAt(k) => faults.fail_copy_batch_at = 1 + k as usize % 4,
+        Fault::BatchesFrom(k) => faults.fail_copy_batches_from = 1 + k as usize % 4,
+        Fault::DeviceAllocAt(k) => faults.fail_device_alloc_at = 1 + k as usize % 4,
+        Fault::DigestAt(k) => faults.fail_digest_at = 1 + k as usize % 4,
+        Fault::DigestsFrom(k) => faults.fail_digests_from = 1 + k as usize % 4,
     }
     faults
 }
@@ -692,21 +959,35 @@ fn init() -> kreplay_host_memory_stats_t {
         let ops = unsafe { ops.assume_init() };
         // SAFETY: a valid ops struct.
         assert_eq!(unsafe { kreplay_configure(&ops) }, KREPLAY_STATUS_SUCCESS);
-        kreplay_set_logger(Some(count_messages), std::ptr::null_mut(), RawLogLevel(1));
-        for agent in AGENTS {
+        swap_logger();
+        for agent in agents() {
             kreplay_staging_trim(agent);
         }
         host_memory()
     })
 }
 
-fn reset() {
+fn reset(config: Config) {
     kreplay_tracking_enable(false);
     kreplay_tracking_enable(true);
     kreplay_sim_reset();
     disarm();
-    let policy =
-        kreplay_policy_t { struct_size: size_of::<kreplay_policy_t>(), ..Default::default() };
+    configure(config, false, 0);
+}
+
+/// A new set of the simulated device's ops with `config`'s version-2 ops, and `config`'s policy.
+fn configure(config: Config, pin: bool, budget: usize) {
+    let options = config.options();
+    // SAFETY: a valid struct, read during the call.
+    unsafe { kreplay_sim_set_options(&options) };
+    let mut ops = std::mem::MaybeUninit::<kreplay_device_ops_t>::uninit();
+    // SAFETY: writable; initialised by the call on success.
+    assert_eq!(unsafe { kreplay_sim_device_ops(ops.as_mut_ptr()) }, KREPLAY_STATUS_SUCCESS);
+    // SAFETY: initialised just above.
+    let ops = unsafe { ops.assume_init() };
+    // SAFETY: a valid ops struct.
+    assert_eq!(unsafe { kreplay_configure(&ops) }, KREPLAY_STATUS_SUCCESS);
+    let policy = config.policy(pin, budget);
     // SAFETY: a valid policy.
     assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
 }
@@ -724,14 +1005,29 @@ fn sim_alloc(agent: usize, size: usize, kind: u8) -> (usize, bool) {
     };
     let mut ptr = std::ptr::null_mut();
     // SAFETY: a writable output.
-    let status = unsafe { kreplay_sim_alloc(AGENTS[agent], size, pointer_type, flags, &mut ptr) };
+    let status = unsafe { kreplay_sim_alloc(agents()[agent], size, pointer_type, flags, &mut ptr) };
     assert_eq!(status, KREPLAY_STATUS_SUCCESS);
     (ptr as usize, snapshottable)
 }
 
 fn run(data: &[u8], baseline: &kreplay_host_memory_stats_t) {
     let mut u = Unstructured::new(data);
-    let mut model = Model { buffers: (0..STAGING_SLOTS).map(|_| None).collect(), ..Model::default() };
+    let config: Config = u.arbitrary().unwrap_or_default();
+    // KREPLAY_FUZZ_DEBUG=1 prints the configuration and every op, to read a reproducer.
+    let debug = std::env::var_os("KREPLAY_FUZZ_DEBUG").is_some();
+    if debug {
+        eprintln!("config: {config:?}");
+    }
+    reset(config);
+    let mut model = Model {
+        buffers: (0..STAGING_SLOTS).map(|_| None).collect(),
+        config,
+        v1: config.is_v1(),
+        max_device_budget: config.device_budget as usize * 4096,
+        dirty_seen: config.digest && config.dirty_only,
+        ..Model::default()
+    };
+    bump(&STATS.v2_inputs, usize::from(!model.v1));
     let mut pin = false;
     let mut budget = 0usize;
 
@@ -745,23 +1041,33 @@ fn run(data: &[u8], baseline: &kreplay_host_memory_stats_t) {
             let mut address = std::ptr::null_mut();
             // SAFETY: a NUL-terminated name and a writable output.
             let status = unsafe {
-                kreplay_sim_add_module_variable(AGENTS[agent], name.as_ptr().cast(), size, v == 1, &mut address)
+                kreplay_sim_add_module_variable(agents()[agent], name.as_ptr().cast(), size, v == 1, &mut address)
             };
             assert_eq!(status, KREPLAY_STATUS_SUCCESS);
             write(address as usize, &pattern(address as u64, size));
             model.variables.push((address as usize, size, agent));
         }
     }
+    // The module variables were "loaded" just now (and the previous input's are gone): as a host does on every
+    // code-object load, tell the library, so that no cached scan of an earlier input is used.
+    kreplay_modules_changed();
 
     for _ in 0..MAX_OPS {
         if u.is_empty() {
             break;
         }
         let Ok(op) = u.arbitrary::<Op>() else { break };
+        if debug {
+            eprintln!("op: {op:?}");
+        }
         bump(&STATS.ops, 1);
         apply(&mut model, op, &mut pin, &mut budget);
         model.check_inventory();
         model.check_idle();
+        for agent in agents() {
+            let held = kreplay_sim_device_bytes(agent);
+            assert!(held <= model.max_device_budget, "an agent holds {held} bytes of device storage, over its budget");
+        }
     }
     finish(&mut model, baseline);
 }
@@ -798,7 +1104,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
                     // SAFETY: a freed simulated region at least `size` bytes large, and a writable output.
                     kreplay_sim_alloc_at(
                         region.address as *mut c_void,
-                        AGENTS[agent],
+                        agents()[agent],
                         size,
                         kreplay_pointer_type_t::KREPLAY_POINTER_DEVICE,
                         KREPLAY_GLOBAL_FLAG_COARSE_GRAINED,
@@ -844,7 +1150,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             let start = start as usize % SLICES;
             let len = 1 + len as usize % (SLICES - start);
             let (base, size) = (model.areas[agent] + start * SLICE, len * SLICE);
-            let status = kreplay_record_vmem_map(base as *mut c_void, size, AGENTS[agent]);
+            let status = kreplay_record_vmem_map(base as *mut c_void, size, agents()[agent]);
             assert_eq!(status, KREPLAY_STATUS_SUCCESS);
             model.unmap(base, size);
             let generation = model.generation();
@@ -902,7 +1208,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             }
             let maps = host_memory().maps;
             // SAFETY: a zeroed buffer or one this library wrote.
-            let status = unsafe { kreplay_staging_acquire(&mut raw, AGENTS[agent], size) };
+            let status = unsafe { kreplay_staging_acquire(&mut raw, agents()[agent], size) };
             disarm();
             if size == 0 {
                 assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT);
@@ -911,7 +1217,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             }
             // The held storage went back to its pool first.
             if !held.data.is_null() {
-                let owner = AGENTS.iter().position(|a| *a == held.agent).expect("a buffer of an unknown agent");
+                let owner = agents().iter().position(|a| *a == held.agent).expect("a buffer of an unknown agent");
                 model.released(owner, held.capacity);
             }
             model.buffers[slot] = None;
@@ -922,7 +1228,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             }
             assert_eq!(status, KREPLAY_STATUS_SUCCESS);
             bump(&STATS.acquires, 1);
-            assert!(!raw.data.is_null() && raw.size == size && raw.capacity >= size && raw.agent == AGENTS[agent]);
+            assert!(!raw.data.is_null() && raw.size == size && raw.capacity >= size && raw.agent == agents()[agent]);
             if size > 2048 {
                 // Best fit: never more than twice the request, plus page rounding.
                 assert!(raw.capacity <= (2 * size).max(size.next_multiple_of(4096)) + (2 << 20));
@@ -941,7 +1247,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
                     data: std::ptr::null_mut(),
                     size: 0,
                     capacity: 0,
-                    agent: AGENTS[0],
+                    agent: agents()[0],
                     loan: 0,
                 };
                 let (w, e) = (warnings(), errors());
@@ -956,7 +1262,7 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             // SAFETY: a buffer this library wrote.
             unsafe { kreplay_staging_release(&mut raw) };
             assert!(raw.data.is_null() && raw.size == 0 && raw.capacity == 0);
-            let owner = AGENTS.iter().position(|a| *a == stale.agent).expect("a buffer of an unknown agent");
+            let owner = agents().iter().position(|a| *a == stale.agent).expect("a buffer of an unknown agent");
             model.released(owner, stale.capacity);
             if model.stale.len() < 8 {
                 model.stale.push(stale);
@@ -990,8 +1296,8 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
         }
         Op::Trim { agent } => {
             let agent = agent_index(agent);
-            kreplay_staging_trim(AGENTS[agent]);
-            assert_eq!(kreplay_retained_staging_bytes(AGENTS[agent]), 0);
+            kreplay_staging_trim(agents()[agent]);
+            assert_eq!(kreplay_retained_staging_bytes(agents()[agent]), 0);
             model.idle_bound[agent] = 0;
         }
         Op::Snap { agent, fault } => {
@@ -1017,14 +1323,34 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
         Op::Policy { pin: new_pin, budget: new_budget } => {
             *pin = new_pin;
             *budget = new_budget as usize * 16;
-            let policy = kreplay_policy_t {
-                struct_size: size_of::<kreplay_policy_t>(),
-                pin_staging: *pin,
-                max_snapshot_bytes: *budget,
-            };
+            let policy = model.config.policy(*pin, *budget);
             // SAFETY: a valid policy.
             assert_eq!(unsafe { kreplay_set_policy(&policy) }, KREPLAY_STATUS_SUCCESS);
         }
+        Op::Reconfigure { config } => {
+            configure(config, *pin, *budget);
+            model.config = config;
+            model.v1 &= config.is_v1();
+            model.dirty_seen |= config.digest && config.dirty_only;
+            model.max_device_budget = model.max_device_budget.max(config.device_budget as usize * 4096);
+        }
+        Op::ToggleTracking => {
+            kreplay_tracking_enable(false);
+            assert!(!kreplay_tracking_is_enabled());
+            kreplay_tracking_enable(true);
+            model.tracked.clear();
+            model.lost.clear();
+            model.mappings.clear();
+            model.lost_mappings.clear();
+        }
+        Op::SwapLogger => swap_logger(),
+        Op::RaceRestore { pick, free } => {
+            if !model.snapshots.is_empty() {
+                let pick = pick as usize % model.snapshots.len();
+                model.race_restore(pick, free);
+            }
+        }
+        Op::Finalize { gate } => model.finalize |= gate.is_multiple_of(16),
     }
 }
 
@@ -1048,7 +1374,7 @@ fn finish(model: &mut Model, baseline: &kreplay_host_memory_stats_t) {
             unsafe { kreplay_staging_release(&mut raw) };
         }
     }
-    for agent in AGENTS {
+    for agent in agents() {
         kreplay_staging_trim(agent);
         assert_eq!(kreplay_retained_staging_bytes(agent), 0);
     }
@@ -1062,11 +1388,95 @@ fn finish(model: &mut Model, baseline: &kreplay_host_memory_stats_t) {
     assert_eq!(counters.host_locks, counters.host_unlocks, "page locks leaked");
     assert_eq!(counters.locked_bytes, 0);
     assert_eq!(counters.violations, 0, "a copy touched freed or foreign device memory");
+    kreplay_device_trim_all();
+    for agent in agents() {
+        assert_eq!(kreplay_retained_device_bytes(agent), 0, "idle device storage left after a trim");
+    }
+    assert_eq!(sim_counters().device_bytes, 0, "device storage leaked: held with no snapshot left");
+    if model.finalize {
+        finalize_in_child();
+    }
+}
+
+/// Finalize while two threads snapshot, restore, record and use staging, in a forked child (finalize cannot
+/// be undone in this process). After `kreplay_finalize` returns, no device op and no logger may run again.
+fn finalize_in_child() {
+    bump(&STATS.finalizes, 1);
+    // SAFETY: this process runs no thread of ours now; the child only uses the library, the simulated device
+    // and the allocator, then leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        finalize_scenario();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: our own child and a writable status.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "finalize with calls in flight broke a rule (the child's message is above); wait status {status:#x}"
+    );
+}
+
+fn finalize_scenario() {
+    use std::sync::atomic::AtomicBool;
+    let [agent, _] = agents();
+    let (region, _) = sim_alloc(0, 4096, 0);
+    assert_eq!(kreplay_record_alloc(region as *mut c_void, 4096, 0), KREPLAY_STATUS_SUCCESS);
+    let stop = AtomicBool::new(false);
+    let frozen = |c: &kreplay_sim_counters_t| {
+        (c.copies, c.failed_copies, c.batches, c.pointer_queries, c.module_scans, c.host_locks, c.host_unlocks)
+    };
+    let device = |c: &kreplay_sim_counters_t| (c.device_allocs, c.device_frees, c.digests);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let mut handle = std::ptr::null_mut();
+                // SAFETY: writable outputs; the reason is not wanted.
+                if unsafe { kreplay_snap(agent, &mut handle, std::ptr::null_mut()) } == KREPLAY_STATUS_SUCCESS {
+                    let mut report = kreplay_restore_report_t::default();
+                    // SAFETY: a live handle and a writable report.
+                    unsafe { kreplay_restore(handle, &mut report) };
+                    kreplay_snapshot_free(handle);
+                }
+            }
+        });
+        scope.spawn(|| {
+            let (other, _) = sim_alloc(0, 8192, 0);
+            while !stop.load(Ordering::Relaxed) {
+                kreplay_record_alloc(other as *mut c_void, 8192, 0);
+                kreplay_record_free(other as *mut c_void);
+                let mut buffer =
+                    kreplay_staging_buffer_t { data: std::ptr::null_mut(), size: 0, capacity: 0, agent, loan: 0 };
+                // SAFETY: an empty buffer.
+                if unsafe { kreplay_staging_acquire(&mut buffer, agent, 3000) } == KREPLAY_STATUS_SUCCESS {
+                    // SAFETY: a buffer this library wrote.
+                    unsafe { kreplay_staging_release(&mut buffer) };
+                }
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_micros(300));
+        kreplay_finalize();
+        let (counters, messages) = (sim_counters(), MESSAGES.load(Ordering::Relaxed));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        stop.store(true, Ordering::Relaxed);
+        // Calls made after finalize are refused without touching the device or logging.
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: writable outputs.
+        assert_eq!(unsafe { kreplay_snap(agent, &mut handle, std::ptr::null_mut()) }, KREPLAY_STATUS_DECLINED);
+        let after = sim_counters();
+        assert_eq!(frozen(&after), frozen(&counters), "a device op ran after kreplay_finalize returned");
+        assert_eq!(device(&after), device(&counters), "a device op ran after kreplay_finalize returned");
+        assert_eq!(MESSAGES.load(Ordering::Relaxed), messages, "the logger ran after kreplay_finalize returned");
+    });
 }
 
 fuzz_target!(|data: &[u8]| {
     let baseline = init();
-    reset();
+    let input = STATS.inputs.load(Ordering::Relaxed) as u64;
+    AGENT_BASE.store(0x1000 + (input % AGENT_PAIRS) * 2, Ordering::Relaxed);
     run(data, &baseline);
     let inputs = STATS.inputs.fetch_add(1, Ordering::Relaxed) + 1;
     if inputs.is_power_of_two() && inputs >= 1024 {
