@@ -100,6 +100,11 @@ if [[ $steps == *,ops,* ]]; then
   rc=${PIPESTATUS[0]}
   echo "ops bench exit status: $rc"
   record "$rc"
+  if [[ -x "$bin/kreplay_host_lock_bench" ]]; then
+    echo "== kreplay_host_lock_bench" >>"$out/ops.log"
+    timeout 120 "$bin/kreplay_host_lock_bench" 2>&1 | tee -a "$out/ops.log"
+    record "${PIPESTATUS[0]}"
+  fi
 fi
 
 if [[ $steps == *,bench,* ]]; then

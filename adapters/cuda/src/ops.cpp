@@ -376,15 +376,21 @@ void populate_slice(char* start, size_t bytes, size_t page) {
 }
 
 // kreplay locks each staging block once, fresh from mmap: cudaHostRegister would then fault its pages in one
-// by one, which is most of a first dispatch's staging time. Faulting them in first, in parallel slices, takes a
-// fraction of that (zeroing pages is per-thread memory bandwidth).
+// by one, which is most of a first dispatch's staging time. Measured on the H200 machine for 1.125 GiB
+// (kreplay_host_lock_bench, c-tests/cuda/bench_host_lock.cu; docs/performance.md): register alone 338-472 ms; populated first on one
+// thread 371-495 ms; with transparent huge pages advised and 4 threads populating, 85-92 ms in all (8 or 16
+// threads were slower: 134-194 ms). So large blocks get the advice and four slices in parallel.
 void populate(void* ptr, size_t bytes) {
   constexpr size_t min_slice = size_t{64} << 20;
-  constexpr unsigned max_threads = 16;
+  constexpr size_t max_threads = 4;
   const long raw_page = sysconf(_SC_PAGESIZE);
   const size_t page = raw_page > 0 ? static_cast<size_t>(raw_page) : 4096;
-  size_t threads = std::min<size_t>({size_t{std::thread::hardware_concurrency()}, max_threads, bytes / min_slice});
   char* base = static_cast<char*>(ptr);
+  if (bytes >= min_slice) {
+    // Advice only: a kernel without transparent huge pages refuses it, and nothing else changes.
+    (void)madvise(base, bytes, MADV_HUGEPAGE);
+  }
+  size_t threads = std::min<size_t>({size_t{std::thread::hardware_concurrency()}, max_threads, bytes / min_slice});
   if (threads <= 1) {
     populate_slice(base, bytes, page);
     return;

@@ -21,12 +21,13 @@ use crate::types::Agent;
 
 /// Ranges pinned together at most.
 const CHUNK_RANGES: usize = 16384;
-/// Bytes of ranges pinned together at most: a free of one of them waits for this much copying (about 20 ms over
-/// PCIe, 0.5 ms device to device), and a dirty-only pass makes one digest call per chunk, whose fixed cost
-/// (a launch and a wait) is paid per chunk.
-const CHUNK_BYTES: usize = 1 << 30;
-/// Copies handed to `copy_batch` in one call at most.
-const BATCH_COPIES: usize = 4096;
+/// Bytes of ranges pinned together at most: a free of one of them waits for this much copying (about 40 ms over
+/// PCIe, 1 ms device to device), and each chunk pays a batch's and a digest call's fixed cost (a launch and a
+/// wait, tens of microseconds), which is what a larger chunk saves.
+const CHUNK_BYTES: usize = 2 << 30;
+/// Copies handed to `copy_batch` in one call at most: a chunk's copies, or a dirty chunk's changed blocks in a
+/// few calls.
+const BATCH_COPIES: usize = CHUNK_RANGES;
 
 /// Which way the contents move.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -44,13 +44,13 @@ impl Rng {
 #[test]
 fn a_plan_larger_than_one_chunk_and_one_batch_is_split_and_every_range_comes_back() {
     let (engine, device) = setup!(Policy::default());
-    // 20,000 ranges: two chunks (at most 16,384 ranges each), five batches (at most 4,096 copies each).
+    // 20,000 ranges: two chunks (at most 16,384 ranges each), so at least two batches each way.
     let count = if cfg!(miri) { 300 } else { 20_000 };
     let bases: Vec<usize> = (0..count).map(|i| tracked(engine, &device, 64, i as u8)).collect();
     let snapshot = engine.snap(A).unwrap();
     let batches = device.state().batches;
     if !cfg!(miri) {
-        assert!(batches >= 5, "20,000 copies must take several batches of at most 4,096 (took {batches})");
+        assert!(batches >= 2, "20,000 copies must take more than one batch (took {batches})");
     }
     for &base in &bases {
         device.write(base, &[0xEE; 64]);

@@ -1,0 +1,79 @@
+// kreplay_host_lock_bench (c-tests/cuda/bench_host_lock.cu): what a first dispatch's staging costs on this machine, step by step. Maps a fresh
+// block (as kreplay's host pool does), optionally advises huge pages, populates it (not at all, on one thread,
+// or in parallel slices), then page-locks it with cudaHostRegister (portable, with or without mapped), and
+// prints the time of each step. Each configuration gets a fresh mapping. GPU machine only.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+void populate(char* base, size_t bytes, unsigned threads) {
+  if (threads <= 1) {
+    (void)madvise(base, bytes, MADV_POPULATE_WRITE);
+    return;
+  }
+  const size_t slice = (bytes / threads + 4095) / 4096 * 4096;
+  std::vector<std::thread> workers;
+  for (size_t at = 0; at < bytes; at += slice) {
+    workers.emplace_back([=] { (void)madvise(base + at, std::min(slice, bytes - at), MADV_POPULATE_WRITE); });
+  }
+  for (std::thread& worker : workers) worker.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 0) : (size_t{9} << 27));  // 1.125 GiB
+  if (cudaFree(nullptr) != cudaSuccess) {
+    std::printf("no CUDA device\n");
+    return 1;
+  }
+  std::printf("host lock bench: %zu bytes per configuration, %u hardware threads\n", bytes,
+              std::thread::hardware_concurrency());
+  std::printf("%-8s %-8s %-10s %10s %10s %10s %10s\n", "huge", "threads", "flags", "map_ms", "populate", "register",
+              "total_ms");
+  for (int round = 0; round < 2; ++round) {
+    for (bool huge : {false, true}) {
+      for (unsigned threads : {0u, 1u, 4u, 8u, 16u}) {
+        for (unsigned flags : {unsigned{cudaHostRegisterPortable},
+                               unsigned{cudaHostRegisterPortable | cudaHostRegisterMapped}}) {
+          auto start = std::chrono::steady_clock::now();
+          void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          if (raw == MAP_FAILED) return 2;
+          char* base = static_cast<char*>(raw);
+          if (huge) (void)madvise(base, bytes, MADV_HUGEPAGE);
+          const double map_ms = ms_since(start);
+          start = std::chrono::steady_clock::now();
+          if (threads > 0) populate(base, bytes, threads);
+          const double populate_ms = ms_since(start);
+          start = std::chrono::steady_clock::now();
+          const cudaError_t error = cudaHostRegister(base, bytes, flags);
+          const double register_ms = ms_since(start);
+          std::printf("%-8s %-8u %-10s %10.1f %10.1f %10.1f %10.1f%s\n", huge ? "advise" : "off", threads,
+                      (flags & cudaHostRegisterMapped) ? "port|map" : "portable", map_ms, populate_ms, register_ms,
+                      map_ms + populate_ms + register_ms, error == cudaSuccess ? "" : " (register failed)");
+          if (error == cudaSuccess) (void)cudaHostUnregister(base);
+          munmap(base, bytes);
+        }
+      }
+    }
+  }
+  return 0;
+}
