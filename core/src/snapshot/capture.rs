@@ -306,7 +306,16 @@ impl<O: DeviceOps> Engine<O> {
                 range.digest_at = at;
                 at += range.size.div_ceil(block);
             }
-            known.extend(snapshot.ranges.iter().map(|range| previous(range, reused, stash)));
+            // Where the footprint did not change, range i is the stash's range i; otherwise look it up by address.
+            let mut by_address: Vec<u32> = Vec::new();
+            for (i, range) in snapshot.ranges.iter().enumerate() {
+                let same_place = stash.and_then(|s| s.ranges.get(i)).filter(|old| old.address == range.address);
+                let old = match same_place {
+                    Some(old) => Some(old),
+                    None => stash.and_then(|s| lookup(s, &mut by_address, range.address)),
+                };
+                known.push(old.and_then(|old| previous(range, old, reused, stash)));
+            }
         }
 
         let moved = {
@@ -334,23 +343,34 @@ impl<O: DeviceOps> Engine<O> {
     }
 }
 
+/// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,
+/// so every range is copied whole, when there is no host memory for it).
+fn lookup<'s>(stash: &'s Stash, by_address: &mut Vec<u32>, address: usize) -> Option<&'s Range> {
+    if by_address.is_empty() {
+        if by_address.try_reserve_exact(stash.ranges.len()).is_err() {
+            return None;
+        }
+        by_address.extend((0..stash.ranges.len() as u32).filter(|&i| stash.ranges[i as usize].pin_key().is_some()));
+        by_address.sort_unstable_by_key(|&i| stash.ranges[i as usize].address);
+    }
+    let at = by_address.binary_search_by_key(&address, |&i| stash.ranges[i as usize].address).ok()?;
+    Some(&stash.ranges[by_address[at] as usize])
+}
+
 /// Where the previous snapshot's digests of `range` are, if the storage that now holds `range` still holds
-/// them: same base, generation, size, tier and offset, in a tier taken over from the stash.
-fn previous(range: &Range, reused: Reused, stash: Option<&Stash>) -> Option<usize> {
-    let stash = stash?;
+/// them: `old` (the stash's range at the same address) has the same generation, size, tier and offset, in a
+/// tier taken over from the stash.
+fn previous(range: &Range, old: &Range, reused: Reused, stash: Option<&Stash>) -> Option<usize> {
     let Source::Tracked { generation, .. } = range.source else { return None };
     let tier_reused = match range.tier {
         Tier::Host => reused.host,
         Tier::Device => reused.device,
     };
-    if !tier_reused || stash.digests.is_none() {
+    if !tier_reused || stash?.digests.is_none() {
         return None;
     }
-    // Tracked ranges come first, sorted by address (see `plan`).
-    let tracked = stash.ranges.partition_point(|r| matches!(r.source, Source::Tracked { .. }));
-    let at = stash.ranges[..tracked].binary_search_by_key(&range.address, |r| r.address).ok()?;
-    let old = &stash.ranges[at];
-    let same = old.size == range.size
+    let same = old.address == range.address
+        && old.size == range.size
         && old.tier == range.tier
         && old.offset == range.offset
         && matches!(old.source, Source::Tracked { generation: g, .. } if g == generation);

@@ -56,12 +56,9 @@ impl<O: DeviceOps> Engine<O> {
             }
             GatherError::OutOfMemory => DeclineReason::MetadataMemory,
         })?;
-        // In address order, so the layout of an unchanged footprint is the same from one dispatch to the next
-        // (a re-capture then finds each range where the previous snapshot put it).
-        // The table is mostly in allocation order, which is often address order already: check before sorting.
-        if !ranges.is_sorted_by_key(|range| range.address) {
-            ranges.sort_unstable_by_key(|range| range.address);
-        }
+        // In the inventory's order, which stays the same from one dispatch to the next while nothing is freed, so
+        // an unchanged footprint gets the same layout and a re-capture finds each range where the previous
+        // snapshot put it (sorting 16,384 ranges cost 1 ms a capture on the H200 host).
         info.inventory_ns = clock::since(start);
 
         let start = clock::now_ns();
