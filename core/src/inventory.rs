@@ -1137,6 +1137,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
+    )]
     fn a_free_waits_for_the_pins_of_its_own_region_and_nothing_else_does() {
         static INVENTORY: Inventory<64, 128> = Inventory::new();
         let inventory = &INVENTORY;
@@ -1194,6 +1198,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
+    )]
     fn turning_tracking_off_waits_until_no_copy_touches_a_region() {
         static INVENTORY: Inventory<64, 128> = Inventory::new();
         let inventory = &INVENTORY;
@@ -1237,6 +1245,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
+    )]
     fn an_unmap_waits_for_pinned_mappings_and_a_trimmed_mapping_can_be_pinned_again() {
         static INVENTORY: Inventory<64, 128> = Inventory::new();
         let inventory = &INVENTORY;

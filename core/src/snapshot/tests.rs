@@ -235,6 +235,10 @@ fn retained_staging_is_bounded_by_the_last_snapshot() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
+)]
 fn a_concurrent_free_never_sees_a_write_after_it_returned() {
     let (engine, device) = setup!();
     let bases: Vec<usize> = (0..64).map(|i| tracked(engine, &device, A, 4096, i)).collect();
