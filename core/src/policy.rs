@@ -28,18 +28,21 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy {
-            pin_staging: false,
-            max_snapshot_bytes: 0,
-            device_budget_bytes: 0,
-            dirty_only: false,
-            digest_block_bytes: DEFAULT_DIGEST_BLOCK,
-            cache_module_scan: false,
-        }
+        Self::DEFAULT
     }
 }
 
 impl Policy {
+    /// Pageable staging, no budgets, full copies, 64 KiB digest blocks, no module cache.
+    pub const DEFAULT: Policy = Policy {
+        pin_staging: false,
+        max_snapshot_bytes: 0,
+        device_budget_bytes: 0,
+        dirty_only: false,
+        digest_block_bytes: DEFAULT_DIGEST_BLOCK,
+        cache_module_scan: false,
+    };
+
     /// Whether every field is within its range.
     pub fn is_valid(&self) -> bool {
         self.digest_block_bytes.is_power_of_two()
@@ -59,14 +62,7 @@ impl Default for AtomicPolicy {
 impl AtomicPolicy {
     /// The default policy: pageable staging, host only, no budget, full copies, no module cache.
     pub const fn new() -> Self {
-        AtomicPolicy(RwLock::new(Policy {
-            pin_staging: false,
-            max_snapshot_bytes: 0,
-            device_budget_bytes: 0,
-            dirty_only: false,
-            digest_block_bytes: DEFAULT_DIGEST_BLOCK,
-            cache_module_scan: false,
-        }))
+        AtomicPolicy(RwLock::new(Policy::DEFAULT))
     }
 
     /// The current policy.
