@@ -43,6 +43,15 @@ fn touch_pages(data: *mut u8, len: usize) {
     }
 }
 
+/// Advises transparent huge pages for a fresh block when `huge` (what a host's `host_lock` may do before it
+/// populates; the library itself gives no advice).
+fn advise(data: *mut u8, len: usize, huge: bool) {
+    if huge {
+        // SAFETY: `[data, data + len)` is one mapping of the pool, not yet touched; advice changes no contents.
+        unsafe { libc::madvise(data.cast(), len, libc::MADV_HUGEPAGE) };
+    }
+}
+
 /// Transparent huge pages backing anonymous memory in this process right now, in bytes.
 fn anon_huge_bytes() -> usize {
     let Ok(text) = std::fs::read_to_string("/proc/self/smaps_rollup") else { return 0 };
@@ -82,7 +91,6 @@ fn per_dispatch_cost(agent: Agent) {
         });
         // Without the zero-fill: the mapping, its first-touch page faults and the unmap, which is what the
         // kernel charges even a library that never writes zeros itself.
-        host_memory::set_huge_pages(false);
         let len = host_memory::mapping_len(n).unwrap();
         let mapped = measure(runs, || {
             let start = Instant::now();
@@ -92,7 +100,6 @@ fn per_dispatch_cost(agent: Agent) {
             unsafe { host_memory::unmap(data, len) };
             start.elapsed().as_secs_f64()
         });
-        host_memory::set_huge_pages(true);
         let warm = POOLS.acquire(agent, n).unwrap();
         touch_pages(warm.data.as_ptr(), warm.capacity);
         POOLS.release(agent, warm.data, warm.capacity, warm.loan).unwrap();
@@ -163,10 +170,10 @@ fn first_acquire(agent: Agent) {
         for run in 0..runs {
             for step in 0..2 {
                 let huge = (run + step) % 2 == 1;
-                host_memory::set_huge_pages(huge);
                 for write_all in [false, true] {
                     let start = Instant::now();
                     let lease = POOLS.acquire(agent, n).unwrap();
+                    advise(lease.data.as_ptr(), lease.capacity, huge);
                     if write_all {
                         // SAFETY: the lease is at least `n` writable bytes.
                         unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
@@ -197,7 +204,6 @@ fn first_acquire(agent: Agent) {
             );
         }
     }
-    host_memory::set_huge_pages(true);
     println!();
 }
 
@@ -219,10 +225,10 @@ fn cold_first_acquire(agent: Agent) {
         for run in 0..4 {
             for step in 0..2 {
                 let huge = (run + step) % 2 == 1;
-                host_memory::set_huge_pages(huge);
                 std::thread::sleep(std::time::Duration::from_secs(3));
                 let start = Instant::now();
                 let lease = POOLS.acquire(agent, n).unwrap();
+                advise(lease.data.as_ptr(), lease.capacity, huge);
                 // SAFETY: the lease is at least `n` writable bytes.
                 unsafe { core::ptr::write_bytes(lease.data.as_ptr(), 0x5A, n) };
                 times[huge as usize].push(ms(start.elapsed().as_secs_f64()) / mib);
@@ -244,7 +250,6 @@ fn cold_first_acquire(agent: Agent) {
             );
         }
     }
-    host_memory::set_huge_pages(true);
     println!();
 }
 

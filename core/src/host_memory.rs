@@ -15,16 +15,6 @@ static UNMAPS: AtomicUsize = AtomicUsize::new(0);
 static MAPPED_BYTES: AtomicUsize = AtomicUsize::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(0);
 
-/// Mappings at least this large are advised to use transparent huge pages, when that is turned on.
-pub const HUGE_PAGE_THRESHOLD: usize = 4 << 20;
-/// The huge-page size on x86-64 and most AArch64 kernels; large mappings are rounded up to it.
-pub const HUGE_PAGE_SIZE: usize = 2 << 20;
-
-/// Off by default: measured on this project's machines (docs/performance.md, "Transparent huge pages"), the advice
-/// made the first touch of a new footprint 3.5 times slower whenever the kernel had no recently freed 2 MiB
-/// blocks at hand, which is the normal state of a profiler's first dispatch.
-static USE_HUGE_PAGES: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
 /// Counters of the library's own host mappings, process-wide.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -58,17 +48,10 @@ pub fn page_size() -> usize {
     size
 }
 
-/// Whether large mappings are advised to use transparent huge pages (off by default; see docs/performance.md).
-pub fn set_huge_pages(enabled: bool) {
-    USE_HUGE_PAGES.store(enabled, Ordering::Relaxed);
-}
-
-/// The length a mapping of at least `len` bytes really gets: whole pages, and whole huge pages for large ones.
+/// The length a mapping of at least `len` bytes really gets: whole pages.
 /// `None` when rounding overflows.
 pub fn mapping_len(len: usize) -> Option<usize> {
-    let granule =
-        if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) { HUGE_PAGE_SIZE } else { page_size() };
-    len.checked_next_multiple_of(granule)
+    len.checked_next_multiple_of(page_size())
 }
 
 /// Maps `len` bytes (`len` must come from [`mapping_len`]) of readable, writable, private anonymous memory.
@@ -93,13 +76,6 @@ pub fn map(len: usize) -> Result<NonNull<u8>> {
     };
     if ptr == libc::MAP_FAILED {
         return Err(Error::OutOfHostMemory);
-    }
-    // Miri cannot run madvise; the advice changes no behaviour it checks.
-    #[cfg(not(miri))]
-    if len >= HUGE_PAGE_THRESHOLD && USE_HUGE_PAGES.load(Ordering::Relaxed) {
-        // Advice only: a kernel without transparent huge pages refuses it and the mapping still works.
-        // SAFETY: [ptr, ptr + len) is the mapping just created.
-        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
     }
     MAPS.fetch_add(1, Ordering::Relaxed);
     MAPPED_BYTES.fetch_add(len, Ordering::Relaxed);
