@@ -4,6 +4,7 @@
 #
 # Arguments: -DKREPLAY_BUILD_DIR= -DKREPLAY_VERSION= -DWORK_DIR= -DGENERATOR= -DMAKE_PROGRAM= -DC_COMPILER=
 #            -DCXX_COMPILER= -DBUILD_TYPE= -DEXPECTED_ADAPTERS= (comma-separated: hsa, cuda; may be empty)
+#            -DLINK_FLAGS= (optional: linker flags for the consumer, e.g. the sanitizer runtimes)
 cmake_minimum_required(VERSION 3.21)
 
 foreach(argument IN ITEMS KREPLAY_BUILD_DIR KREPLAY_VERSION WORK_DIR GENERATOR C_COMPILER CXX_COMPILER BUILD_TYPE)
@@ -64,6 +65,10 @@ set(configure_args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${build_dir}" -G "${GENERA
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 if(MAKE_PROGRAM)
   list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(LINK_FLAGS)
+  # A sanitizer build installs instrumented adapters: the consumer links the sanitizer runtimes too.
+  list(APPEND configure_args "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}")
 endif()
 run_step("configuring the find_package consumer" "${CMAKE_COMMAND}" ${configure_args})
 run_step("building the find_package consumer" "${CMAKE_COMMAND}" --build "${build_dir}" --config "${BUILD_TYPE}")

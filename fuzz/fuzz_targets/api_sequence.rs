@@ -716,12 +716,10 @@ impl Model {
         if matches!(fault, Fault::RefuseLock) {
             assert_eq!(after.host_locks, counters.host_locks);
         }
-        // Capture ends by trimming the agent's idle staging, except, with dirty-only restores, the storage that
-        // still holds the previous snapshot (kept so that the next capture copies only changed blocks).
-        if !self.dirty_seen {
-            assert_eq!(kreplay_retained_staging_bytes(agents()[agent]), 0, "idle staging left after a snapshot");
-            self.idle_bound[agent] = 0;
-        }
+        // Capture ends by trimming the agent's idle staging: with dirty-only restores the storage that still holds
+        // the previous snapshot is taken over by this capture, or given back (on a decline too).
+        assert_eq!(kreplay_retained_staging_bytes(agents()[agent]), 0, "idle staging left after a snapshot");
+        self.idle_bound[agent] = 0;
 
         let declined = |expected: kreplay_decline_reason_t| {
             bump(&STATS.declines[expected as usize], 1);

@@ -33,6 +33,12 @@ impl<O: DeviceOps> Engine<O> {
     pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
         let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
         let result = self.capture(agent);
+        if result.is_err() {
+            // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture
+            // (the capture may have declined before taking it).
+            self.retained.drop_agent(self, agent, Tier::Host);
+            self.retained.drop_agent(self, agent, Tier::Device);
+        }
         self.trim_host(agent);
         self.trim_device(agent);
         if let Err(reason) = result {

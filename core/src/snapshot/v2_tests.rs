@@ -450,3 +450,17 @@ fn frees_and_allocations_of_other_agents_do_not_wait_for_a_long_copy_and_a_free_
     });
     assert_eq!(device.state().violations, 0);
 }
+
+#[test]
+fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
+    let (engine, device) = setup!(Policy { dirty_only: true, device_budget_bytes: 1 << 20, ..Policy::default() });
+    tracked(engine, &device, 8192, 1);
+    tracked(engine, &device, 2 << 20, 2);
+    drop(engine.snap(A).unwrap());
+    assert!(engine.retained_staging_bytes(A) > 0 && engine.retained_device_bytes(A) > 0, "kept for re-capture");
+    // An allocation whose owner is unknown declines every agent.
+    engine.record_vmem_map_unknown(0x7000_0000, 4096).unwrap();
+    assert_eq!(engine.snap(A).err(), Some(DeclineReason::InventoryOverflow));
+    assert_eq!((engine.retained_staging_bytes(A), engine.retained_device_bytes(A)), (0, 0));
+    assert_eq!(device.device_bytes_held(A), 0);
+}
