@@ -17,8 +17,9 @@ thread_local! {
 macro_rules! ffi_guard {
     ($default:expr, $body:expr) => {{
         fn here() {}
-        $crate::boundary::guard(
-            $crate::boundary::enclosing_function(::std::any::type_name_of_val(&here)),
+        // The name is worked out only if the body panics: the record paths pay nothing for it.
+        $crate::boundary::guard_named(
+            || $crate::boundary::enclosing_function(::std::any::type_name_of_val(&here)),
             $default,
             $body,
         )
@@ -69,13 +70,14 @@ const fn ends_with(bytes: &[u8], end: usize, suffix: &[u8]) -> bool {
     true
 }
 
-/// Runs `body` as the exported function `function`; a panic inside it is logged and becomes `default`.
-/// Prefer [`ffi_guard!`], which names the function from the code.
-pub(crate) fn guard<T>(function: &str, default: T, body: impl FnOnce() -> T) -> T {
+/// Runs `body` as an exported function; a panic inside it is logged with `function()`'s name (asked for only
+/// then) and becomes `default`. Use [`ffi_guard!`], which names the function from the code.
+pub(crate) fn guard_named<'n, T>(function: impl FnOnce() -> &'n str, default: T, body: impl FnOnce() -> T) -> T {
     let _depth = Depth::enter();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(_) => {
+            let function = function();
             kreplay_core::log!(Level::Error, "{function}: internal error (a panic was caught at the C boundary)");
             default
         }
