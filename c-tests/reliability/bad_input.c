@@ -73,6 +73,69 @@ static void configure_bad_ops(void) {
   REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "host_lock");
 }
 
+/* A version-1 caller's struct ends before copy_batch: the version-2 ops that happen to follow it in memory are
+ * never called, even with a policy that asks for the device tier and dirty-only, and device_alloc without
+ * device_free is refused. */
+static void configure_version_one_struct_gets_version_one_behaviour(void) {
+  kreplay_device_ops_t ops;
+  kreplay_sim_options_t options;
+  kreplay_sim_counters_t before, after;
+  kreplay_policy_t policy;
+  kreplay_snapshot_t* snapshot = NULL;
+  kreplay_restore_report_t report;
+  void* region = NULL;
+  size_t mark;
+  memset(&options, 0, sizeof options);
+  options.copy_batch = true;
+  options.device_alloc = true;
+  options.digest = true;
+  kreplay_sim_set_options(&options);
+  REL_REQUIRE(kreplay_sim_device_ops(&ops) == KREPLAY_STATUS_SUCCESS);
+  REL_CHECK(ops.copy_batch != NULL && ops.device_alloc != NULL && ops.digest != NULL);
+
+  /* Both or neither. */
+  {
+    kreplay_device_ops_t half = ops;
+    half.device_free = NULL;
+    mark = rel_log.total;
+    REL_CHECK_STATUS(kreplay_configure(&half), KREPLAY_STATUS_INVALID_ARGUMENT);
+    REL_CHECK_LOGGED(mark, KREPLAY_LOG_WARNING, "device_alloc");
+  }
+
+  ops.struct_size = offsetof(kreplay_device_ops_t, copy_batch);
+  REL_CHECK_STATUS(kreplay_configure(&ops), KREPLAY_STATUS_SUCCESS);
+  kreplay_tracking_enable(true);
+  memset(&policy, 0, sizeof policy);
+  policy.struct_size = sizeof policy;
+  policy.device_budget_bytes = (size_t)1 << 30;
+  policy.dirty_only = true;
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_SUCCESS);
+  REL_REQUIRE(kreplay_sim_alloc(agent, 8192, KREPLAY_POINTER_DEVICE, KREPLAY_GLOBAL_FLAG_COARSE_GRAINED, &region) ==
+              KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_record_alloc(region, 8192, 0), KREPLAY_STATUS_SUCCESS);
+  before = rel_counters();
+  REL_CHECK_STATUS(kreplay_snap(agent, &snapshot, NULL), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_restore(snapshot, &report), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_EQ(report.clean_bytes, 0);
+  kreplay_snapshot_free(snapshot);
+  after = rel_counters();
+  REL_CHECK_EQ(after.batches - before.batches, 0);
+  REL_CHECK_EQ(after.device_allocs - before.device_allocs, 0);
+  REL_CHECK_EQ(after.digests - before.digests, 0);
+  REL_CHECK_EQ(kreplay_retained_device_bytes(agent), 0);
+
+  memset(&policy, 0, sizeof policy);
+  policy.struct_size = sizeof policy;
+  REL_CHECK_STATUS(kreplay_set_policy(&policy), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_record_free(region), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_sim_free(region), KREPLAY_STATUS_SUCCESS);
+  kreplay_staging_trim(agent);
+  memset(&options, 0, sizeof options);
+  kreplay_sim_set_options(&options);
+  REL_REQUIRE(kreplay_sim_device_ops(&ops) == KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_configure(&ops), KREPLAY_STATUS_SUCCESS);
+}
+
 /* An older caller's struct ends before host_lock: the bytes after it are not the library's to read, so the
  * optional ops must count as absent even though this copy happens to hold a function there. */
 static void configure_short_struct_ignores_trailing_ops(void) {
@@ -636,6 +699,7 @@ int main(void) {
   configure_bad_ops();
   policy_bad_input();
   configure_short_struct_ignores_trailing_ops();
+  configure_version_one_struct_gets_version_one_behaviour();
   rel_configure_sim();
   kreplay_tracking_enable(true);
   tracking_bad_input();
