@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <mutex>
 
 #include <cuda_runtime.h>
 
@@ -24,17 +27,68 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-void populate(char* base, size_t bytes, unsigned threads) {
+// One madvise per slice, or (step > 0) one per step of the slice.
+void populate_slice(char* base, size_t bytes, size_t step) {
+  if (step == 0) step = bytes;
+  for (size_t done = 0; done < bytes; done += step) {
+    (void)madvise(base + done, std::min(step, bytes - done), MADV_POPULATE_WRITE);
+  }
+}
+
+void populate(char* base, size_t bytes, unsigned threads, size_t step = 0) {
   if (threads <= 1) {
-    (void)madvise(base, bytes, MADV_POPULATE_WRITE);
+    populate_slice(base, bytes, step);
     return;
   }
   const size_t slice = (bytes / threads + 4095) / 4096 * 4096;
   std::vector<std::thread> workers;
   for (size_t at = 0; at < bytes; at += slice) {
-    workers.emplace_back([=] { (void)madvise(base + at, std::min(slice, bytes - at), MADV_POPULATE_WRITE); });
+    workers.emplace_back([=] { populate_slice(base + at, std::min(slice, bytes - at), step); });
   }
   for (std::thread& worker : workers) worker.join();
+}
+
+// Two first dispatches at once in one process (two GPUs' replay threads): each maps, advises huge pages,
+// populates in 4 slices and registers, as the CUDA adapter does; with or without one populate at a time, and
+// with one madvise per slice or per 32 MiB.
+void pair(size_t bytes) {
+  std::printf("two threads at once in one process, advised, 4 populate threads each (ms: populate + register)\n");
+  std::mutex one_at_a_time;
+  for (int round = 0; round < 2; ++round) {
+    for (bool serialize : {false, true}) {
+      for (size_t step : {size_t{0}, size_t{32} << 20}) {
+        double populate_ms[2] = {0, 0}, register_ms[2] = {0, 0};
+        std::vector<std::thread> both;
+        for (int t = 0; t < 2; ++t) {
+          both.emplace_back([&, t] {
+            void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (raw == MAP_FAILED) return;
+            char* base = static_cast<char*>(raw);
+            (void)madvise(base, bytes, MADV_HUGEPAGE);
+            auto start = std::chrono::steady_clock::now();
+            if (serialize) {
+              std::lock_guard<std::mutex> lock(one_at_a_time);
+              populate(base, bytes, 4, step);
+            } else {
+              populate(base, bytes, 4, step);
+            }
+            populate_ms[t] = ms_since(start);
+            start = std::chrono::steady_clock::now();
+            const bool ok = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
+                            cudaSuccess;
+            register_ms[t] = ms_since(start);
+            if (ok) (void)cudaHostUnregister(base);
+            munmap(base, bytes);
+          });
+        }
+        for (std::thread& thread : both) thread.join();
+        std::printf("serialize %-3s step %-6s: thread 0 %6.1f + %5.1f = %6.1f; thread 1 %6.1f + %5.1f = %6.1f\n",
+                    serialize ? "yes" : "no", step ? "32 MiB" : "slice", populate_ms[0], register_ms[0],
+                    populate_ms[0] + register_ms[0], populate_ms[1], register_ms[1],
+                    populate_ms[1] + register_ms[1]);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -47,6 +101,10 @@ int main(int argc, char** argv) {
   }
   std::printf("host lock bench: %zu bytes per configuration, %u hardware threads\n", bytes,
               std::thread::hardware_concurrency());
+  if (argc > 2 && std::string(argv[2]) == "pair") {
+    pair(bytes);
+    return 0;
+  }
   std::printf("%-8s %-8s %-10s %10s %10s %10s %10s\n", "huge", "threads", "flags", "map_ms", "populate", "register",
               "total_ms");
   for (int round = 0; round < 2; ++round) {

@@ -363,15 +363,20 @@ kreplay_status_t op_iterate_module_variables(void*, kreplay_agent_t agent, krepl
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it with EINVAL */
 #endif
 
-// Faults one slice in, writable, without changing its contents: one system call where the kernel has
-// MADV_POPULATE_WRITE, else a read and write of one byte per page.
+// Faults one slice in, writable, without changing its contents: MADV_POPULATE_WRITE where the kernel has it,
+// else a read and write of one byte per page. In 32 MiB steps: each call holds the process's mmap lock, and
+// another thread's mmap or munmap (or a runtime's) waiting behind it would stall every other fault meanwhile.
 void populate_slice(char* start, size_t bytes, size_t page) {
-  if (madvise(start, bytes, MADV_POPULATE_WRITE) == 0) {
-    return;
-  }
-  volatile char* p = start;
-  for (size_t at = 0; at < bytes; at += page) {
-    p[at] = p[at];
+  constexpr size_t step = size_t{32} << 20;
+  for (size_t done = 0; done < bytes; done += step) {
+    const size_t len = std::min(step, bytes - done);
+    if (madvise(start + done, len, MADV_POPULATE_WRITE) == 0) {
+      continue;
+    }
+    volatile char* p = start + done;
+    for (size_t at = 0; at < len; at += page) {
+      p[at] = p[at];
+    }
   }
 }
 
