@@ -142,20 +142,21 @@ fn batches_racing_frees_never_write_freed_memory() {
 #[test]
 fn the_whole_footprint_fits_on_the_device_and_comes_back_from_there() {
     let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
-    let bases: Vec<usize> = (0..8).map(|i| tracked(engine, &device, 100_000, i as u8)).collect();
+    let size = if cfg!(miri) { 1000 } else { 100_000 };
+    let bases: Vec<usize> = (0..8).map(|i| tracked(engine, &device, size, i as u8)).collect();
     device.add_variable(A, b"v", 64, 9);
     let snapshot = engine.snap(A).unwrap();
     let info = snapshot.info();
     assert_eq!(info.device_bytes, info.bytes);
     assert!(device.device_bytes_held(A) >= info.bytes);
     for &base in &bases {
-        device.write(base, &[0xEE; 100_000]);
+        device.write(base, &vec![0xEE; size]);
     }
     let (report, status) = engine.restore(&snapshot);
     status.unwrap();
     assert_eq!(report.restored, 9);
     for (i, &base) in bases.iter().enumerate() {
-        assert_eq!(device.bytes(base, 100_000), vec![i as u8; 100_000]);
+        assert_eq!(device.bytes(base, size), vec![i as u8; size]);
     }
     drop(snapshot);
     assert!(engine.retained_device_bytes(A) >= info.bytes, "device storage is retained for the next dispatch");
@@ -165,6 +166,7 @@ fn the_whole_footprint_fits_on_the_device_and_comes_back_from_there() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "copies 1 MiB six times: slow under Miri; `cargo test` runs it natively")]
 fn half_the_footprint_as_budget_spills_the_rest_and_never_exceeds_it() {
     let footprint = 16 * 65_536;
     let budget = footprint / 2;
@@ -215,6 +217,7 @@ fn a_refused_device_alloc_at_any_position_falls_back_to_the_host() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "copies 4 MiB: slow under Miri; `cargo test` runs it natively")]
 fn a_smaller_footprint_gives_back_the_device_storage_it_does_not_take() {
     let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
     let big = tracked(engine, &device, 4 << 20, 1);
@@ -254,7 +257,12 @@ fn dirty_policy(budget: usize) -> Policy {
 
 fn dirty_model(engine: &Engine<SimDevice>, device: SimDevice, seed: u64) {
     let mut rng = Rng(seed);
-    let sizes = [4096usize, 10_000, 33_000, 65_536, 70_001, 1, 8192 * 3];
+    // Under Miri the digests run interpreted, byte by byte: a smaller footprint of the same shapes.
+    let sizes = if cfg!(miri) {
+        [4096usize, 5000, 8192, 4097, 9001, 1, 4096 * 3]
+    } else {
+        [4096usize, 10_000, 33_000, 65_536, 70_001, 1, 8192 * 3]
+    };
     let mut bases: Vec<usize> = sizes.iter().enumerate().map(|(i, &n)| tracked(engine, &device, n, i as u8)).collect();
     let variable = device.add_variable(A, b"counter", 24, 7);
     let mut saw_partial_capture = false;
@@ -319,12 +327,20 @@ fn dirty_restores_equal_full_restores_on_the_host_tier() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "digests hundreds of kilobytes per pass byte by byte: minutes under Miri; the host-tier model test runs the same code"
+)]
 fn dirty_restores_equal_full_restores_on_the_device_tier() {
     let (engine, device) = setup!(dirty_policy(1 << 30));
     dirty_model(engine, device, 0x9E37_79B9);
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "digests hundreds of kilobytes per pass byte by byte: minutes under Miri; the host-tier model test runs the same code"
+)]
 fn dirty_restores_equal_full_restores_with_a_spill() {
     let (engine, device) = setup!(dirty_policy(100_000));
     dirty_model(engine, device, 0xC0FF_EE11);
@@ -353,6 +369,10 @@ fn a_digest_that_cannot_tell_contents_apart_still_captures_a_reallocated_region_
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "digests 60 KiB 16 times over byte by byte: minutes under Miri; `cargo test` runs it natively"
+)]
 fn a_digest_refused_at_any_position_falls_back_to_full_copies() {
     let (engine, device) = setup!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
     let bases: Vec<usize> = (0..3).map(|i| tracked(engine, &device, 20_000, i as u8)).collect();
@@ -455,7 +475,7 @@ fn frees_and_allocations_of_other_agents_do_not_wait_for_a_long_copy_and_a_free_
 fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
     let (engine, device) = setup!(Policy { dirty_only: true, device_budget_bytes: 1 << 20, ..Policy::default() });
     tracked(engine, &device, 8192, 1);
-    tracked(engine, &device, 2 << 20, 2);
+    tracked(engine, &device, if cfg!(miri) { 64 << 10 } else { 2 << 20 }, 2);
     drop(engine.snap(A).unwrap());
     assert!(engine.retained_staging_bytes(A) > 0 && engine.retained_device_bytes(A) > 0, "kept for re-capture");
     // An allocation whose owner is unknown declines every agent.
