@@ -325,8 +325,10 @@ struct State<const CAP: usize, const SLOTS: usize> {
     lost: ArrayVec<Lost, LOST_CAPACITY>,
     /// A lost allocation could not even be remembered: every agent is declined from now on.
     lost_forgotten: bool,
-    /// Recent frees for [`Inventory::undo_remove`]: a ring, `freed_next` is where the next one goes.
-    freed: [Option<Freed>; UNDO_CAPACITY],
+    /// Recent frees for [`Inventory::undo_remove`]: a ring (filled up to its capacity, then overwritten at
+    /// `freed_next`); an undone entry becomes `None`. An `ArrayVec`, not an array of `None`s, so that the table
+    /// starts all zero (`.bss` in a `static`).
+    freed: ArrayVec<Option<Freed>, UNDO_CAPACITY>,
     freed_next: usize,
     /// Whether inserts are accepted; changed only under the write lock, with `epoch`.
     enabled: bool,
@@ -394,7 +396,7 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
                 mapping_pins: [const { AtomicU32::new(0) }; VMEM_CAPACITY],
                 lost: ArrayVec::new_const(),
                 lost_forgotten: false,
-                freed: [None; UNDO_CAPACITY],
+                freed: ArrayVec::new_const(),
                 freed_next: 0,
                 enabled: false,
                 epoch: 0,
@@ -544,8 +546,9 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
     pub fn undo_remove(&self, base: usize) -> Result<(), RemoveError> {
         let mut state = self.state.write();
         // Newest first: walk the ring backwards from the last free.
-        let position = (1..=UNDO_CAPACITY)
-            .map(|back| (state.freed_next + UNDO_CAPACITY - back) % UNDO_CAPACITY)
+        let len = state.freed.len();
+        let position = (1..=len)
+            .map(|back| (state.freed_next + len - back) % len)
             .find(|&at| match state.freed[at] {
                 Some(Freed::Tracked(region)) => region.base == base,
                 Some(Freed::Lost(lost)) => lost.base == base,
@@ -765,12 +768,17 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
         self.mappings.clear();
         self.lost.clear();
         self.lost_forgotten = false;
-        self.freed = [None; UNDO_CAPACITY];
+        self.freed.clear();
+        self.freed_next = 0;
         count
     }
 
     fn remember_freed(&mut self, freed: Freed) {
-        self.freed[self.freed_next] = Some(freed);
+        if self.freed.is_full() {
+            self.freed[self.freed_next] = Some(freed);
+        } else {
+            self.freed.push(Some(freed));
+        }
         self.freed_next = (self.freed_next + 1) % UNDO_CAPACITY;
     }
 

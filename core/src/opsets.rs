@@ -18,14 +18,19 @@ pub const MAX_OPS_SETS: usize = 8;
 
 /// Bit of a slot's state: replaced by a later `configure`; its count only goes down from here.
 const RETIRED: usize = 1 << (usize::BITS - 1);
-/// State of a slot that holds no ops.
-const EMPTY: usize = RETIRED | (RETIRED >> 1);
+/// Bit of a slot's state: the slot holds a set of ops (the low bits count its uses).
+const PRESENT: usize = RETIRED >> 1;
+/// State of a slot that holds no ops: zero, so that an engine in a `static` starts in `.bss`, not as tens of
+/// megabytes of initialised data in every host that links the library.
+const EMPTY: usize = 0;
+/// State of a slot whose ops are being dropped: neither `get` nor `install` touches it.
+const FREEING: usize = RETIRED | 1;
 
-/// A slot: `state` is the user count, or `RETIRED | count`, or `EMPTY`.
+/// A slot: `state` is `PRESENT | count`, or `PRESENT | RETIRED | count`, or `FREEING`, or `EMPTY`.
 ///
 /// # Invariants
-/// `ops` is `Some` exactly while `state != EMPTY`; it is written only while the slot is `EMPTY` (under the
-/// table's configure lock) or by the one thread that moved the state from `RETIRED` to `EMPTY`.
+/// `ops` is `Some` exactly while `state` has `PRESENT` or is `FREEING`; it is written only while the slot is
+/// `EMPTY` (under the table's configure lock) or by the one thread that moved the state to `FREEING`.
 struct Slot<O> {
     state: AtomicUsize,
     ops: UnsafeCell<Option<O>>,
@@ -69,13 +74,13 @@ impl<O> OpsTable<O> {
             };
             // SAFETY: the slot is EMPTY and we hold the configure lock, so no one else reads or writes `ops`.
             unsafe { *self.slots[index].ops.get() = Some(ops) };
-            self.slots[index].state.store(0, Ordering::Release);
+            self.slots[index].state.store(PRESENT, Ordering::Release);
             let previous = self.current.swap(index + 1, Ordering::AcqRel);
             previous.checked_sub(1)
         };
         if let Some(previous) = retired {
             let before = self.slots[previous].state.fetch_or(RETIRED, Ordering::AcqRel);
-            if before == 0 {
+            if before == PRESENT {
                 self.free_if_unused(previous);
             }
         }
@@ -88,7 +93,7 @@ impl<O> OpsTable<O> {
             let index = self.current.load(Ordering::Acquire).checked_sub(1).ok_or(Error::NotConfigured)?;
             let slot = &self.slots[index];
             let mut state = slot.state.load(Ordering::Acquire);
-            while state & RETIRED == 0 {
+            while state & RETIRED == 0 && state & PRESENT != 0 {
                 match slot.state.compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => return Ok(OpsRef { table: self, index }),
                     Err(now) => state = now,
@@ -106,14 +111,14 @@ impl<O> OpsTable<O> {
     /// Drops one use of slot `index`; the last use of a replaced set drops it.
     fn put(&self, index: usize) {
         let before = self.slots[index].state.fetch_sub(1, Ordering::AcqRel);
-        if before == RETIRED | 1 {
+        if before == PRESENT | RETIRED | 1 {
             self.free_if_unused(index);
         }
     }
 
     fn free_if_unused(&self, index: usize) {
         let slot = &self.slots[index];
-        if slot.state.compare_exchange(RETIRED, EMPTY - 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if slot.state.compare_exchange(PRESENT | RETIRED, FREEING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             // SAFETY: this thread moved the slot out of RETIRED with no user left, and into a state that no `get`
             // increments and no `install` reuses, so it alone touches `ops` now.
             let ops = unsafe { (*slot.ops.get()).take() };

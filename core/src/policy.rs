@@ -62,12 +62,18 @@ impl Default for AtomicPolicy {
 impl AtomicPolicy {
     /// The default policy: pageable staging, host only, no budget, full copies, no module cache.
     pub const fn new() -> Self {
-        AtomicPolicy(RwLock::new(Policy::DEFAULT))
+        // All zero (a digest block of 0 stands for the default), so that an engine in a `static` is `.bss`.
+        AtomicPolicy(RwLock::new(Policy { digest_block_bytes: 0, ..Policy::DEFAULT }))
     }
 
     /// The current policy.
     pub fn get(&self) -> Policy {
-        *self.0.read()
+        let policy = *self.0.read();
+        if policy.digest_block_bytes == 0 {
+            Policy { digest_block_bytes: DEFAULT_DIGEST_BLOCK, ..policy }
+        } else {
+            policy
+        }
     }
 
     /// Replaces the policy; snapshots already under way keep the one they started with.
