@@ -45,7 +45,7 @@ impl Rng {
 fn a_plan_larger_than_one_chunk_and_one_batch_is_split_and_every_range_comes_back() {
     let (engine, device) = setup!(Policy::default());
     // 20,000 ranges: two chunks (at most 16,384 ranges each), so at least two batches each way.
-    let count = if cfg!(miri) { 300 } else { 20_000 };
+    let count = if cfg!(miri) { 40 } else { 20_000 };
     let bases: Vec<usize> = (0..count).map(|i| tracked(engine, &device, 64, i as u8)).collect();
     let snapshot = engine.snap(A).unwrap();
     let batches = device.state().batches;
