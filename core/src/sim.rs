@@ -68,7 +68,7 @@ pub const ALIGN: usize = 256;
 /// What a freed region is filled with.
 pub const FREED_FILL: u8 = 0xDD;
 /// Address space reserved by [`SimDevice::new`].
-pub const DEFAULT_ARENA_BYTES: usize = if cfg!(miri) { 32 << 20 } else { 64 << 30 };
+pub const DEFAULT_ARENA_BYTES: usize = if cfg!(miri) { 8 << 20 } else { 64 << 30 };
 /// The address a zero-size module variable reports (never read or written).
 pub const ZERO_SIZE_VARIABLE: usize = 0x10;
 
