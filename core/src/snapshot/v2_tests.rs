@@ -473,9 +473,12 @@ fn frees_and_allocations_of_other_agents_do_not_wait_for_a_long_copy_and_a_free_
 
 #[test]
 fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
-    let (engine, device) = setup!(Policy { dirty_only: true, device_budget_bytes: 1 << 20, ..Policy::default() });
-    tracked(engine, &device, 8192, 1);
-    tracked(engine, &device, if cfg!(miri) { 64 << 10 } else { 2 << 20 }, 2);
+    // The small region fits the device budget, the large one spills to host staging.
+    let (small, large) = if cfg!(miri) { (8192, 64 << 10) } else { (8192, 2 << 20) };
+    let budget = if cfg!(miri) { 32 << 10 } else { 1 << 20 };
+    let (engine, device) = setup!(Policy { dirty_only: true, device_budget_bytes: budget, ..Policy::default() });
+    tracked(engine, &device, small, 1);
+    tracked(engine, &device, large, 2);
     drop(engine.snap(A).unwrap());
     assert!(engine.retained_staging_bytes(A) > 0 && engine.retained_device_bytes(A) > 0, "kept for re-capture");
     // An allocation whose owner is unknown declines every agent.
