@@ -103,11 +103,6 @@ impl<O> OpsTable<O> {
         }
     }
 
-    /// Whether any set is installed.
-    pub fn is_configured(&self) -> bool {
-        self.current.load(Ordering::Acquire) != 0
-    }
-
     /// Drops one use of slot `index`; the last use of a replaced set drops it.
     fn put(&self, index: usize) {
         let before = self.slots[index].state.fetch_sub(1, Ordering::AcqRel);
