@@ -1,4 +1,4 @@
-//! The panic boundary (no unwinding crosses into C) and the calling thread's depth inside the library.
+//! The panic boundary (no unwinding crosses into C), and whether a call is nested in a device op or a logger.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -6,9 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use kreplay_core::log::Level;
 
 thread_local! {
-    /// Exported calls this thread is inside: above 1, a call was made from a device op or a logger.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Logger deliveries this thread is inside.
+    /// Logger deliveries this thread is inside (some messages come from C-boundary code outside any engine call).
     static LOGGING: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -73,7 +71,6 @@ const fn ends_with(bytes: &[u8], end: usize, suffix: &[u8]) -> bool {
 /// Runs `body` as an exported function; a panic inside it is logged with `function()`'s name (asked for only
 /// then) and becomes `default`. Use [`ffi_guard!`], which names the function from the code.
 pub(crate) fn guard_named<'n, T>(function: impl FnOnce() -> &'n str, default: T, body: impl FnOnce() -> T) -> T {
-    let _depth = Depth::enter();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(_) => {
@@ -85,24 +82,10 @@ pub(crate) fn guard_named<'n, T>(function: impl FnOnce() -> &'n str, default: T,
 }
 
 /// Whether the calling thread is inside another kreplay call or a logger delivery (it was called from a device
-/// op or a logger): such a call must not wait for anything that thread's outer call may be holding up.
+/// op or a logger): such a call must not wait for anything that thread's outer call may be holding up. The
+/// engine's calls-in-flight table already knows about the first; only logger deliveries are counted here.
 pub(crate) fn is_nested() -> bool {
-    DEPTH.with(Cell::get) > 1 || LOGGING.with(Cell::get) > 0
-}
-
-struct Depth;
-
-impl Depth {
-    fn enter() -> Self {
-        DEPTH.with(|depth| depth.set(depth.get().saturating_add(1)));
-        Depth
-    }
-}
-
-impl Drop for Depth {
-    fn drop(&mut self) {
-        DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
-    }
+    crate::ENGINE.is_called_from_inside() || LOGGING.with(Cell::get) > 0
 }
 
 /// A logger delivery in progress on this thread.
@@ -138,10 +121,8 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_inside_the_guard_becomes_the_default_and_the_depth_is_restored() {
-        let before = DEPTH.with(Cell::get);
+    fn a_panic_inside_the_guard_becomes_the_default() {
         let value = ffi_guard!(7, || -> i32 { panic!("test") });
         assert_eq!(value, 7);
-        assert_eq!(DEPTH.with(Cell::get), before);
     }
 }

@@ -103,8 +103,7 @@ impl Activity {
     /// for callers that may be waiting on it, and returns at once. Returns whether it waited.
     pub fn finalize(&self) -> bool {
         self.finalized.store(true, Ordering::SeqCst);
-        let me = current_thread();
-        if self.slots.iter().any(|slot| slot.thread.load(Ordering::Acquire) == me) {
+        if self.is_current_thread_inside() {
             return false;
         }
         for slot in &self.slots {
@@ -114,6 +113,13 @@ impl Activity {
             }
         }
         true
+    }
+
+    /// Whether the calling thread is inside a call (so a call it makes now is nested: made from a device op
+    /// or a logger). Scans the table, so it is for the rare calls that must not wait (logger swap, finalize).
+    pub fn is_current_thread_inside(&self) -> bool {
+        let me = current_thread();
+        self.slots.iter().any(|slot| slot.thread.load(Ordering::Acquire) == me)
     }
 
     /// Calls in flight (threads inside the library), for tests and statistics.
@@ -152,8 +158,9 @@ mod tests {
     #[test]
     fn nested_calls_are_recognised_and_the_slot_is_freed_on_the_way_out() {
         let activity = Activity::new();
+        assert!(!activity.is_current_thread_inside());
         let outer = activity.enter().unwrap();
-        assert!(!outer.is_nested());
+        assert!(!outer.is_nested() && activity.is_current_thread_inside());
         let inner = activity.enter().unwrap();
         assert!(inner.is_nested());
         drop(inner);

@@ -87,6 +87,12 @@ impl<O: DeviceOps> Engine<O> {
         self.activity.is_finalized()
     }
 
+    /// Whether the calling thread is inside an engine call: a kreplay call it makes now comes from a device op
+    /// or a logger, and must not wait for work its own thread is in the middle of.
+    pub fn is_called_from_inside(&self) -> bool {
+        self.activity.is_current_thread_inside()
+    }
+
     /// From now on every call returns [`Error::Finalized`] (or does nothing). Waits until calls in flight on
     /// other threads have left the library (they stop early where they can), so no device op and no log line
     /// comes after it returns. Called from inside a device op or logger it cannot wait for its own thread and
