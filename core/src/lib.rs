@@ -37,8 +37,6 @@ pub use storage::host as staging;
 
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
-#[cfg(test)]
-mod testing;
 
 pub use engine::Engine;
 pub use error::{DeclineReason, Error, Result};

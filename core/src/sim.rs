@@ -1,8 +1,7 @@
 //! The simulated device: host memory standing in for device memory, every copy checked against what is live,
-//! with fault injection and counters. The one fake behind the core's unit tests (`crate::testing::MockDevice`
-//! is this type), the C tests, the demo, the benchmarks and the fuzzer (through `kreplay-capi`'s `sim`
-//! feature). Never part of the production library: it is compiled only for the core's tests and with the
-//! `sim` feature.
+//! with fault injection and counters. The one fake behind the core's unit tests, the C tests, the demo, the
+//! benchmarks and the fuzzer (through `kreplay-capi`'s `sim` feature). Never part of the production library:
+//! it is compiled only for the core's tests and with the `sim` feature.
 //!
 //! # The API in one place
 //!

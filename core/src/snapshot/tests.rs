@@ -4,16 +4,16 @@ use super::plan::align_after;
 use super::*;
 use crate::error::{DeclineReason, Error};
 use crate::policy::Policy;
-use crate::testing::MockDevice;
+use crate::sim::SimDevice;
 use crate::types::{GlobalFlags, PointerType};
 
 /// Each test gets its own engine (a static: the tables are megabytes) and its own mock device.
 macro_rules! setup {
     () => {{
-        static ENGINE: Engine<MockDevice> = Engine::new();
+        static ENGINE: Engine<SimDevice> = Engine::new();
         // The declines and skips these tests provoke are expected: keep them out of the test output.
         crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
-        let device = MockDevice::default();
+        let device = SimDevice::default();
         ENGINE.configure(device.clone()).unwrap();
         ENGINE.set_tracking(true);
         (&ENGINE, device)
@@ -23,7 +23,7 @@ macro_rules! setup {
 const A: Agent = Agent(0xA1);
 const B: Agent = Agent(0xB2);
 
-fn tracked(engine: &Engine<MockDevice>, device: &MockDevice, agent: Agent, size: usize, fill: u8) -> usize {
+fn tracked(engine: &Engine<SimDevice>, device: &SimDevice, agent: Agent, size: usize, fill: u8) -> usize {
     let base = device.alloc(agent, size, fill);
     engine.record_alloc(base, size, 0).unwrap();
     base
@@ -158,11 +158,11 @@ fn declines_leave_nothing_behind() {
 
 #[test]
 fn an_unconfigured_engine_declines_and_remembers_what_it_could_not_classify() {
-    static ENGINE: Engine<MockDevice> = Engine::new();
+    static ENGINE: Engine<SimDevice> = Engine::new();
     ENGINE.set_tracking(true);
     assert_eq!(ENGINE.snap(A).err(), Some(DeclineReason::NotConfigured));
     assert_eq!(ENGINE.record_alloc(0x1000, 64, 0), Err(Error::NotConfigured));
-    let device = MockDevice::default();
+    let device = SimDevice::default();
     ENGINE.configure(device).unwrap();
     assert_eq!(ENGINE.snap(A).err(), Some(DeclineReason::InventoryOverflow), "an unclassified allocation is live");
     ENGINE.record_free(0x1000).unwrap();
