@@ -11,7 +11,7 @@
 //!
 //! - Memory: [`SimDevice::alloc`], [`SimDevice::alloc_kind`], [`SimDevice::try_alloc`] (also at a freed
 //!   region's address), [`SimDevice::free`], [`SimDevice::try_free`], [`SimDevice::add_variable`],
-//!   [`SimDevice::add_variable_with`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
+//!   [`SimDevice::add_variable_with`], [`SimDevice::new_code_object`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
 //!   [`SimDevice::device_bytes_held`].
 //! - Hooks: [`SimDevice::set_hook`] runs a callback at the start of every op ([`SimOp`]), outside the device's
 //!   lock, so it may call back into the device (free a region, write) or into the engine.
@@ -38,7 +38,11 @@
 //!   - page-locking: `locked` (ranges locked now), `locked_bytes`, `locks`, `unlocks`, fault `refuse_lock`;
 //!   - `violations`: copies, batch jobs and digests that touched freed or unknown device memory or ran past a
 //!     region's end, unlocks of ranges never locked, and `device_free`s of blocks not held. A correct engine
-//!     leaves it 0.
+//!     leaves it 0;
+//!   - `refused_copies`: copies and batch jobs refused because they ran from one live allocation into another
+//!     (for instance adjacent module variables of two code objects, see [`SimDevice::new_code_object`]; the
+//!     variables of one code object lie in one segment, and a copy may span them); the copy fails with
+//!     `DeviceError`, and it is not a violation.
 //!
 //! Fault numbers are absolute (compare with the counter): to fail the next copy but one, set
 //! `fail_copy_at = state.copies + 2`.
@@ -103,8 +107,10 @@ type SharedHook = Arc<dyn Fn(&SimOp) + Send + Sync>;
 pub enum ItemKind {
     /// An allocation of the application, reported by `pointer_info`.
     Region { agent: Agent, kind: PointerType, flags: GlobalFlags },
-    /// A module-scope variable's storage.
-    Variable,
+    /// A module-scope variable's storage, in the loaded segment of code object `code_object`: a copy may run on
+    /// from one variable into the next one of the same segment when they lie back to back, not into another
+    /// segment's.
+    Variable { code_object: u64 },
     /// Snapshot storage from `device_alloc`.
     Storage { agent: Agent },
 }
@@ -194,6 +200,10 @@ pub struct State {
     pub refuse_lock: bool,
 
     pub violations: usize,
+    pub refused_copies: usize,
+    pub code_object: u64,
+    /// Runs of back-to-back variables of one code object: start -> (end, code object).
+    segments: BTreeMap<usize, (usize, u64)>,
 
     hook: Option<SharedHook>,
 }
@@ -320,20 +330,42 @@ impl State {
         }
         match self.items.range(..=address).next_back() {
             Some((&base, item)) if address - base < item.size => {
-                if item.live {
-                    Place::Device(base + item.size - address)
-                } else {
-                    Place::Dead
+                if !item.live {
+                    return Place::Dead;
                 }
+                Place::Device(base + item.size - address)
             }
             _ => Place::Dead,
         }
     }
 
+    /// Bytes from `address` to the end of its variable's segment: the variables of its code object that follow
+    /// back to back (variables live until a reset).
+    fn segment_left(&self, address: usize) -> Option<usize> {
+        let (_, &(end, _)) = self.segments.range(..=address).next_back()?;
+        (address < end).then(|| end - address)
+    }
+
+    /// True when every byte of `[address, address + bytes)` lies in live items of the arena (a copy of it that is
+    /// not allowed only crosses from one allocation into another: refused, not a violation).
+    fn all_live(&self, arena: &Arena, address: usize, bytes: usize) -> bool {
+        let mut at = address;
+        let end = address.saturating_add(bytes);
+        while at < end {
+            match self.items.range(..=at).next_back() {
+                Some((&base, item)) if at - base < item.size && item.live && arena.contains(at) => {
+                    at = base + item.size
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
     fn allowed(&self, arena: &Arena, address: usize, bytes: usize) -> bool {
         match self.place(arena, address) {
             Place::Host => !arena.contains(address.saturating_add(bytes.saturating_sub(1))),
-            Place::Device(left) => bytes <= left,
+            Place::Device(left) => bytes <= left || self.segment_left(address).is_some_and(|left| bytes <= left),
             Place::Dead => false,
         }
     }
@@ -363,7 +395,14 @@ impl State {
     /// Host ranges are valid for `bytes` (the `DeviceOps::copy` contract).
     unsafe fn checked_copy(&mut self, arena: &Arena, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
         if !self.allowed(arena, dst as usize, bytes) || !self.allowed(arena, src as usize, bytes) {
-            self.violations += 1;
+            let crossing = |address: usize| {
+                self.allowed(arena, address, bytes) || (arena.contains(address) && self.all_live(arena, address, bytes))
+            };
+            if crossing(dst as usize) && crossing(src as usize) {
+                self.refused_copies += 1;
+            } else {
+                self.violations += 1;
+            }
             return Err(Error::DeviceError);
         }
         let to_device = self.is_device(arena, dst as usize);
@@ -535,6 +574,12 @@ impl SimDevice {
         }
     }
 
+    /// Starts a new code object: variables added from now on lie in its own segment, which a copy of variables
+    /// of the previous one may not run into (until then, every variable is in code object 0).
+    pub fn new_code_object(&self) {
+        self.state().code_object += 1;
+    }
+
     /// Adds a module-scope variable visible to `agent`, filled with `fill`; returns its address.
     pub fn add_variable(&self, agent: Agent, name: &[u8], size: usize, fill: u8) -> usize {
         let address = self.add_variable_with(agent, name, size, false).expect("the simulated device is full");
@@ -554,7 +599,15 @@ impl SimDevice {
             ZERO_SIZE_VARIABLE
         } else {
             let address = state.bump(self.arena(), size).ok_or(Error::OutOfHostMemory)?;
-            state.items.insert(address, Item { size, kind: ItemKind::Variable, live: true });
+            let code_object = state.code_object;
+            state.items.insert(address, Item { size, kind: ItemKind::Variable { code_object }, live: true });
+            let end = address + size;
+            match state.segments.range_mut(..address).next_back() {
+                Some((_, segment)) if *segment == (address, code_object) => segment.0 = end,
+                _ => {
+                    state.segments.insert(address, (end, code_object));
+                }
+            }
             address
         };
         state.variables.push(Variable { agent, name: name.to_vec(), address, size, is_constant });

@@ -4,12 +4,13 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use super::plan::place;
-use super::transfer::{Direction, Dirty, Outcome};
+use super::transfer::{Direction, Dirty, Outcome, Ranges};
 use super::{Digests, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, gigabytes_per_second, try_box};
 use crate::clock;
 use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::log::Level;
+use crate::modules::Span;
 use crate::ops::{DeviceOps, Digest};
 use crate::opsets::OpsRef;
 use crate::policy::Policy;
@@ -61,9 +62,10 @@ impl<O: DeviceOps> Engine<O> {
         let policy = self.policy();
         let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
 
-        // Plan.
-        let ranges = self.plan(&ops, agent, &policy, &mut info)?;
-        let total: usize = ranges.iter().map(|r| r.size).sum();
+        // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
+        let (ranges, modules) = self.plan(&ops, agent, &policy, &mut info)?;
+        let mut snapshot = Snapshot { engine: self, storage: Storage::default(), ranges, modules, digests: None, info };
+        let total: usize = snapshot.ranges.iter().map(|r| r.size).sum();
         if policy.max_snapshot_bytes != 0 && total > policy.max_snapshot_bytes {
             crate::log!(
                 Level::Warning,
@@ -88,9 +90,7 @@ impl<O: DeviceOps> Engine<O> {
                 None
             }
         };
-        // From here on a decline drops `snapshot`, which gives its storage back (it has no digests yet), and
-        // whatever storage of the previous snapshot this one did not take over is given back below.
-        let mut snapshot = Snapshot { engine: self, storage: Storage::default(), ranges, digests: None, info };
+        // Whatever storage of the previous snapshot this one does not take over is given back below.
         let mut stash = stash;
         let moved = (|| {
             // Stage.
@@ -112,7 +112,7 @@ impl<O: DeviceOps> Engine<O> {
         for range in &snapshot.ranges {
             match range.source {
                 Source::Tracked { .. } => snapshot.info.regions += 1,
-                Source::ModuleVariable => snapshot.info.module_variables += 1,
+                Source::ModuleVariables { count, .. } => snapshot.info.module_variables += count as usize,
             }
             snapshot.info.bytes += range.size;
             if range.tier == Tier::Device {
@@ -329,11 +329,12 @@ impl<O: DeviceOps> Engine<O> {
             let empty: [Digest; 0] = [];
             let reference = stash.and_then(|s| s.digests.as_ref()).map_or(&empty[..], |d| &d.all[..]);
             let rule = dirty.then(|| Dirty { block_bytes: block, live: &mut digests[..], known: &known_at, reference });
-            self.transfer(ops, agent, &snapshot.storage, &snapshot.ranges, Direction::Capture, rule, &mut outcomes)
+            let ranges = Ranges { all: &snapshot.ranges, variables: &snapshot.modules.list.variables };
+            self.transfer(ops, agent, &snapshot.storage, ranges, Direction::Capture, rule, &mut outcomes)
         };
         snapshot.info.copied_bytes = moved.copied_bytes;
         snapshot.info.digest_ns = moved.digest_ns;
-        if outcomes.contains(&Outcome::Failed) {
+        if outcomes.iter().any(|o| matches!(o, Outcome::Failed(_))) {
             return Err(DeclineReason::CopyFailed);
         }
         if outcomes.contains(&Outcome::Pending) {
@@ -342,11 +343,81 @@ impl<O: DeviceOps> Engine<O> {
         if dirty && !moved.digest_failed {
             snapshot.digests = Some(Digests { block_bytes: block, all: digests });
         }
+        let mut refused: Vec<u32> = Vec::new();
+        for (range, outcome) in snapshot.ranges.iter().zip(&outcomes) {
+            if let (Outcome::DoneOneByOne, Source::ModuleVariables { first, .. }) = (outcome, range.source) {
+                if refused.try_reserve(1).is_ok() {
+                    refused.push(first);
+                }
+            }
+        }
         // Regions freed since the inventory was listed are simply left out.
         let mut outcome = outcomes.iter();
         snapshot.ranges.retain(|_| outcome.next() != Some(&Outcome::Skipped));
+        if !refused.is_empty() {
+            split_spans(agent, snapshot, &refused);
+        }
         Ok(())
     }
+}
+
+/// Cuts the spans of module variables that the device would not copy as one (those starting at the variables
+/// `refused`, in order) into single variables: in the snapshot, so that its restores copy them one by one from
+/// the start, and in its module list, which the cache gets back, so that later captures do too. Without host
+/// memory for the new lists nothing changes, and those spans are tried whole again next time.
+fn split_spans<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, refused: &[u32]) {
+    let is_refused = |first: u32| refused.binary_search(&first).is_ok();
+    let list = &snapshot.modules.list;
+    let extra: usize = list.spans.iter().filter(|s| is_refused(s.first)).map(|s| s.count as usize - 1).sum();
+    let mut ranges: Vec<Range> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
+    if ranges.try_reserve_exact(snapshot.ranges.len() + extra).is_err()
+        || spans.try_reserve_exact(list.spans.len() + extra).is_err()
+    {
+        return;
+    }
+    let singles = |first: u32, count: u32| {
+        (first..first + count).map(move |k| {
+            let variable = list.variables[k as usize];
+            (k, variable)
+        })
+    };
+    for range in &snapshot.ranges {
+        match range.source {
+            Source::ModuleVariables { first, count } if is_refused(first) => {
+                ranges.extend(singles(first, count).map(|(k, variable)| Range {
+                    address: variable.address,
+                    size: variable.size,
+                    offset: range.offset + (variable.address - range.address),
+                    source: Source::ModuleVariables { first: k, count: 1 },
+                    ..*range
+                }))
+            }
+            _ => ranges.push(*range),
+        }
+    }
+    for span in &list.spans {
+        if is_refused(span.first) {
+            spans.extend(singles(span.first, span.count).map(|(k, variable)| Span {
+                address: variable.address,
+                size: variable.size,
+                first: k,
+                count: 1,
+            }));
+        } else {
+            spans.push(*span);
+        }
+    }
+    crate::log!(
+        Level::Info,
+        "agent {:#x}: {} spans of adjacent module variables could not be copied as one; their {} variables are \
+         copied one by one from now on",
+        agent.0,
+        refused.len(),
+        extra + refused.len()
+    );
+    snapshot.ranges = ranges;
+    snapshot.modules.list.spans = spans;
 }
 
 /// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,

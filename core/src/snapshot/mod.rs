@@ -21,6 +21,7 @@ use crate::engine::Engine;
 use crate::inventory::{PinKey, RegionKind};
 use crate::lock::Mutex;
 use crate::log::Level;
+use crate::modules::Lent;
 use crate::ops::{DeviceOps, Digest};
 use crate::storage::device::DeviceLease;
 use crate::storage::host::Lease;
@@ -47,8 +48,9 @@ pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
 pub(crate) enum Source {
     /// A tracked allocation or mapping, valid only while it keeps this generation.
     Tracked { kind: RegionKind, generation: u64 },
-    /// A module-scope variable: part of a loaded executable, always written back, never digested.
-    ModuleVariable,
+    /// Module-scope variables that touch or overlap (a span of the snapshot's module list: its variables
+    /// `first..first + count`): part of loaded executables, always written back, never digested.
+    ModuleVariables { first: u32, count: u32 },
 }
 
 /// Which storage holds a range's contents.
@@ -80,7 +82,15 @@ impl Range {
             Source::Tracked { kind, generation } => {
                 Some(PinKey { base: self.address, kind, generation, min_size: self.size, hint: self.hint })
             }
-            Source::ModuleVariable => None,
+            Source::ModuleVariables { .. } => None,
+        }
+    }
+
+    /// What the range counts as in reports: one region, or its module variables.
+    pub(crate) fn units(&self) -> usize {
+        match self.source {
+            Source::Tracked { .. } => 1,
+            Source::ModuleVariables { count, .. } => count as usize,
         }
     }
 }
@@ -165,6 +175,8 @@ pub struct Snapshot<'e, O: DeviceOps> {
     pub(crate) engine: &'e Engine<O>,
     pub(crate) storage: Storage,
     pub(crate) ranges: Vec<Range>,
+    /// The module list its spans index into (lent by the module cache, which gets it back on drop).
+    pub(crate) modules: Lent,
     pub(crate) digests: Option<Digests>,
     pub(crate) info: SnapshotInfo,
 }
@@ -185,6 +197,7 @@ impl<O: DeviceOps> Snapshot<'_, O> {
 
 impl<O: DeviceOps> Drop for Snapshot<'_, O> {
     fn drop(&mut self) {
+        self.engine.modules.give_back(self.info.agent, core::mem::take(&mut self.modules));
         let stash = Stash {
             agent: self.info.agent,
             storage: core::mem::take(&mut self.storage),

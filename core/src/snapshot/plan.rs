@@ -1,4 +1,4 @@
-//! Plan: the ranges a capture takes (the agent's tracked regions, then its module variables) and where each
+//! Plan: the ranges a capture takes (the agent's tracked regions, then its module variables in spans) and where each
 //! one's contents go (device storage while the budget lasts, host staging for the rest).
 
 use alloc::vec::Vec;
@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::inventory::{CAPACITY_SETTING, GatherError};
 use crate::log::Level;
-use crate::modules::CachedVariable;
+use crate::modules::{CachedVariable, Lent, ModuleList};
 use crate::ops::DeviceOps;
 use crate::policy::Policy;
 use crate::types::{Agent, DisplayName, ModuleVariable};
@@ -22,15 +22,15 @@ pub(crate) struct Placement {
 }
 
 impl<O: DeviceOps> Engine<O> {
-    /// Lists the ranges to capture: tracked regions first, then module variables (from the cache when the policy
-    /// allows and it is current).
+    /// Lists the ranges to capture: tracked regions first, then module variables in spans (from the cache when
+    /// the policy allows and it is current). Also returns the module list the spans index into.
     pub(crate) fn plan(
         &self,
         ops: &O,
         agent: Agent,
         policy: &Policy,
         info: &mut SnapshotInfo,
-    ) -> Result<Vec<Range>, DeclineReason> {
+    ) -> Result<(Vec<Range>, Lent), DeclineReason> {
         let start = clock::now_ns();
         let mut ranges: Vec<Range> = Vec::new();
         let listed = self.inventory.gather_with(agent, &mut ranges, |region, hint| Range {
@@ -62,41 +62,35 @@ impl<O: DeviceOps> Engine<O> {
         info.inventory_ns = clock::since(start);
 
         let start = clock::now_ns();
-        self.plan_module_variables(ops, agent, policy, &mut ranges)?;
+        let lent = self.module_list(ops, agent, policy)?;
         info.module_scan_ns = clock::since(start);
-        Ok(ranges)
-    }
-
-    fn plan_module_variables(
-        &self,
-        ops: &O,
-        agent: Agent,
-        policy: &Policy,
-        ranges: &mut Vec<Range>,
-    ) -> Result<(), DeclineReason> {
-        let variable_range = |address: usize, size: usize| Range {
-            address,
-            size,
+        let spans = &lent.list.spans;
+        if ranges.try_reserve_exact(spans.len()).is_err() {
+            self.modules.give_back(agent, lent);
+            return Err(DeclineReason::MetadataMemory);
+        }
+        ranges.extend(spans.iter().map(|span| Range {
+            address: span.address,
+            size: span.size,
             tier: Tier::Host,
             offset: 0,
-            source: Source::ModuleVariable,
+            source: Source::ModuleVariables { first: span.first, count: span.count },
             digest_at: 0,
             hint: 0,
-        };
+        }));
+        Ok((ranges, lent))
+    }
+
+    /// The agent's module variables: the cached list when the policy allows and it is current, else a scan (made
+    /// at capture time, since constant memory may be filled after the executable loads).
+    fn module_list(&self, ops: &O, agent: Agent, policy: &Policy) -> Result<Lent, DeclineReason> {
         if policy.cache_module_scan {
-            let generation = self.modules.generation();
-            if let Some(cached) = self.modules.take(agent) {
-                let reserved = ranges.try_reserve(cached.len());
-                if reserved.is_ok() {
-                    ranges.extend(cached.iter().map(|v| variable_range(v.address, v.size)));
-                }
-                self.modules.store(agent, generation, cached);
-                return reserved.map_err(|_| DeclineReason::MetadataMemory);
+            if let Some((list, generation)) = self.modules.take(agent) {
+                return Ok(Lent { list, cache_as: Some(generation) });
             }
         }
-        // Scan, at capture time: constant memory may be filled after the executable loads.
         let generation = self.modules.generation();
-        let mut cache: Vec<CachedVariable> = Vec::new();
+        let mut variables: Vec<CachedVariable> = Vec::new();
         let mut out_of_memory = false;
         let mut wraps = false;
         let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
@@ -115,18 +109,11 @@ impl<O: DeviceOps> Engine<O> {
             if !keep_module_variable(agent, variable) {
                 return true;
             }
-            if (ranges.len() == ranges.capacity() && ranges.try_reserve(ranges.len().max(16)).is_err())
-                || (policy.cache_module_scan
-                    && cache.len() == cache.capacity()
-                    && cache.try_reserve(cache.len().max(16)).is_err())
-            {
+            if variables.len() == variables.capacity() && variables.try_reserve(variables.len().max(16)).is_err() {
                 out_of_memory = true;
                 return false;
             }
-            ranges.push(variable_range(variable.address, variable.size));
-            if policy.cache_module_scan {
-                cache.push(CachedVariable { address: variable.address, size: variable.size });
-            }
+            variables.push(CachedVariable { address: variable.address, size: variable.size });
             true
         });
         if let Err(error) = scan {
@@ -139,10 +126,8 @@ impl<O: DeviceOps> Engine<O> {
         if out_of_memory {
             return Err(DeclineReason::MetadataMemory);
         }
-        if policy.cache_module_scan {
-            self.modules.store(agent, generation, cache);
-        }
-        Ok(())
+        let list = ModuleList::build(variables).ok_or(DeclineReason::MetadataMemory)?;
+        Ok(Lent { list, cache_as: policy.cache_module_scan.then_some(generation) })
     }
 }
 

@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use super::transfer::{Direction, Dirty, Outcome};
+use super::transfer::{Direction, Dirty, Outcome, Ranges};
 use super::{RestoreReport, Snapshot, gigabytes_per_second};
 use crate::clock;
 use crate::engine::Engine;
@@ -32,7 +32,7 @@ impl<O: DeviceOps> Engine<O> {
         let mut outcomes: Vec<Outcome> = Vec::new();
         if outcomes.try_reserve_exact(snapshot.ranges.len()).is_err() {
             crate::log!(Level::Error, "agent {:#x}: no host memory to restore; nothing was written", agent.0);
-            report.failed = snapshot.ranges.len();
+            report.failed = snapshot.ranges.iter().map(|range| range.units()).sum();
             return (report, Err(Error::PartialRestore));
         }
         outcomes.resize(snapshot.ranges.len(), super::transfer::Outcome::Pending);
@@ -54,13 +54,19 @@ impl<O: DeviceOps> Engine<O> {
             known: &known,
             reference: &d.all,
         });
-        let moved =
-            self.transfer(&ops, agent, &snapshot.storage, &snapshot.ranges, Direction::Restore, rule, &mut outcomes);
+        let ranges = Ranges { all: &snapshot.ranges, variables: &snapshot.modules.list.variables };
+        let moved = self.transfer(&ops, agent, &snapshot.storage, ranges, Direction::Restore, rule, &mut outcomes);
 
+        let mut any_failed = false;
         for (range, outcome) in snapshot.ranges.iter().zip(&outcomes) {
-            match outcome {
-                Outcome::Done => report.restored += 1,
-                Outcome::Failed | Outcome::Pending => report.failed += 1,
+            match *outcome {
+                Outcome::Done | Outcome::DoneOneByOne => report.restored += range.units(),
+                Outcome::Failed(lost) => {
+                    any_failed = true;
+                    report.failed += lost as usize;
+                    report.restored += range.units() - lost as usize;
+                }
+                Outcome::Pending => report.failed += range.units(),
                 Outcome::Skipped => {
                     report.skipped += 1;
                     if report.skipped <= SKIP_LOG_LIMIT {
@@ -87,10 +93,10 @@ impl<O: DeviceOps> Engine<O> {
                 report.skipped
             );
         }
-        if outcomes.contains(&Outcome::Failed) {
+        if any_failed {
             crate::log!(
                 Level::Error,
-                "agent {:#x}: {} regions could not be restored; no further pass may run",
+                "agent {:#x}: {} regions or module variables could not be restored; no further pass may run",
                 agent.0,
                 report.failed
             );

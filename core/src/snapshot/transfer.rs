@@ -4,7 +4,8 @@
 //! tracked regions: same base, generation and at least the captured size), then optionally digested, then
 //! copied in batches through `copy_batch` (or one `copy` at a time without it), then unpinned. A free of a
 //! region in the chunk waits for the chunk; a free of any other region never waits. A batch that fails is
-//! redone copy by copy, so exactly the copies that fail are counted.
+//! redone copy by copy, and a span of module variables whose copy fails is redone variable by variable, so
+//! exactly the regions and variables that fail are counted.
 //!
 //! With digests, a tracked range whose storage holds a known earlier state (the snapshot itself for a restore,
 //! the previous snapshot for a re-capture) is copied block by block: only blocks whose digest differs, merged
@@ -12,10 +13,11 @@
 
 use alloc::vec::Vec;
 
-use super::{Range, Storage};
+use super::{Range, Source, Storage};
 use crate::clock;
 use crate::engine::Engine;
 use crate::log::Level;
+use crate::modules::CachedVariable;
 use crate::ops::{CopyJob, DeviceOps, Digest, DigestJob};
 use crate::types::Agent;
 
@@ -45,10 +47,19 @@ pub(crate) enum Outcome {
     Pending,
     /// Holds the right contents now (copied, or verified unchanged).
     Done,
+    /// A span of module variables that the device would not copy as one, copied variable by variable.
+    DoneOneByOne,
     /// A tracked region freed, shrunk or reallocated: not touched.
     Skipped,
-    /// A copy failed.
-    Failed,
+    /// A copy failed: this many of the range's units (its region, or variables of its span) were not moved.
+    Failed(u32),
+}
+
+/// The ranges of a pass, and the module list their spans index into.
+#[derive(Copy, Clone)]
+pub(crate) struct Ranges<'a> {
+    pub all: &'a [Range],
+    pub variables: &'a [CachedVariable],
 }
 
 /// Digests for a dirty-only pass.
@@ -82,6 +93,8 @@ struct Scratch {
     /// Bit sets over the chunk: pinned (or a module variable), failed.
     pinned: Vec<u64>,
     failed: Vec<u64>,
+    /// Spans of the chunk copied variable by variable: (chunk index, variables not moved).
+    split: Vec<(u32, u32)>,
     jobs: Vec<DigestJob>,
 }
 
@@ -95,6 +108,7 @@ impl Scratch {
             tracked: Vec::new(),
             pinned: Vec::new(),
             failed: Vec::new(),
+            split: Vec::new(),
             jobs: Vec::new(),
         };
         scratch.copies.try_reserve_exact(copies).ok()?;
@@ -128,11 +142,12 @@ impl<O: DeviceOps> Engine<O> {
         ops: &O,
         agent: Agent,
         storage: &Storage,
-        ranges: &[Range],
+        ranges: Ranges<'_>,
         direction: Direction,
         mut dirty: Option<Dirty<'_>>,
         outcomes: &mut [Outcome],
     ) -> Moved {
+        let Ranges { all: ranges, variables } = ranges;
         let mut moved = Moved::default();
         let batching = ops.can_copy_batch();
         // Without batches or digests, one range at a time: each is validated right before its copy, as in
@@ -144,7 +159,9 @@ impl<O: DeviceOps> Engine<O> {
             Scratch::new(chunk_ranges, copies, dirty.is_some()).or_else(|| Scratch::new(1, 1, dirty.is_some()));
         let Some(mut scratch) = scratch else {
             crate::log!(Level::Error, "agent {:#x}: no host memory for the copy list", agent.0);
-            outcomes.iter_mut().for_each(|o| *o = Outcome::Failed);
+            for (outcome, range) in outcomes.iter_mut().zip(ranges) {
+                *outcome = Outcome::Failed(range.units() as u32);
+            }
             return moved;
         };
         let chunk_ranges = chunk_ranges.min(scratch.tracked.capacity()).max(1);
@@ -184,6 +201,7 @@ impl<O: DeviceOps> Engine<O> {
 
             // Copy.
             scratch.failed.fill(0);
+            scratch.split.clear();
             for (i, range) in chunk.iter().enumerate() {
                 if !scratch.is_pinned(i) {
                     continue;
@@ -203,14 +221,14 @@ impl<O: DeviceOps> Engine<O> {
                                 (false, Some(first)) => {
                                     let from = first * block;
                                     let to = (b * block).min(range.size);
+                                    let at = (i, from, to - from);
                                     self.push(
                                         ops,
                                         agent,
                                         storage,
-                                        range,
-                                        i,
-                                        from,
-                                        to - from,
+                                        chunk,
+                                        variables,
+                                        at,
                                         direction,
                                         &mut scratch,
                                         &mut moved,
@@ -225,11 +243,12 @@ impl<O: DeviceOps> Engine<O> {
                         }
                     }
                     None => {
-                        self.push(ops, agent, storage, range, i, 0, range.size, direction, &mut scratch, &mut moved)
+                        let at = (i, 0, range.size);
+                        self.push(ops, agent, storage, chunk, variables, at, direction, &mut scratch, &mut moved)
                     }
                 }
             }
-            moved.copied_bytes -= self.submit(ops, agent, &mut scratch);
+            moved.copied_bytes -= self.submit(ops, agent, chunk, variables, &mut scratch);
             let pinned_keys = scratch
                 .tracked
                 .iter()
@@ -241,11 +260,16 @@ impl<O: DeviceOps> Engine<O> {
             for i in 0..chunk.len() {
                 outcomes[start + i] = if !scratch.is_pinned(i) {
                     Outcome::Skipped
-                } else if scratch.has_failed(i) {
-                    any_failed = true;
-                    Outcome::Failed
                 } else {
-                    Outcome::Done
+                    let split = scratch.split.iter().find(|&&(at, _)| at as usize == i).map(|&(_, lost)| lost);
+                    match (scratch.has_failed(i), split) {
+                        (false, None) => Outcome::Done,
+                        (false, Some(_)) => Outcome::DoneOneByOne,
+                        (true, lost) => {
+                            any_failed = true;
+                            Outcome::Failed(lost.unwrap_or(chunk[i].units() as u32))
+                        }
+                    }
                 };
             }
             start = end;
@@ -280,22 +304,22 @@ impl<O: DeviceOps> Engine<O> {
         });
     }
 
-    /// Adds one copy of `len` bytes at `offset` within `range` (chunk index `i`) to the batch, submitting the
-    /// batch when it is full.
+    /// Adds one copy of `len` bytes at `offset` within the chunk's range `i` (`at` = `(i, offset, len)`) to the
+    /// batch, submitting the batch when it is full.
     #[allow(clippy::too_many_arguments)]
     fn push(
         &self,
         ops: &O,
         agent: Agent,
         storage: &Storage,
-        range: &Range,
-        i: usize,
-        offset: usize,
-        len: usize,
+        chunk: &[Range],
+        variables: &[CachedVariable],
+        (i, offset, len): (usize, usize, usize),
         direction: Direction,
         scratch: &mut Scratch,
         moved: &mut Moved,
     ) {
+        let range = &chunk[i];
         // SAFETY: `offset + len <= range.size`, within both the device range and its storage.
         let (device, stored) = unsafe { ((range.address as *mut u8).add(offset), storage.at(range).add(offset)) };
         let job = match direction {
@@ -306,7 +330,7 @@ impl<O: DeviceOps> Engine<O> {
         scratch.owners.push(i as u32);
         moved.copied_bytes += len;
         if scratch.copies.len() == scratch.copies.capacity() {
-            moved.copied_bytes -= self.submit(ops, agent, scratch);
+            moved.copied_bytes -= self.submit(ops, agent, chunk, variables, scratch);
         }
     }
 
@@ -346,13 +370,20 @@ impl<O: DeviceOps> Engine<O> {
 
     /// Runs the batch's copies, marks the ranges whose copies failed, and empties the batch. Returns the bytes
     /// of the copies that failed.
-    fn submit(&self, ops: &O, agent: Agent, batch: &mut Scratch) -> usize {
+    fn submit(
+        &self,
+        ops: &O,
+        agent: Agent,
+        chunk: &[Range],
+        variables: &[CachedVariable],
+        batch: &mut Scratch,
+    ) -> usize {
         let mut failed_bytes = 0;
         if batch.copies.is_empty() {
             return 0;
         }
         let whole = ops.can_copy_batch() && batch.copies.len() > 1 && {
-            // SAFETY: every copy is between a pinned live region (or module variable) and storage this snapshot
+            // SAFETY: every copy is between a pinned live region (or module variables) and storage this snapshot
             // owns, within both; no two overlap (ranges of a snapshot are disjoint, and so is their storage).
             unsafe { ops.copy_batch(agent, &batch.copies) }.is_ok()
         };
@@ -360,22 +391,89 @@ impl<O: DeviceOps> Engine<O> {
             // One at a time, so exactly the copies that fail are known.
             for (job, &owner) in batch.copies.iter().zip(&batch.owners) {
                 // SAFETY: as above, for this one copy.
-                if let Err(error) = unsafe { ops.copy(job.dst, job.src, job.bytes) } {
-                    batch.failed[owner as usize / 64] |= 1 << (owner % 64);
-                    failed_bytes += job.bytes;
-                    crate::log!(
-                        Level::Warning,
-                        "agent {:#x}: copying {} bytes from {:#x} to {:#x} failed ({error:?})",
-                        agent.0,
-                        job.bytes,
-                        job.src as usize,
-                        job.dst as usize
-                    );
-                }
+                let Err(error) = (unsafe { ops.copy(job.dst, job.src, job.bytes) }) else { continue };
+                let range = &chunk[owner as usize];
+                let lost = match range.source {
+                    Source::ModuleVariables { first, count } if count > 1 => {
+                        // The span may cross from one code object's memory into another's, which a device may
+                        // refuse as one copy: copy its variables one by one.
+                        let members = &variables[first as usize..][..count as usize];
+                        let (lost, lost_bytes) = self.copy_variables(ops, agent, range, members, job);
+                        // Without memory for the note, a span copied whole one by one still counts as done, and
+                        // one that failed in part counts every variable as failed.
+                        if batch.split.try_reserve(1).is_ok() {
+                            batch.split.push((owner, lost));
+                        }
+                        if lost == 0 {
+                            continue;
+                        }
+                        failed_bytes += lost_bytes;
+                        lost
+                    }
+                    _ => {
+                        failed_bytes += job.bytes;
+                        crate::log!(
+                            Level::Warning,
+                            "agent {:#x}: copying {} bytes from {:#x} to {:#x} failed ({error:?})",
+                            agent.0,
+                            job.bytes,
+                            job.src as usize,
+                            job.dst as usize
+                        );
+                        1
+                    }
+                };
+                debug_assert!(lost > 0);
+                batch.failed[owner as usize / 64] |= 1 << (owner % 64);
             }
         }
         batch.copies.clear();
         batch.owners.clear();
         failed_bytes
+    }
+
+    /// Copies each of a span's `members` on its own, after `job` (the whole span) failed. Returns how many failed,
+    /// and the bytes of the span they leave unmoved (overlapping variables counted once: the span's bytes at
+    /// most).
+    fn copy_variables(
+        &self,
+        ops: &O,
+        agent: Agent,
+        span: &Range,
+        members: &[CachedVariable],
+        job: &CopyJob,
+    ) -> (u32, usize) {
+        debug_assert_eq!(job.bytes, span.size, "a span is always copied whole");
+        let mut lost = 0u32;
+        let mut lost_bytes = 0usize;
+        for member in members {
+            let delta = member.address - span.address;
+            // SAFETY: the member lies within the span (`delta + member.size <= span.size`), on both sides of the
+            // span's copy, which the caller's contract covers.
+            let result = unsafe { ops.copy(job.dst.add(delta), job.src.add(delta), member.size) };
+            if let Err(error) = result {
+                lost += 1;
+                lost_bytes += member.size;
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: copying module variable at {:#x} ({} bytes) failed ({error:?})",
+                    agent.0,
+                    member.address,
+                    member.size
+                );
+            }
+        }
+        if lost == 0 {
+            crate::log!(
+                Level::Trace,
+                "agent {:#x}: {} adjacent module variables at {:#x} ({} bytes) could not be copied as one; copied \
+                 one by one",
+                agent.0,
+                members.len(),
+                span.address,
+                span.size
+            );
+        }
+        (lost, lost_bytes.min(span.size))
     }
 }

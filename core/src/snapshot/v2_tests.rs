@@ -488,3 +488,153 @@ fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
     assert_eq!((engine.retained_staging_bytes(A), engine.retained_device_bytes(A)), (0, 0));
     assert_eq!(device.device_bytes_held(A), 0);
 }
+
+#[test]
+fn adjacent_module_variables_are_copied_as_one_span_and_counted_one_by_one() {
+    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    device.state().offer_copy_batch = false;
+    // 100 variables back to back in one code object (the simulated device places them 256 bytes apart), and one
+    // reported twice over a part of another (aliases overlap).
+    let variables: Vec<usize> = (0..100).map(|i| device.add_variable(A, b"v", 256, i as u8)).collect();
+    device.state().variables.push(crate::sim::Variable {
+        agent: A,
+        name: b"alias".to_vec(),
+        address: variables[7] + 64,
+        size: 300,
+        is_constant: false,
+    });
+    let region = tracked(engine, &device, 4096, 0xAA);
+    let copies = device.state().copies;
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!(device.state().copies - copies, 2, "one copy for the region, one for the 101 variables");
+    assert_eq!((snapshot.info().regions, snapshot.info().module_variables), (1, 101));
+    assert_eq!(snapshot.info().bytes, 4096 + 100 * 256);
+    for &v in &variables {
+        device.write(v, &[0xEE; 256]);
+    }
+    device.write(region, &[0xEE; 16]);
+    let copies = device.state().copies;
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!(device.state().copies - copies, 2);
+    assert_eq!((report.restored, report.failed, report.bytes), (102, 0, 4096 + 100 * 256));
+    for (i, &v) in variables.iter().enumerate() {
+        assert_eq!(device.bytes(v, 256), vec![i as u8; 256]);
+    }
+    assert_eq!(device.bytes(region, 16), [0xAA; 16]);
+    let state = device.state();
+    assert_eq!((state.violations, state.refused_copies), (0, 0));
+}
+
+#[test]
+fn a_span_the_device_refuses_is_copied_variable_by_variable_and_is_not_merged_again() {
+    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    device.state().offer_copy_batch = false;
+    // Two code objects whose variables lie back to back: one span for the engine, two allocations for the device.
+    let mut variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"a", 512, i)).collect();
+    device.new_code_object();
+    variables.extend((3..5).map(|i| device.add_variable(A, b"b", 512, i)));
+    let snapshot = engine.snap(A).expect("a refused span is no reason to decline");
+    assert_eq!(device.state().refused_copies, 1, "the span was tried as one copy first");
+    assert_eq!(snapshot.info().module_variables, 5);
+    for &v in &variables {
+        device.write(v, &[0xEE; 512]);
+    }
+    let copies = device.state().copies;
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!(device.state().refused_copies, 1, "the restore copies the variables one by one from the start");
+    assert_eq!(device.state().copies - copies, 5);
+    assert_eq!((report.restored, report.failed), (5, 0));
+    for (i, &v) in variables.iter().enumerate() {
+        assert_eq!(device.bytes(v, 512), vec![i as u8; 512]);
+    }
+    drop(snapshot);
+    // The cache got the cut list back: the next capture does not try the span again.
+    let scans = device.state().scans;
+    let snapshot = engine.snap(A).unwrap();
+    {
+        let state = device.state();
+        assert_eq!((state.scans, state.refused_copies), (scans, 1));
+    }
+    engine.restore(&snapshot).1.unwrap();
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
+    let (engine, device) = setup!(Policy::default());
+    device.state().offer_copy_batch = false;
+    let variables: Vec<usize> = (0..4).map(|i| device.add_variable(A, b"v", 256, i)).collect();
+    let snapshot = engine.snap(A).unwrap();
+    // The span's copy fails, then so does the copy of its second variable alone.
+    let span = variables[0];
+    let failing = variables[1];
+    let hook_device = device.clone();
+    device.set_hook(Some(Box::new(move |op| {
+        if let crate::sim::SimOp::Copy { dst, bytes, .. } = *op {
+            if (dst == span && bytes == 4 * 256) || dst == failing {
+                let mut state = hook_device.state();
+                state.fail_copy_at = state.copies + 1;
+            }
+        }
+    })));
+    for &v in &variables {
+        device.write(v, &[0xEE; 256]);
+    }
+    let (report, status) = engine.restore(&snapshot);
+    assert_eq!(status, Err(Error::PartialRestore));
+    assert_eq!((report.restored, report.failed), (3, 1));
+    for (i, &v) in variables.iter().enumerate() {
+        let expected = if v == failing { 0xEE } else { i as u8 };
+        assert_eq!(device.bytes(v, 256), vec![expected; 256]);
+    }
+    // Only the span's copy fails: every variable is restored, one by one.
+    device.set_hook(Some(Box::new({
+        let hook_device = device.clone();
+        move |op| {
+            if let crate::sim::SimOp::Copy { dst, bytes, .. } = *op {
+                if dst == span && bytes == 4 * 256 {
+                    let mut state = hook_device.state();
+                    state.fail_copy_at = state.copies + 1;
+                }
+            }
+        }
+    })));
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!((report.restored, report.failed), (4, 0));
+    device.set_hook(None);
+    assert_eq!(device.bytes(failing, 256), vec![1; 256]);
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn a_capture_declines_only_when_a_variable_of_a_failed_span_cannot_be_copied_alone() {
+    let (engine, device) = setup!(Policy::default());
+    device.state().offer_copy_batch = false;
+    let variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"v", 256, i)).collect();
+    let fail_copies_to = |targets: Vec<(usize, usize)>| -> crate::sim::SimHook {
+        let hook_device = device.clone();
+        Box::new(move |op| {
+            if let crate::sim::SimOp::Copy { src, bytes, .. } = *op {
+                if targets.contains(&(src, bytes)) {
+                    let mut state = hook_device.state();
+                    state.fail_copy_at = state.copies + 1;
+                }
+            }
+        })
+    };
+    let span = (variables[0], 3 * 256);
+    // The span's copy fails; each variable alone copies: the capture is complete.
+    device.set_hook(Some(fail_copies_to(vec![span])));
+    let snapshot = engine.snap(A).expect("the span's variables were copied one by one");
+    assert_eq!(snapshot.info().module_variables, 3);
+    drop(snapshot);
+    // The span's copy fails and so does its last variable's: declined, and nothing is kept.
+    device.set_hook(Some(fail_copies_to(vec![span, (variables[2], 256)])));
+    assert_eq!(engine.snap(A).err(), Some(DeclineReason::CopyFailed));
+    device.set_hook(None);
+    assert_eq!(engine.retained_staging_bytes(A), 0);
+    assert_eq!(device.state().violations, 0);
+}
