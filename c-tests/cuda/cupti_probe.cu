@@ -101,10 +101,18 @@ __global__ void write_block(unsigned char* block, size_t bytes) {
 // with allowOverwrite): save, then twice a partial overwrite and a restore, then a second save over the first and
 // once more. Each step is printed (and flushed) before it runs, so that a crash inside CUPTI names its step.
 // by_kernel: the partial overwrites are a kernel's (as in the benchmark) rather than cudaMemset's.
-void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel) {
+// between: what else runs between a restore and the next pass, as the benchmark's verification and write lists
+// do: "none"; "h2d" (a pageable host-to-device copy into a second allocation); "memset" (a cudaMemset of it);
+// "kernel" (a kernel writing it). The second allocation exists in every variant, before the save.
+void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel, const char* between = "none") {
   CUDA_CHECK(cudaSetDevice(0));
   CUcontext ctx = std::strcmp(mode, "null") == 0 ? nullptr : driver_api::current_context();
   unsigned char* buffer = nullptr;
+  unsigned char* other = nullptr;
+  constexpr size_t kOther = 1u << 20;
+  CUDA_CHECK(cudaMalloc(&other, kOther));
+  CUDA_CHECK(cudaMemset(other, 0, kOther));
+  std::vector<unsigned char> pageable(kOther, 0x5A);
   CUDA_CHECK(cudaMalloc(&buffer, kBytes));
   CUDA_CHECK(cudaMemset(buffer, 0x11, kBytes));
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -118,8 +126,8 @@ void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel)
   checkpoint.allowOverwrite = 1;
   checkpoint.optimizations = 1;
   auto step = [&](const char* what) {
-    std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s: %s\n", mode,
-                device_memory ? "device" : "host", by_kernel ? "kernel" : "cudaMemset", what);
+    std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s, between %s: %s\n", mode,
+                device_memory ? "device" : "host", by_kernel ? "kernel" : "cudaMemset", between, what);
     std::fflush(stdout);
   };
   bool ok = true;
@@ -127,6 +135,14 @@ void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel)
     step(save == 0 ? "save" : "save over the first");
     ok = cuptiCheckpointSave(&checkpoint) == CUPTI_SUCCESS;
     for (int pass = 0; pass < 2 && ok; ++pass) {
+      if (std::strcmp(between, "h2d") == 0) {
+        CUDA_CHECK(cudaMemcpy(other, pageable.data(), kOther, cudaMemcpyHostToDevice));
+      } else if (std::strcmp(between, "memset") == 0) {
+        CUDA_CHECK(cudaMemset(other, 0x5A, kOther));
+      } else if (std::strcmp(between, "kernel") == 0) {
+        write_block<<<64, 256>>>(other, kOther);
+        CUDA_CHECK_LAUNCH();
+      }
       if (by_kernel) {
         write_block<<<64, 256>>>(buffer + (pass + 1) * (1u << 20), 64u << 10);
         CUDA_CHECK_LAUNCH();
@@ -146,10 +162,12 @@ void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel)
   }
   step("free");
   const bool freed = cuptiCheckpointFree(&checkpoint) == CUPTI_SUCCESS;
-  std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s: %s\n", mode, device_memory ? "device" : "host",
-              by_kernel ? "kernel" : "cudaMemset", ok && freed ? "restored exactly every time" : "FAILED");
+  std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s, between %s: %s\n", mode,
+              device_memory ? "device" : "host", by_kernel ? "kernel" : "cudaMemset", between,
+              ok && freed ? "restored exactly every time" : "FAILED");
   std::fflush(stdout);
   CUDA_CHECK(cudaFree(buffer));
+  CUDA_CHECK(cudaFree(other));
 }
 
 }  // namespace
@@ -173,6 +191,10 @@ int main() {
     for (bool by_kernel : {false, true}) {
       try_transfer_sequence(context, true, by_kernel);
       try_transfer_sequence(context, false, by_kernel);
+    }
+    // What the benchmark does between passes besides the pass's own writes, one thing at a time.
+    for (const char* between : {"h2d", "memset", "kernel"}) {
+      try_transfer_sequence(context, true, true, between);
     }
   }
   return 0;
