@@ -164,6 +164,11 @@ struct device_state {
   bool ready = false;
   int sm_count = 0;
   cudaStream_t stream = nullptr;
+  // copy_batch's copy-engine copies run here while its kernel runs on `stream`, so a batch of one large region and
+  // a few small module variables costs the large copy alone; `stream` waits for `joined` before the batch ends.
+  cudaStream_t side = nullptr;
+  cudaEvent_t forked = nullptr;
+  cudaEvent_t joined = nullptr;
   void* device_scratch = nullptr;
   size_t device_scratch_bytes = 0;
   void* host_scratch = nullptr;  // page-locked
@@ -190,7 +195,25 @@ size_t grow_size(size_t needed) {
   return size;
 }
 
-// Makes the device's stream, and scratch of at least the given sizes; the device is current.
+// Destroys the device's streams and events (after their work), whichever were made; the device is current.
+void release_streams(device_state& state) {
+  for (cudaStream_t* stream : {&state.stream, &state.side}) {
+    if (*stream != nullptr) {
+      (void)cudaStreamSynchronize(*stream);
+      (void)cudaStreamDestroy(*stream);
+      *stream = nullptr;
+    }
+  }
+  for (cudaEvent_t* event : {&state.forked, &state.joined}) {
+    if (*event != nullptr) {
+      (void)cudaEventDestroy(*event);
+      *event = nullptr;
+    }
+  }
+  (void)cudaGetLastError();
+}
+
+// Makes the device's streams, and scratch of at least the given sizes; the device is current.
 cudaError_t prepare(device_state& state, int device, size_t device_bytes, size_t host_bytes) {
   if (!state.ready) {
     cudaError_t error = cudaDeviceGetAttribute(&state.sm_count, cudaDevAttrMultiProcessorCount, device);
@@ -200,7 +223,17 @@ cudaError_t prepare(device_state& state, int device, size_t device_bytes, size_t
       // to the device may return before its bytes land; a batch or digest must not overtake it.)
       error = cudaStreamCreateWithFlags(&state.stream, cudaStreamDefault);
     }
+    if (error == cudaSuccess) {
+      error = cudaStreamCreateWithFlags(&state.side, cudaStreamDefault);
+    }
+    if (error == cudaSuccess) {
+      error = cudaEventCreateWithFlags(&state.forked, cudaEventDisableTiming);
+    }
+    if (error == cudaSuccess) {
+      error = cudaEventCreateWithFlags(&state.joined, cudaEventDisableTiming);
+    }
     if (error != cudaSuccess) {
+      release_streams(state);
       return error;
     }
     state.ready = true;
@@ -243,13 +276,11 @@ void destroy(device_state& state, int device) {
     (void)cudaGetLastError();
     return;  // the device is gone; its resources went with it
   }
-  (void)cudaStreamSynchronize(state.stream);
-  (void)cudaStreamDestroy(state.stream);
+  release_streams(state);
   (void)cudaFree(state.device_scratch);
   (void)cudaFreeHost(state.host_scratch);
   (void)cudaGetLastError();
   state.ready = false;
-  state.stream = nullptr;
   state.device_scratch = nullptr;
   state.device_scratch_bytes = 0;
   state.host_scratch = nullptr;
@@ -500,6 +531,39 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
   if (error != cudaSuccess) {
     return error;
   }
+  // With both kinds of copies, the copy engines' run on the side stream, at the same time as the kernel.
+  bool dma = false;
+  for (size_t i = 0; i < count && !dma; ++i) {
+    dma = by_kernel[i] == 0 && copies[i].bytes != 0;
+  }
+  const bool fork = chunks != 0 && dma;
+  cudaStream_t dma_stream = fork ? state.side : state.stream;
+  if (fork) {
+    error = cudaEventRecord(state.forked, state.stream);
+    if (error == cudaSuccess) {
+      error = cudaStreamWaitEvent(state.side, state.forked, 0);
+    }
+    if (error != cudaSuccess) {
+      return error;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (by_kernel[i] == 0 && copies[i].bytes != 0) {
+      error = cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes, cudaMemcpyDefault, dma_stream);
+      if (error != cudaSuccess) {
+        return error;
+      }
+    }
+  }
+  if (fork) {
+    error = cudaEventRecord(state.joined, state.side);
+    if (error == cudaSuccess) {
+      error = cudaStreamWaitEvent(state.stream, state.joined, 0);
+    }
+    if (error != cudaSuccess) {
+      return error;
+    }
+  }
   if (chunks != 0) {
     detail::copy_chunk* table = static_cast<detail::copy_chunk*>(state.host_scratch);
     size_t n = 0;
@@ -520,14 +584,6 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
     }
     if (error != cudaSuccess) {
       return error;
-    }
-  }
-  for (size_t i = 0; i < count; ++i) {
-    if (by_kernel[i] == 0 && copies[i].bytes != 0) {
-      error = cudaMemcpyAsync(copies[i].dst, copies[i].src, copies[i].bytes, cudaMemcpyDefault, state.stream);
-      if (error != cudaSuccess) {
-        return error;
-      }
     }
   }
   return cudaSuccess;
@@ -625,6 +681,10 @@ kreplay_status_t op_copy_batch(void* user_data, kreplay_agent_t agent, const kre
     cudaError_t wait = cudaStreamSynchronize(state.stream);
     if (error == cudaSuccess) {
       error = wait;
+    }
+    if (error != cudaSuccess) {
+      // A failure may have come before the side stream's work was joined to `stream`.
+      (void)cudaStreamSynchronize(state.side);
     }
   }
   if (error != cudaSuccess) {
