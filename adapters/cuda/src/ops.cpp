@@ -489,6 +489,12 @@ kreplay_status_t op_host_unlock(void* user_data, void* host_ptr, size_t bytes) {
   return KREPLAY_STATUS_SUCCESS;
 }
 
+// Makes `waiter`'s later work wait for what `producer` has been given so far, through `event`.
+cudaError_t wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t event) {
+  cudaError_t error = cudaEventRecord(event, producer);
+  return error == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : error;
+}
+
 // Copies by kernel, and by cudaMemcpyAsync where the kernel may not or (large_to_dma) should not do them.
 // The copies the kernel may do: at least one side is memory this set of ops knows (staging it page-locked, or
 // device storage it allocated). kreplay's copies always have device memory on at least one side, so the other
@@ -531,21 +537,16 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
   if (error != cudaSuccess) {
     return error;
   }
-  // With both kinds of copies, the copy engines' run on the side stream, at the same time as the kernel.
+  // With both kinds of copies, the copy engines' copies run on the side stream, at the same time as the kernel.
   bool dma = false;
   for (size_t i = 0; i < count && !dma; ++i) {
     dma = by_kernel[i] == 0 && copies[i].bytes != 0;
   }
   const bool fork = chunks != 0 && dma;
   cudaStream_t dma_stream = fork ? state.side : state.stream;
-  if (fork) {
-    error = cudaEventRecord(state.forked, state.stream);
-    if (error == cudaSuccess) {
-      error = cudaStreamWaitEvent(state.side, state.forked, 0);
-    }
-    if (error != cudaSuccess) {
-      return error;
-    }
+  error = fork ? wait_for(state.side, state.stream, state.forked) : cudaSuccess;
+  if (error != cudaSuccess) {
+    return error;
   }
   for (size_t i = 0; i < count; ++i) {
     if (by_kernel[i] == 0 && copies[i].bytes != 0) {
@@ -555,14 +556,9 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
       }
     }
   }
-  if (fork) {
-    error = cudaEventRecord(state.joined, state.side);
-    if (error == cudaSuccess) {
-      error = cudaStreamWaitEvent(state.stream, state.joined, 0);
-    }
-    if (error != cudaSuccess) {
-      return error;
-    }
+  error = fork ? wait_for(state.stream, state.side, state.joined) : cudaSuccess;
+  if (error != cudaSuccess) {
+    return error;
   }
   if (chunks != 0) {
     detail::copy_chunk* table = static_cast<detail::copy_chunk*>(state.host_scratch);

@@ -561,6 +561,19 @@ fn a_span_the_device_refuses_is_copied_variable_by_variable_and_is_not_merged_ag
     assert_eq!(device.state().violations, 0);
 }
 
+/// Makes every `copy` whose device side is one of `targets` (address, bytes) fail.
+fn fail_device_copies(device: &SimDevice, targets: Vec<(usize, usize)>) {
+    let hook_device = device.clone();
+    device.set_hook(Some(Box::new(move |op| {
+        if let crate::sim::SimOp::Copy { dst, src, bytes } = *op {
+            if targets.contains(&(dst, bytes)) || targets.contains(&(src, bytes)) {
+                let mut state = hook_device.state();
+                state.fail_copy_at = state.copies + 1;
+            }
+        }
+    })));
+}
+
 #[test]
 fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
     let (engine, device) = setup!(Policy::default());
@@ -568,17 +581,9 @@ fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
     let variables: Vec<usize> = (0..4).map(|i| device.add_variable(A, b"v", 256, i)).collect();
     let snapshot = engine.snap(A).unwrap();
     // The span's copy fails, then so does the copy of its second variable alone.
-    let span = variables[0];
+    let span = (variables[0], 4 * 256);
     let failing = variables[1];
-    let hook_device = device.clone();
-    device.set_hook(Some(Box::new(move |op| {
-        if let crate::sim::SimOp::Copy { dst, bytes, .. } = *op {
-            if (dst == span && bytes == 4 * 256) || dst == failing {
-                let mut state = hook_device.state();
-                state.fail_copy_at = state.copies + 1;
-            }
-        }
-    })));
+    fail_device_copies(&device, vec![span, (failing, 256)]);
     for &v in &variables {
         device.write(v, &[0xEE; 256]);
     }
@@ -590,17 +595,7 @@ fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
         assert_eq!(device.bytes(v, 256), vec![expected; 256]);
     }
     // Only the span's copy fails: every variable is restored, one by one.
-    device.set_hook(Some(Box::new({
-        let hook_device = device.clone();
-        move |op| {
-            if let crate::sim::SimOp::Copy { dst, bytes, .. } = *op {
-                if dst == span && bytes == 4 * 256 {
-                    let mut state = hook_device.state();
-                    state.fail_copy_at = state.copies + 1;
-                }
-            }
-        }
-    })));
+    fail_device_copies(&device, vec![span]);
     let (report, status) = engine.restore(&snapshot);
     status.unwrap();
     assert_eq!((report.restored, report.failed), (4, 0));
@@ -614,25 +609,14 @@ fn a_capture_declines_only_when_a_variable_of_a_failed_span_cannot_be_copied_alo
     let (engine, device) = setup!(Policy::default());
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"v", 256, i)).collect();
-    let fail_copies_to = |targets: Vec<(usize, usize)>| -> crate::sim::SimHook {
-        let hook_device = device.clone();
-        Box::new(move |op| {
-            if let crate::sim::SimOp::Copy { src, bytes, .. } = *op {
-                if targets.contains(&(src, bytes)) {
-                    let mut state = hook_device.state();
-                    state.fail_copy_at = state.copies + 1;
-                }
-            }
-        })
-    };
     let span = (variables[0], 3 * 256);
     // The span's copy fails; each variable alone copies: the capture is complete.
-    device.set_hook(Some(fail_copies_to(vec![span])));
+    fail_device_copies(&device, vec![span]);
     let snapshot = engine.snap(A).expect("the span's variables were copied one by one");
     assert_eq!(snapshot.info().module_variables, 3);
     drop(snapshot);
     // The span's copy fails and so does its last variable's: declined, and nothing is kept.
-    device.set_hook(Some(fail_copies_to(vec![span, (variables[2], 256)])));
+    fail_device_copies(&device, vec![span, (variables[2], 256)]);
     assert_eq!(engine.snap(A).err(), Some(DeclineReason::CopyFailed));
     device.set_hook(None);
     assert_eq!(engine.retained_staging_bytes(A), 0);
