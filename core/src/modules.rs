@@ -50,8 +50,12 @@ pub(crate) struct ModuleList {
 
 impl ModuleList {
     /// Sorts `variables` (in scan order, none wrapping the address space) and cuts them into spans; `None`
-    /// without host memory for the spans.
+    /// without host memory for the spans (or for more than `u32::MAX` variables).
     pub(crate) fn build(mut variables: Vec<CachedVariable>) -> Option<ModuleList> {
+        // Spans index variables with 32 bits.
+        if u32::try_from(variables.len()).is_err() {
+            return None;
+        }
         variables.sort_unstable_by_key(|v| (v.address, v.size));
         let mut spans: Vec<Span> = Vec::new();
         spans.try_reserve_exact(spans_of(&variables, |_| {})).ok()?;
@@ -77,7 +81,7 @@ fn spans_of(sorted: &[CachedVariable], mut emit: impl FnMut(Span)) -> usize {
             emit(*span);
             spans += 1;
         }
-        // Indices fit: a list longer than u32::MAX variables cannot be allocated on any host kreplay supports.
+        // Fits: `build` takes at most u32::MAX variables.
         open = Some(Span { address: variable.address, size: variable.size, first: i as u32, count: 1 });
     }
     if let Some(span) = open {
