@@ -64,44 +64,59 @@ void populate(char* base, size_t bytes, unsigned threads, size_t step = 0) {
 }
 
 // Two first dispatches at once in one process (two GPUs' replay threads): each maps, advises huge pages,
-// populates in 4 slices and registers, as the CUDA adapter does; with or without one populate at a time, and
-// with one madvise per slice, per 32 MiB, or by touching. Then one thread alone (one GPU), per method.
+// populates in 4 slices and registers, as the CUDA adapter does, with one madvise per slice, per 32 MiB, or by
+// touching; nothing done one at a time, the populates one at a time, or the registrations one at a time. Then one
+// thread alone (one GPU), per method. Blocks are unregistered and unmapped only after both threads are done, as
+// kreplay keeps its staging.
 void pair(size_t bytes) {
   std::printf("two threads at once in one process, advised, 4 populate threads each (ms: populate + register)\n");
-  std::mutex one_at_a_time;
+  enum class one_at_a_time { nothing, populate, reg };
+  std::mutex serial;
   for (int round = 0; round < 2; ++round) {
     for (int threads_at_once : {2, 1}) {
-      for (bool serialize : {false, true}) {
+      for (one_at_a_time serialize : {one_at_a_time::nothing, one_at_a_time::populate, one_at_a_time::reg}) {
         for (size_t step : {size_t{0}, size_t{32} << 20, kTouch}) {
-          if (threads_at_once == 1 && (serialize || step == 0)) continue;
+          if (threads_at_once == 1 && (serialize != one_at_a_time::nothing || step == 0)) continue;
+          if (serialize == one_at_a_time::reg && step != kTouch) continue;
           double populate_ms[2] = {0, 0}, register_ms[2] = {0, 0};
+          char* blocks[2] = {nullptr, nullptr};
+          bool registered[2] = {false, false};
           std::vector<std::thread> both;
           for (int t = 0; t < threads_at_once; ++t) {
             both.emplace_back([&, t] {
               void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
               if (raw == MAP_FAILED) return;
               char* base = static_cast<char*>(raw);
+              blocks[t] = base;
               (void)madvise(base, bytes, MADV_HUGEPAGE);
               auto start = std::chrono::steady_clock::now();
-              if (serialize) {
-                std::lock_guard<std::mutex> lock(one_at_a_time);
-                populate(base, bytes, 4, step);
-              } else {
+              {
+                std::unique_lock<std::mutex> lock(serial, std::defer_lock);
+                if (serialize == one_at_a_time::populate) lock.lock();
                 populate(base, bytes, 4, step);
               }
               populate_ms[t] = ms_since(start);
               start = std::chrono::steady_clock::now();
-              const bool ok = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
-                              cudaSuccess;
+              {
+                std::unique_lock<std::mutex> lock(serial, std::defer_lock);
+                if (serialize == one_at_a_time::reg) lock.lock();
+                registered[t] = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
+                                cudaSuccess;
+              }
               register_ms[t] = ms_since(start);
-              if (ok) (void)cudaHostUnregister(base);
-              munmap(base, bytes);
             });
           }
           for (std::thread& thread : both) thread.join();
-          std::printf("%d at once, serialize %-3s step %-6s: thread 0 %6.1f + %5.1f = %6.1f; thread 1 %6.1f + %5.1f = "
-                      "%6.1f\n",
-                      threads_at_once, serialize ? "yes" : "no", step == kTouch ? "touch" : step ? "32 MiB" : "slice",
+          for (int t = 0; t < threads_at_once; ++t) {
+            if (registered[t]) (void)cudaHostUnregister(blocks[t]);
+            if (blocks[t] != nullptr) munmap(blocks[t], bytes);
+          }
+          const char* serialized = serialize == one_at_a_time::nothing    ? "nothing"
+                                   : serialize == one_at_a_time::populate ? "populate"
+                                                                          : "register";
+          std::printf("%d at once, one at a time: %-8s, step %-6s: thread 0 %6.1f + %5.1f = %6.1f; thread 1 %6.1f + "
+                      "%5.1f = %6.1f\n",
+                      threads_at_once, serialized, step == kTouch ? "touch" : step ? "32 MiB" : "slice",
                       populate_ms[0], register_ms[0], populate_ms[0] + register_ms[0], populate_ms[1], register_ms[1],
                       populate_ms[1] + register_ms[1]);
         }
