@@ -390,32 +390,23 @@ kreplay_status_t op_iterate_module_variables(void*, kreplay_agent_t agent, krepl
   return KREPLAY_STATUS_SUCCESS;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it with EINVAL */
-#endif
-
-// Faults one slice in, writable, without changing its contents: MADV_POPULATE_WRITE where the kernel has it,
-// else a read and write of one byte per page. In 32 MiB steps: each call holds the process's mmap lock, and
-// another thread's mmap or munmap (or a runtime's) waiting behind it would stall every other fault meanwhile.
+// Faults one slice in, writable, without changing its contents: an atomic "or 0" into one byte of every page is
+// one write fault per page (per 2 MiB where a transparent huge page backs it). Faults lock only the faulting
+// mapping (Linux 6.4 and later), where MADV_POPULATE_WRITE holds the process's mmap lock: two GPUs' first
+// dispatches populating at once in one process then scale instead of queueing behind each other.
 void populate_slice(char* start, size_t bytes, size_t page) {
-  constexpr size_t step = size_t{32} << 20;
-  for (size_t done = 0; done < bytes; done += step) {
-    const size_t len = std::min(step, bytes - done);
-    if (madvise(start + done, len, MADV_POPULATE_WRITE) == 0) {
-      continue;
-    }
-    volatile char* p = start + done;
-    for (size_t at = 0; at < len; at += page) {
-      p[at] = p[at];
-    }
+  for (size_t at = 0; at < bytes; at += page) {
+    (void)__atomic_fetch_or(start + at, 0, __ATOMIC_RELAXED);
   }
 }
 
 // kreplay locks each staging block once, fresh from mmap: cudaHostRegister would then fault its pages in one
 // by one, which is most of a first dispatch's staging time. Measured on the H200 machine for 1.125 GiB
-// (kreplay_host_lock_bench, c-tests/cuda/bench_host_lock.cu; docs/performance.md): register alone 338-472 ms; populated first on one
-// thread 371-495 ms; with transparent huge pages advised and 4 threads populating, 85-92 ms in all (8 or 16
-// threads were slower: 134-194 ms). So large blocks get the advice and four slices in parallel.
+// (kreplay_host_lock_bench, c-tests/cuda/bench_host_lock.cu; docs/performance.md): register alone 338-472 ms;
+// populated first on one thread 371-495 ms; with transparent huge pages advised and 4 threads populating, 77-92
+// ms in all (8 or 16 threads were slower: 134-194 ms). So large blocks get the advice and four slices in parallel.
+// Two such blocks at once from two threads of one process (two GPUs): 94-130 ms each populating by touching,
+// against 124-188 ms with MADV_POPULATE_WRITE one block at a time and 158-298 ms with it at once.
 void populate(void* ptr, size_t bytes) {
   constexpr size_t min_slice = size_t{64} << 20;
   constexpr size_t max_threads = 4;
@@ -452,15 +443,8 @@ void populate(void* ptr, size_t bytes) {
   }
 }
 
-// One populate at a time per process: two threads (two GPUs' first dispatches) populating at once in one address
-// space took 285-310 ms each for 1.125 GiB on the two-GPU machine, against 86-115 ms each from two processes.
-std::mutex g_populate_mutex;
-
 kreplay_status_t op_host_lock(void* user_data, void* host_ptr, size_t bytes) {
-  {
-    const std::lock_guard<std::mutex> one_at_a_time(g_populate_mutex);
-    populate(host_ptr, bytes);
-  }
+  populate(host_ptr, bytes);
   // Portable: staging is locked from whichever thread snapshots, and with several devices the registration
   // must count as pinned for every device's context. Mapped: the gather kernel reads and writes it directly.
   cudaError_t error = cudaHostRegister(host_ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
