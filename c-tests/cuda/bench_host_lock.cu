@@ -1,7 +1,8 @@
 // kreplay_host_lock_bench (c-tests/cuda/bench_host_lock.cu): what a first dispatch's staging costs on this machine, step by step. Maps a fresh
 // block (as kreplay's host pool does), optionally advises huge pages, populates it (not at all, on one thread,
 // or in parallel slices), then page-locks it with cudaHostRegister (portable, with or without mapped), and
-// prints the time of each step. Each configuration gets a fresh mapping. GPU machine only.
+// prints the time of each step. Each configuration gets a fresh mapping. GPU machine only. With "pair": two
+// threads at once, per populate method; with "adapter": the CUDA adapter's own host_lock, two at once and alone.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <mutex>
 
 #include <cuda_runtime.h>
+
+#include "kreplay/cuda.hpp"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -125,6 +128,44 @@ void pair(size_t bytes) {
   }
 }
 
+// The CUDA adapter's own host_lock (what kreplay calls on a first dispatch), on fresh blocks: two threads at once
+// in one process (two GPUs' first dispatches) and one alone; ms per call.
+int adapter(size_t bytes) {
+  kreplay_device_ops_t ops{};
+  if (kreplay_cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS || ops.host_lock == nullptr) {
+    std::printf("kreplay_cuda::make_ops failed\n");
+    return 1;
+  }
+  std::printf("the adapter's host_lock on fresh blocks (ms per call)\n");
+  for (int round = 0; round < 3; ++round) {
+    for (int threads_at_once : {2, 1}) {
+      double lock_ms[2] = {0, 0};
+      char* blocks[2] = {nullptr, nullptr};
+      bool locked[2] = {false, false};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < threads_at_once; ++t) {
+        threads.emplace_back([&, t] {
+          void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          if (raw == MAP_FAILED) return;
+          blocks[t] = static_cast<char*>(raw);
+          const auto start = std::chrono::steady_clock::now();
+          locked[t] = ops.host_lock(ops.user_data, blocks[t], bytes) == KREPLAY_STATUS_SUCCESS;
+          lock_ms[t] = ms_since(start);
+        });
+      }
+      for (std::thread& thread : threads) thread.join();
+      for (int t = 0; t < threads_at_once; ++t) {
+        if (locked[t]) (void)ops.host_unlock(ops.user_data, blocks[t], bytes);
+        if (blocks[t] != nullptr) munmap(blocks[t], bytes);
+      }
+      std::printf("round %d, %d at once: thread 0 %6.1f%s, thread 1 %6.1f%s\n", round, threads_at_once, lock_ms[0],
+                  locked[0] ? "" : " (failed)", lock_ms[1], threads_at_once < 2 || locked[1] ? "" : " (failed)");
+    }
+  }
+  if (ops.release != nullptr) ops.release(ops.user_data);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +179,9 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "pair") {
     pair(bytes);
     return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "adapter") {
+    return adapter(bytes);
   }
   std::printf("%-8s %-8s %-10s %10s %10s %10s %10s\n", "huge", "threads", "flags", "map_ms", "populate", "register",
               "total_ms");
