@@ -540,10 +540,6 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
       }
     }
   }
-  error = fork ? wait_for(state.stream, state.side, state.joined) : cudaSuccess;
-  if (error != cudaSuccess) {
-    return error;
-  }
   if (chunks != 0) {
     detail::copy_chunk* table = static_cast<detail::copy_chunk*>(state.host_scratch);
     size_t n = 0;
@@ -566,7 +562,8 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
       return error;
     }
   }
-  return cudaSuccess;
+  // Joined after the kernel was submitted, so that the two run at once; the batch's wait on `stream` covers both.
+  return fork ? wait_for(state.stream, state.side, state.joined) : cudaSuccess;
 }
 
 cudaError_t copy_each_async(device_state& state, const kreplay_copy_t* copies, size_t count) {
