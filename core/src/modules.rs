@@ -138,7 +138,7 @@ impl ModuleCache {
     }
 
     /// Takes `agent`'s cached scan if it is still current, with the generation it belongs to. The caller gives it
-    /// back with [`ModuleCache::store`].
+    /// back with [`ModuleCache::give_back`] (or [`ModuleCache::store`]).
     pub(crate) fn take(&self, agent: Agent) -> Option<(ModuleList, u64)> {
         let generation = self.generation();
         let mut entries = self.entries.lock();
