@@ -66,6 +66,30 @@ void populate(char* base, size_t bytes, unsigned threads, size_t step = 0) {
   for (std::thread& worker : workers) worker.join();
 }
 
+// Runs work(t, block) on `threads` threads at once, each with a fresh mapping of `bytes` (none when mmap fails),
+// then, once every thread is done, release(t, block) and the unmapping: kreplay keeps its staging, so no block goes
+// away while another thread still works.
+template <typename Work, typename Release>
+void on_fresh_blocks(int threads, size_t bytes, Work work, Release release) {
+  std::vector<char*> blocks(static_cast<size_t>(threads), nullptr);
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (raw == MAP_FAILED) return;
+      blocks[static_cast<size_t>(t)] = static_cast<char*>(raw);
+      work(t, static_cast<char*>(raw));
+    });
+  }
+  for (std::thread& thread : running) thread.join();
+  for (int t = 0; t < threads; ++t) {
+    char* block = blocks[static_cast<size_t>(t)];
+    if (block == nullptr) continue;
+    release(t, block);
+    munmap(block, bytes);
+  }
+}
+
 // Two first dispatches at once in one process (two GPUs' replay threads): each maps, advises huge pages,
 // populates in 4 slices and registers, as the CUDA adapter does, with one madvise per slice, per 32 MiB, or by
 // touching; nothing done one at a time, the populates one at a time, or the registrations one at a time. Then one
@@ -82,38 +106,30 @@ void pair(size_t bytes) {
           if (threads_at_once == 1 && (serialize != one_at_a_time::nothing || step == 0)) continue;
           if (serialize == one_at_a_time::reg && step != kTouch) continue;
           double populate_ms[2] = {0, 0}, register_ms[2] = {0, 0};
-          char* blocks[2] = {nullptr, nullptr};
           bool registered[2] = {false, false};
-          std::vector<std::thread> both;
-          for (int t = 0; t < threads_at_once; ++t) {
-            both.emplace_back([&, t] {
-              void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-              if (raw == MAP_FAILED) return;
-              char* base = static_cast<char*>(raw);
-              blocks[t] = base;
-              (void)madvise(base, bytes, MADV_HUGEPAGE);
-              auto start = std::chrono::steady_clock::now();
-              {
-                std::unique_lock<std::mutex> lock(serial, std::defer_lock);
-                if (serialize == one_at_a_time::populate) lock.lock();
-                populate(base, bytes, 4, step);
-              }
-              populate_ms[t] = ms_since(start);
-              start = std::chrono::steady_clock::now();
-              {
-                std::unique_lock<std::mutex> lock(serial, std::defer_lock);
-                if (serialize == one_at_a_time::reg) lock.lock();
-                registered[t] = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
-                                cudaSuccess;
-              }
-              register_ms[t] = ms_since(start);
-            });
-          }
-          for (std::thread& thread : both) thread.join();
-          for (int t = 0; t < threads_at_once; ++t) {
-            if (registered[t]) (void)cudaHostUnregister(blocks[t]);
-            if (blocks[t] != nullptr) munmap(blocks[t], bytes);
-          }
+          on_fresh_blocks(
+              threads_at_once, bytes,
+              [&](int t, char* base) {
+                (void)madvise(base, bytes, MADV_HUGEPAGE);
+                auto start = std::chrono::steady_clock::now();
+                {
+                  std::unique_lock<std::mutex> lock(serial, std::defer_lock);
+                  if (serialize == one_at_a_time::populate) lock.lock();
+                  populate(base, bytes, 4, step);
+                }
+                populate_ms[t] = ms_since(start);
+                start = std::chrono::steady_clock::now();
+                {
+                  std::unique_lock<std::mutex> lock(serial, std::defer_lock);
+                  if (serialize == one_at_a_time::reg) lock.lock();
+                  registered[t] = cudaHostRegister(base, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) ==
+                                  cudaSuccess;
+                }
+                register_ms[t] = ms_since(start);
+              },
+              [&](int t, char* base) {
+                if (registered[t]) (void)cudaHostUnregister(base);
+              });
           const char* serialized = serialize == one_at_a_time::nothing    ? "nothing"
                                    : serialize == one_at_a_time::populate ? "populate"
                                                                           : "register";
@@ -140,24 +156,17 @@ int adapter(size_t bytes) {
   for (int round = 0; round < 3; ++round) {
     for (int threads_at_once : {2, 1}) {
       double lock_ms[2] = {0, 0};
-      char* blocks[2] = {nullptr, nullptr};
       bool locked[2] = {false, false};
-      std::vector<std::thread> threads;
-      for (int t = 0; t < threads_at_once; ++t) {
-        threads.emplace_back([&, t] {
-          void* raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-          if (raw == MAP_FAILED) return;
-          blocks[t] = static_cast<char*>(raw);
-          const auto start = std::chrono::steady_clock::now();
-          locked[t] = ops.host_lock(ops.user_data, blocks[t], bytes) == KREPLAY_STATUS_SUCCESS;
-          lock_ms[t] = ms_since(start);
-        });
-      }
-      for (std::thread& thread : threads) thread.join();
-      for (int t = 0; t < threads_at_once; ++t) {
-        if (locked[t]) (void)ops.host_unlock(ops.user_data, blocks[t], bytes);
-        if (blocks[t] != nullptr) munmap(blocks[t], bytes);
-      }
+      on_fresh_blocks(
+          threads_at_once, bytes,
+          [&](int t, char* block) {
+            const auto start = std::chrono::steady_clock::now();
+            locked[t] = ops.host_lock(ops.user_data, block, bytes) == KREPLAY_STATUS_SUCCESS;
+            lock_ms[t] = ms_since(start);
+          },
+          [&](int t, char* block) {
+            if (locked[t]) (void)ops.host_unlock(ops.user_data, block, bytes);
+          });
       std::printf("round %d, %d at once: thread 0 %6.1f%s, thread 1 %6.1f%s\n", round, threads_at_once, lock_ms[0],
                   locked[0] ? "" : " (failed)", lock_ms[1], threads_at_once < 2 || locked[1] ? "" : " (failed)");
     }
