@@ -28,6 +28,23 @@ namespace {
 
 constexpr size_t kBytes = 64u << 20;
 
+// A checkpoint of `ctx` that may be saved over, in device memory (host_reserve nullptr) or kept out of it
+// ("minus1": reserveDeviceMB = -1, as the header documents; "total": the device's whole memory in MiB).
+CUpti_Checkpoint make_checkpoint(CUcontext ctx, const char* host_reserve, uint8_t optimizations) {
+  CUpti_Checkpoint checkpoint;
+  std::memset(&checkpoint, 0, sizeof(checkpoint));
+  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
+  checkpoint.ctx = ctx;
+  size_t free_now = 0, total_now = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
+  checkpoint.reserveDeviceMB = host_reserve == nullptr                  ? 0
+                               : std::strcmp(host_reserve, "minus1") == 0 ? static_cast<size_t>(-1)
+                                                                          : total_now >> 20;
+  checkpoint.allowOverwrite = 1;
+  checkpoint.optimizations = optimizations;
+  return checkpoint;
+}
+
 // host_reserve: nullptr keeps the checkpoint in device memory; "minus1" or "total" keep it out.
 bool try_variant(const char* mode, const char* host_reserve, uint8_t optimizations) {
   const bool device_memory = host_reserve == nullptr;
@@ -44,17 +61,7 @@ bool try_variant(const char* mode, const char* host_reserve, uint8_t optimizatio
   CUDA_CHECK(cudaMemset(buffer, 0x11, kBytes));
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  CUpti_Checkpoint checkpoint;
-  std::memset(&checkpoint, 0, sizeof(checkpoint));
-  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
-  checkpoint.ctx = ctx;
-  size_t free_now = 0, total_now = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
-  checkpoint.reserveDeviceMB = device_memory                            ? 0
-                               : std::strcmp(host_reserve, "minus1") == 0 ? static_cast<size_t>(-1)
-                                                                          : total_now >> 20;
-  checkpoint.allowOverwrite = 1;
-  checkpoint.optimizations = optimizations;
+  CUpti_Checkpoint checkpoint = make_checkpoint(ctx, host_reserve, optimizations);
 
   size_t free_before = 0, free_after = 0, total = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
@@ -116,15 +123,7 @@ void try_transfer_sequence(const char* mode, bool device_memory, bool by_kernel,
   CUDA_CHECK(cudaMalloc(&buffer, kBytes));
   CUDA_CHECK(cudaMemset(buffer, 0x11, kBytes));
   CUDA_CHECK(cudaDeviceSynchronize());
-  CUpti_Checkpoint checkpoint;
-  std::memset(&checkpoint, 0, sizeof(checkpoint));
-  checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
-  checkpoint.ctx = ctx;
-  size_t free_now = 0, total_now = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_now, &total_now));
-  checkpoint.reserveDeviceMB = device_memory ? 0 : total_now >> 20;
-  checkpoint.allowOverwrite = 1;
-  checkpoint.optimizations = 1;
+  CUpti_Checkpoint checkpoint = make_checkpoint(ctx, device_memory ? nullptr : "total", 1);
   auto step = [&](const char* what) {
     std::printf("cupti_probe: transfer sequence ctx=%s %s, writes by %s, between %s: %s\n", mode,
                 device_memory ? "device" : "host", by_kernel ? "kernel" : "cudaMemset", between, what);
