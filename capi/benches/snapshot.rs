@@ -8,7 +8,7 @@
 //! capture of the same bytes in one region (bar: at most 1.2x).
 //!
 //! Run with `cargo bench -p kreplay-capi --features sim --bench snapshot` (optionally with row names: large,
-//! split, disabled, batches, tiers, dirty, modules). The simulated device's copy is a
+//! split, disabled, batches, tiers, dirty, modules, fixed). The simulated device's copy is a
 //! `memcpy` behind a lock and a region lookup, so the baseline is a plain `memcpy` of the same bytes between
 //! the same kinds of memory. Figures are for this machine only; see docs/performance.md.
 
@@ -654,6 +654,56 @@ fn module_cache(runs: usize) {
     println!();
 }
 
+/// Counts what a logger was handed (the benchmark's logger: it keeps nothing).
+static LOGGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe extern "C" fn count_messages(_: *mut c_void, _: kreplay_log_level_t, _: *const std::ffi::c_char, len: usize) {
+    LOGGED.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// What a snapshot and a restore cost beyond their copies: one 4 KiB region and two module variables (the GPU
+/// benchmark's 64 MiB row, without the bytes), pinned staging and `copy_batch`, steady state; without a logger
+/// and with one taking INFO lines (as the GPU benchmark has), against a `memcpy` of the same 4 KiB.
+fn fixed(runs: usize) {
+    println!("== fixed cost of a call: 1 region of 4 KiB + 2 module variables, steady state (median of {runs}) ==");
+    let agent = kreplay_agent_t { handle: 0x3F00 };
+    let region = allocate(agent, 1, 4096);
+    for name in [c"counter", c"flags"] {
+        let mut address = ptr::null_mut();
+        // SAFETY: a NUL-terminated name and a writable output.
+        ok(unsafe { kreplay_sim_add_module_variable(agent, name.as_ptr(), 36, false, &mut address) }, "variable");
+    }
+    configure_with(kreplay_sim_options_t { copy_batch: true, ..Default::default() }, kreplay_policy_t::default());
+    let buffer = HostBuffer::new(4096);
+    for (label, level) in [("no logger", None), ("INFO logger", Some(kreplay_log_level_t::KREPLAY_LOG_INFO))] {
+        match level {
+            Some(level) => kreplay_set_logger(Some(count_messages), ptr::null_mut(), RawLogLevel(level as u32)),
+            None => {
+                kreplay_set_logger(None, ptr::null_mut(), RawLogLevel(kreplay_log_level_t::KREPLAY_LOG_ERROR as u32))
+            }
+        }
+        let (first, _) = snap(agent);
+        kreplay_snapshot_free(first);
+        let (mut snaps, mut restores, mut copies) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            copies.push(timed(|| memcpy_regions(&region, &buffer, true)).1);
+            let (snapshot, elapsed) = snap(agent);
+            snaps.push(elapsed);
+            restores.push(restore(snapshot).1);
+            kreplay_snapshot_free(snapshot);
+        }
+        let (snap_ns, restore_ns, copy_ns) = (median(snaps).0 * 1e9, median(restores).0 * 1e9, median(copies).0 * 1e9);
+        println!(
+            "{label:<12}: snapshot {snap_ns:>7.0} ns, restore {restore_ns:>7.0} ns; memcpy of 4 KiB {copy_ns:>5.0} ns"
+        );
+    }
+    kreplay_set_logger(None, ptr::null_mut(), RawLogLevel(kreplay_log_level_t::KREPLAY_LOG_ERROR as u32));
+    free_all(region);
+    kreplay_staging_trim(agent);
+    configure();
+    println!();
+}
+
 fn main() {
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
@@ -685,6 +735,9 @@ fn main() {
     }
     if wanted("modules") {
         module_cache(21);
+    }
+    if wanted("fixed") {
+        fixed(2001);
     }
     let mut counters = MaybeUninit::<kreplay_sim_counters_t>::uninit();
     // SAFETY: writable output.
