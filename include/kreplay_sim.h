@@ -102,6 +102,10 @@ typedef struct kreplay_sim_counters_t {
   size_t digests;
   // Blocks digested.
   size_t digest_blocks;
+  // Copies refused because they ran from one code object's module variables into another's: not a violation
+  // (kreplay then copies those variables one by one). Every variable added through this header belongs to one
+  // code object, so a correct library leaves this 0 here.
+  size_t refused_copies;
 } kreplay_sim_counters_t;
 
 #ifdef __cplusplus

@@ -117,6 +117,10 @@ pub struct kreplay_sim_counters_t {
     pub digests: usize,
     /// Blocks digested.
     pub digest_blocks: usize,
+    /// Copies refused because they ran from one code object's module variables into another's: not a violation
+    /// (kreplay then copies those variables one by one). Every variable added through this header belongs to one
+    /// code object, so a correct library leaves this 0 here.
+    pub refused_copies: usize,
 }
 
 fn sim() -> &'static SimDevice {
@@ -471,6 +475,7 @@ pub unsafe extern "C" fn kreplay_sim_counters(counters_out: *mut kreplay_sim_cou
             device_peak_bytes: state.device_peak_bytes,
             digests: state.digests,
             digest_blocks: state.digest_blocks,
+            refused_copies: state.refused_copies,
         };
         drop(state);
         // SAFETY: non-null and writable by the caller's contract.

@@ -39,10 +39,10 @@
 //!   - `violations`: copies, batch jobs and digests that touched freed or unknown device memory or ran past a
 //!     region's end, unlocks of ranges never locked, and `device_free`s of blocks not held. A correct engine
 //!     leaves it 0;
-//!   - `refused_copies`: copies and batch jobs refused because they ran from one live allocation into another
-//!     (for instance adjacent module variables of two code objects, see [`SimDevice::new_code_object`]; the
-//!     variables of one code object lie in one segment, and a copy may span them); the copy fails with
-//!     `DeviceError`, and it is not a violation.
+//!   - `refused_copies`: copies and batch jobs refused because they ran from one code object's module variables
+//!     into another's (see [`SimDevice::new_code_object`]; the variables of one code object lie in one segment,
+//!     and a copy may span them); the copy fails with `DeviceError`, and it is not a violation. A copy running
+//!     from a region or a storage block into the next allocation is a violation.
 //!
 //! Fault numbers are absolute (compare with the counter): to fail the next copy but one, set
 //! `fail_copy_at = state.copies + 2`.
@@ -346,14 +346,21 @@ impl State {
         (address < end).then(|| end - address)
     }
 
-    /// True when every byte of `[address, address + bytes)` lies in live items of the arena (a copy of it that is
-    /// not allowed only crosses from one allocation into another: refused, not a violation).
-    fn all_live(&self, arena: &Arena, address: usize, bytes: usize) -> bool {
+    /// True when every byte of `[address, address + bytes)` lies in module variables (which live until a reset):
+    /// a copy of it that is not allowed only runs from one code object's segment into another's, which a device
+    /// may refuse; refused, not a violation. A copy running from a region or a storage block into anything else
+    /// is a violation.
+    fn all_variables(&self, arena: &Arena, address: usize, bytes: usize) -> bool {
         let mut at = address;
         let end = address.saturating_add(bytes);
         while at < end {
             match self.items.range(..=at).next_back() {
-                Some((&base, item)) if at - base < item.size && item.live && arena.contains(at) => {
+                Some((&base, item))
+                    if at - base < item.size
+                        && item.live
+                        && arena.contains(at)
+                        && matches!(item.kind, ItemKind::Variable { .. }) =>
+                {
                     at = base + item.size
                 }
                 _ => return false,
@@ -395,9 +402,8 @@ impl State {
     /// Host ranges are valid for `bytes` (the `DeviceOps::copy` contract).
     unsafe fn checked_copy(&mut self, arena: &Arena, dst: *mut u8, src: *const u8, bytes: usize) -> Result<()> {
         if !self.allowed(arena, dst as usize, bytes) || !self.allowed(arena, src as usize, bytes) {
-            let crossing = |address: usize| {
-                self.allowed(arena, address, bytes) || (arena.contains(address) && self.all_live(arena, address, bytes))
-            };
+            let crossing =
+                |address: usize| self.allowed(arena, address, bytes) || self.all_variables(arena, address, bytes);
             if crossing(dst as usize) && crossing(src as usize) {
                 self.refused_copies += 1;
             } else {
@@ -945,6 +951,33 @@ mod tests {
         // The rest of the old region stays dead.
         // SAFETY: refused before it is touched.
         assert!(unsafe { device.copy((base + 32) as *mut u8, host.as_ptr(), 8) }.is_err());
+    }
+
+    #[test]
+    fn only_a_copy_across_code_objects_is_refused_without_a_violation() {
+        let device = SimDevice::new();
+        // Back to back: two regions, then two variables of code object 0, then one of code object 1.
+        let first = device.alloc(A, ALIGN, 1);
+        let second = device.alloc(A, ALIGN, 2);
+        assert_eq!(second, first + ALIGN);
+        let v0 = device.add_variable(A, b"v0", ALIGN, 3);
+        let v1 = device.add_variable(A, b"v1", ALIGN, 4);
+        device.new_code_object();
+        let v2 = device.add_variable(A, b"v2", ALIGN, 5);
+        assert_eq!((v1, v2), (v0 + ALIGN, v0 + 2 * ALIGN));
+        let mut host = vec![0u8; 2 * ALIGN];
+        let dst = host.as_mut_ptr();
+        // SAFETY: `dst` is 2 * ALIGN writable bytes; the device side is checked before anything is touched.
+        let copy = |src: usize| unsafe { device.copy(dst, src as *const u8, 2 * ALIGN) };
+        assert!(copy(v0).is_ok(), "variables of one code object may be copied as one span");
+        assert!(copy(v1).is_err(), "from one code object into the next");
+        let state = device.state();
+        assert_eq!((state.refused_copies, state.violations), (1, 0));
+        drop(state);
+        assert!(copy(first).is_err(), "from a region into the next region");
+        assert!(copy(second).is_err(), "from a region into a module variable");
+        let state = device.state();
+        assert_eq!((state.refused_copies, state.violations), (1, 2));
     }
 
     #[test]

@@ -1393,6 +1393,7 @@ fn finish(model: &mut Model, baseline: &kreplay_host_memory_stats_t) {
     assert_eq!(counters.host_locks, counters.host_unlocks, "page locks leaked");
     assert_eq!(counters.locked_bytes, 0);
     assert_eq!(counters.violations, 0, "a copy touched freed or foreign device memory");
+    assert_eq!(counters.refused_copies, 0, "a copy ran from one module variable into another");
     kreplay_device_trim_all();
     for agent in agents() {
         assert_eq!(kreplay_retained_device_bytes(agent), 0, "idle device storage left after a trim");
