@@ -149,8 +149,9 @@ pub struct kreplay_device_ops_t {
     /// Visits every module-scope variable visible to the agent in the loaded executables. Any failure to
     /// enumerate an executable or symbol must be returned as an error: the snapshot is then declined.
     /// Variables that lie back to back (or overlap) are copied as one range covering exactly their bytes; when
-    /// `copy` (or `copy_batch`) refuses such a range, for instance because it runs from one code object's memory
-    /// into another's, kreplay copies those variables one by one, and keeps them apart from then on.
+    /// `copy` refuses such a range (a refused `copy_batch` is redone copy by copy), for instance because it runs
+    /// from one code object's memory into another's, kreplay copies those variables one by one, in that snapshot's
+    /// restores too, and with `cache_module_scan` in later captures until `kreplay_modules_changed`.
     pub iterate_module_variables: Option<
         unsafe extern "C" fn(*mut c_void, kreplay_agent_t, kreplay_module_variable_visitor_t, *mut c_void) -> RawStatus,
     >,

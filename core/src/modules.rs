@@ -8,12 +8,14 @@
 //!
 //! The cache holds an agent's last complete scan, reused until the host says code objects changed
 //! (`modules_changed`). A scan that failed, or that was overtaken by a change while it ran, is never cached. Only
-//! the list is cached; contents are still copied at every capture. The cache lends its list to the snapshot that
-//! uses it and gets it back when that snapshot is freed (a capture of the same agent meanwhile scans again).
+//! the list is cached; contents are still copied at every capture. The cache and the snapshots captured with a
+//! list share it read-only; a capture that had to split spans caches a new list in its place.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use arrayvec::ArrayVec;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
 use crate::lock::Mutex;
 use crate::storage::slots::MAX_AGENTS;
@@ -38,7 +40,8 @@ pub(crate) struct Span {
     pub count: u32,
 }
 
-/// Spans are cut at this size, the largest variable captured, so no one copy grows without bound.
+/// Spans of variables that only touch are cut at this size, the largest variable captured, so no one copy grows
+/// without bound (variables that overlap are never cut apart: at most the bytes they cover).
 const MAX_SPAN_BYTES: usize = crate::snapshot::MAX_MODULE_VARIABLE_BYTES;
 
 /// An agent's module variables, sorted by address, and the spans they form.
@@ -73,7 +76,11 @@ fn spans_of(sorted: &[CachedVariable], mut emit: impl FnMut(Span)) -> usize {
         if let Some(span) = open.as_mut() {
             let span_end = span.address + span.size;
             let merged_end = span_end.max(end);
-            if variable.address <= span_end && merged_end - span.address <= MAX_SPAN_BYTES && span.count < u32::MAX {
+            // A variable that overlaps the span joins it whatever the size, so spans never overlap (no two copies
+            // of a batch may); one that only touches it starts a new span where the span would grow too large.
+            let overlaps = variable.address < span_end;
+            let touches = variable.address == span_end;
+            if overlaps || (touches && merged_end - span.address <= MAX_SPAN_BYTES) {
                 span.size = merged_end - span.address;
                 span.count += 1;
                 continue;
@@ -91,18 +98,81 @@ fn spans_of(sorted: &[CachedVariable], mut emit: impl FnMut(Span)) -> usize {
     spans
 }
 
-/// The module list a capture took, and whether to give it back to the cache when its snapshot is freed.
-#[derive(Debug, Default)]
-pub(crate) struct Lent {
-    pub list: ModuleList,
-    /// The generation the list was scanned in, when it may be cached.
+/// A module list shared by the cache and the snapshots captured with it, read-only, freed with its last holder
+/// (an `Arc` whose one allocation cannot abort the process: stable Rust has no `Arc::try_new`).
+pub(crate) struct SharedList(NonNull<Shared>);
+
+struct Shared {
+    holders: AtomicUsize,
+    list: ModuleList,
+}
+
+// SAFETY: the list is never written while shared (`Deref` only), and the count is atomic; `ModuleList` itself is
+// `Send + Sync` (two `Vec`s of plain data).
+unsafe impl Send for SharedList {}
+// SAFETY: as above.
+unsafe impl Sync for SharedList {}
+
+impl SharedList {
+    /// Shares `list`; `None` without host memory for the one allocation.
+    pub(crate) fn new(list: ModuleList) -> Option<SharedList> {
+        let shared = crate::snapshot::try_box(Shared { holders: AtomicUsize::new(1), list })?;
+        Some(SharedList(NonNull::from(Box::leak(shared))))
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: the allocation lives while any holder does, and `self` is one.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Clone for SharedList {
+    fn clone(&self) -> Self {
+        // Relaxed, as in `Arc`: a new holder is made from an existing one, which keeps the list alive meanwhile.
+        // Holders are snapshots and cache entries, far fewer than `usize::MAX`.
+        self.shared().holders.fetch_add(1, Ordering::Relaxed);
+        SharedList(self.0)
+    }
+}
+
+impl Drop for SharedList {
+    fn drop(&mut self) {
+        if self.shared().holders.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Every other holder's reads happen before the free (they released with their decrement).
+        fence(Ordering::Acquire);
+        // SAFETY: the last holder is going: the pointer came from `Box::leak` in `new`, and nothing else refers to
+        // the allocation any more.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+impl core::ops::Deref for SharedList {
+    type Target = ModuleList;
+    fn deref(&self) -> &ModuleList {
+        &self.shared().list
+    }
+}
+
+impl core::fmt::Debug for SharedList {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("SharedList").field(&**self).finish()
+    }
+}
+
+/// The module list a capture used, and the generation it was scanned in when it may be cached (then a capture
+/// that had to split spans caches the split list in its place).
+#[derive(Debug)]
+pub(crate) struct CapturedModules {
+    pub list: SharedList,
     pub cache_as: Option<u64>,
 }
 
 struct Entry {
     agent: Agent,
     generation: u64,
-    list: ModuleList,
+    list: SharedList,
 }
 
 /// The cached scans of every agent.
@@ -129,7 +199,7 @@ impl ModuleCache {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Drops every agent's cached scan.
+    /// Drops every agent's cached scan (snapshots holding a list keep it until they are freed).
     pub fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         let dropped: ArrayVec<Entry, MAX_AGENTS> = core::mem::take(&mut *self.entries.lock());
@@ -137,18 +207,18 @@ impl ModuleCache {
         drop(dropped);
     }
 
-    /// Takes `agent`'s cached scan if it is still current, with the generation it belongs to. The caller gives it
-    /// back with [`ModuleCache::give_back`] (or [`ModuleCache::store`]).
-    pub(crate) fn take(&self, agent: Agent) -> Option<(ModuleList, u64)> {
+    /// `agent`'s cached scan if it is still current, shared, with the generation it belongs to.
+    pub(crate) fn get(&self, agent: Agent) -> Option<(SharedList, u64)> {
         let generation = self.generation();
-        let mut entries = self.entries.lock();
-        let at = entries.iter().position(|entry| entry.agent == agent && entry.generation == generation)?;
-        Some((entries.swap_remove(at).list, generation))
+        let entries = self.entries.lock();
+        let entry = entries.iter().find(|entry| entry.agent == agent && entry.generation == generation)?;
+        Some((entry.list.clone(), generation))
     }
 
-    /// Caches a complete scan of `agent` made in `generation`; ignored when code objects changed since.
-    pub(crate) fn store(&self, agent: Agent, generation: u64, list: ModuleList) {
-        let mut replaced = None;
+    /// Caches a complete scan of `agent` made in `generation` (replacing the agent's previous one); ignored when
+    /// code objects changed since.
+    pub(crate) fn store(&self, agent: Agent, generation: u64, list: SharedList) {
+        let replaced;
         {
             let mut entries = self.entries.lock();
             if generation != self.generation() {
@@ -156,19 +226,12 @@ impl ModuleCache {
             } else if let Some(entry) = entries.iter_mut().find(|entry| entry.agent == agent) {
                 entry.generation = generation;
                 replaced = Some(core::mem::replace(&mut entry.list, list));
-            } else if let Err(full) = entries.try_push(Entry { agent, generation, list }) {
-                replaced = Some(full.element().list);
+            } else {
+                replaced = entries.try_push(Entry { agent, generation, list }).err().map(|full| full.element().list);
             }
         }
         // Freed outside the lock.
         drop(replaced);
-    }
-
-    /// Takes back a list lent to a snapshot: cached again if it may be and is still current, else freed.
-    pub(crate) fn give_back(&self, agent: Agent, lent: Lent) {
-        if let Some(generation) = lent.cache_as {
-            self.store(agent, generation, lent.list);
-        }
     }
 }
 
@@ -209,17 +272,45 @@ mod tests {
     }
 
     #[test]
-    fn a_list_lent_to_a_snapshot_comes_back_only_while_current() {
+    fn variables_that_overlap_are_not_cut_apart_so_spans_never_overlap() {
+        let list =
+            ModuleList::build(vec![v(0, MAX_SPAN_BYTES - 0x100), v(0x100, MAX_SPAN_BYTES), v(0x100, 8)]).unwrap();
+        assert_eq!(list.spans, [Span { address: 0, size: MAX_SPAN_BYTES + 0x100, first: 0, count: 3 }]);
+        // One that only touches the grown span starts a new one.
+        let list = ModuleList::build(vec![v(0, MAX_SPAN_BYTES), v(8, 8), v(MAX_SPAN_BYTES, 8)]).unwrap();
+        assert_eq!(
+            list.spans,
+            [
+                Span { address: 0, size: MAX_SPAN_BYTES, first: 0, count: 2 },
+                Span { address: MAX_SPAN_BYTES, size: 8, first: 2, count: 1 }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cached_list_is_shared_until_modules_change_and_freed_by_its_last_holder() {
         let cache = ModuleCache::new();
         let agent = Agent(1);
         let generation = cache.generation();
-        cache.store(agent, generation, ModuleList::build(vec![v(0x1000, 4)]).unwrap());
-        let (list, lent_in) = cache.take(agent).unwrap();
-        assert!(cache.take(agent).is_none(), "lent out");
-        cache.give_back(agent, Lent { list, cache_as: Some(lent_in) });
-        let (list, lent_in) = cache.take(agent).unwrap();
+        cache.store(agent, generation, SharedList::new(ModuleList::build(vec![v(0x1000, 4)]).unwrap()).unwrap());
+        let (first, at) = cache.get(agent).unwrap();
+        let (second, _) = cache.get(agent).unwrap();
+        assert_eq!(at, generation);
+        assert!(core::ptr::eq(&*first, &*second), "one list, shared");
+        assert_eq!(first.shared().holders.load(Ordering::Relaxed), 3);
         cache.invalidate();
-        cache.give_back(agent, Lent { list, cache_as: Some(lent_in) });
-        assert!(cache.take(agent).is_none(), "a list from before modules_changed is not cached again");
+        assert!(cache.get(agent).is_none());
+        assert_eq!(first.variables, [v(0x1000, 4)], "a holder keeps its list after modules_changed");
+        assert_eq!(first.shared().holders.load(Ordering::Relaxed), 2);
+        // A scan from before the change is not cached.
+        cache.store(agent, generation, second.clone());
+        assert!(cache.get(agent).is_none());
+        drop(second);
+        assert_eq!(first.shared().holders.load(Ordering::Relaxed), 1);
+        drop(first);
+        // A list replaced in the cache goes with its last holder (Miri checks the frees).
+        cache.store(agent, cache.generation(), SharedList::new(ModuleList::default()).unwrap());
+        cache.store(agent, cache.generation(), SharedList::new(ModuleList::build(vec![v(8, 8)]).unwrap()).unwrap());
+        assert_eq!(cache.get(agent).unwrap().0.variables, [v(8, 8)]);
     }
 }

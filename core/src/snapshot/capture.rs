@@ -10,7 +10,7 @@ use crate::clock;
 use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::log::Level;
-use crate::modules::Span;
+use crate::modules::{CachedVariable, ModuleList, SharedList, Span};
 use crate::ops::{DeviceOps, Digest};
 use crate::opsets::OpsRef;
 use crate::policy::Policy;
@@ -363,17 +363,17 @@ impl<O: DeviceOps> Engine<O> {
 
 /// Cuts the spans of module variables that the device would not copy as one (those starting at the variables
 /// `refused`, in order) into single variables: in the snapshot, so that its restores copy them one by one from
-/// the start, and in its module list, which the cache gets back, so that later captures do too. Without host
-/// memory for the new lists nothing changes, and those spans are tried whole again next time.
+/// the start, and, when its list may be cached, in a new list cached in place of the old one, so that later
+/// captures do too until code objects change. Any span whose copy failed and whose variables then copied one by
+/// one counts as refused. Without host memory for the new lists nothing changes, and those spans are tried whole
+/// again next time.
 fn split_spans<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, refused: &[u32]) {
+    debug_assert!(refused.windows(2).all(|w| w[0] < w[1]), "refused spans are listed in order");
     let is_refused = |first: u32| refused.binary_search(&first).is_ok();
-    let list = &snapshot.modules.list;
+    let list = &*snapshot.modules.list;
     let extra: usize = list.spans.iter().filter(|s| is_refused(s.first)).map(|s| s.count as usize - 1).sum();
     let mut ranges: Vec<Range> = Vec::new();
-    let mut spans: Vec<Span> = Vec::new();
-    if ranges.try_reserve_exact(snapshot.ranges.len() + extra).is_err()
-        || spans.try_reserve_exact(list.spans.len() + extra).is_err()
-    {
+    if ranges.try_reserve_exact(snapshot.ranges.len() + extra).is_err() {
         return;
     }
     let singles = |first: u32, count: u32| {
@@ -396,28 +396,39 @@ fn split_spans<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, refus
             _ => ranges.push(*range),
         }
     }
-    for span in &list.spans {
-        if is_refused(span.first) {
-            spans.extend(singles(span.first, span.count).map(|(k, variable)| Span {
-                address: variable.address,
-                size: variable.size,
-                first: k,
-                count: 1,
-            }));
-        } else {
-            spans.push(*span);
+    let cached = snapshot.modules.cache_as.and_then(|generation| {
+        let mut spans: Vec<Span> = Vec::new();
+        let mut variables: Vec<CachedVariable> = Vec::new();
+        spans.try_reserve_exact(list.spans.len() + extra).ok()?;
+        variables.try_reserve_exact(list.variables.len()).ok()?;
+        variables.extend_from_slice(&list.variables);
+        for span in &list.spans {
+            if is_refused(span.first) {
+                spans.extend(singles(span.first, span.count).map(|(k, variable)| Span {
+                    address: variable.address,
+                    size: variable.size,
+                    first: k,
+                    count: 1,
+                }));
+            } else {
+                spans.push(*span);
+            }
         }
-    }
+        Some((generation, SharedList::new(ModuleList { variables, spans })?))
+    });
     crate::log!(
         Level::Info,
         "agent {:#x}: {} spans of adjacent module variables could not be copied as one; their {} variables are \
-         copied one by one from now on",
+         copied one by one by this snapshot's restores{}",
         agent.0,
         refused.len(),
-        extra + refused.len()
+        extra + refused.len(),
+        if cached.is_some() { " and by later captures" } else { "" }
     );
     snapshot.ranges = ranges;
-    snapshot.modules.list.spans = spans;
+    if let Some((generation, list)) = cached {
+        snapshot.engine.modules.store(agent, generation, list);
+    }
 }
 
 /// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,

@@ -21,7 +21,7 @@ use crate::engine::Engine;
 use crate::inventory::{PinKey, RegionKind};
 use crate::lock::Mutex;
 use crate::log::Level;
-use crate::modules::Lent;
+use crate::modules::CapturedModules;
 use crate::ops::{DeviceOps, Digest};
 use crate::storage::device::DeviceLease;
 use crate::storage::host::Lease;
@@ -38,7 +38,8 @@ mod tests;
 #[cfg(test)]
 mod v2_tests;
 
-/// Captured ranges start at multiples of this many bytes in their storage.
+/// Captured ranges are placed at multiples of this many bytes in their storage (the variables of a span that had
+/// to be split stay where the span put them).
 pub const STAGING_ALIGN: usize = 64;
 /// Module variables above this size are not captured (their writes leak across passes, with a warning).
 pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
@@ -175,8 +176,8 @@ pub struct Snapshot<'e, O: DeviceOps> {
     pub(crate) engine: &'e Engine<O>,
     pub(crate) storage: Storage,
     pub(crate) ranges: Vec<Range>,
-    /// The module list its spans index into (lent by the module cache, which gets it back on drop).
-    pub(crate) modules: Lent,
+    /// The module list its spans index into (shared with the module cache).
+    pub(crate) modules: CapturedModules,
     pub(crate) digests: Option<Digests>,
     pub(crate) info: SnapshotInfo,
 }
@@ -197,7 +198,6 @@ impl<O: DeviceOps> Snapshot<'_, O> {
 
 impl<O: DeviceOps> Drop for Snapshot<'_, O> {
     fn drop(&mut self) {
-        self.engine.modules.give_back(self.info.agent, core::mem::take(&mut self.modules));
         let stash = Stash {
             agent: self.info.agent,
             storage: core::mem::take(&mut self.storage),

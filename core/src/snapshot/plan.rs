@@ -9,7 +9,7 @@ use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::inventory::{CAPACITY_SETTING, GatherError};
 use crate::log::Level;
-use crate::modules::{CachedVariable, Lent, ModuleList};
+use crate::modules::{CachedVariable, CapturedModules, ModuleList, SharedList};
 use crate::ops::DeviceOps;
 use crate::policy::Policy;
 use crate::types::{Agent, DisplayName, ModuleVariable};
@@ -30,7 +30,7 @@ impl<O: DeviceOps> Engine<O> {
         agent: Agent,
         policy: &Policy,
         info: &mut SnapshotInfo,
-    ) -> Result<(Vec<Range>, Lent), DeclineReason> {
+    ) -> Result<(Vec<Range>, CapturedModules), DeclineReason> {
         let start = clock::now_ns();
         let mut ranges: Vec<Range> = Vec::new();
         let listed = self.inventory.gather_with(agent, &mut ranges, |region, hint| Range {
@@ -62,11 +62,10 @@ impl<O: DeviceOps> Engine<O> {
         info.inventory_ns = clock::since(start);
 
         let start = clock::now_ns();
-        let lent = self.module_list(ops, agent, policy)?;
+        let modules = self.module_list(ops, agent, policy)?;
         info.module_scan_ns = clock::since(start);
-        let spans = &lent.list.spans;
+        let spans = &modules.list.spans;
         if ranges.try_reserve_exact(spans.len()).is_err() {
-            self.modules.give_back(agent, lent);
             return Err(DeclineReason::MetadataMemory);
         }
         ranges.extend(spans.iter().map(|span| Range {
@@ -78,15 +77,15 @@ impl<O: DeviceOps> Engine<O> {
             digest_at: 0,
             hint: 0,
         }));
-        Ok((ranges, lent))
+        Ok((ranges, modules))
     }
 
     /// The agent's module variables: the cached list when the policy allows and it is current, else a scan (made
     /// at capture time, since constant memory may be filled after the executable loads).
-    fn module_list(&self, ops: &O, agent: Agent, policy: &Policy) -> Result<Lent, DeclineReason> {
+    fn module_list(&self, ops: &O, agent: Agent, policy: &Policy) -> Result<CapturedModules, DeclineReason> {
         if policy.cache_module_scan {
-            if let Some((list, generation)) = self.modules.take(agent) {
-                return Ok(Lent { list, cache_as: Some(generation) });
+            if let Some((list, generation)) = self.modules.get(agent) {
+                return Ok(CapturedModules { list, cache_as: Some(generation) });
             }
         }
         let generation = self.modules.generation();
@@ -126,8 +125,13 @@ impl<O: DeviceOps> Engine<O> {
         if out_of_memory {
             return Err(DeclineReason::MetadataMemory);
         }
-        let list = ModuleList::build(variables).ok_or(DeclineReason::MetadataMemory)?;
-        Ok(Lent { list, cache_as: policy.cache_module_scan.then_some(generation) })
+        let list = ModuleList::build(variables).and_then(SharedList::new).ok_or(DeclineReason::MetadataMemory)?;
+        let cache_as = policy.cache_module_scan.then_some(generation);
+        if let Some(generation) = cache_as {
+            // Complete: cached now, so that captures of the agent share it from here on.
+            self.modules.store(agent, generation, list.clone());
+        }
+        Ok(CapturedModules { list, cache_as })
     }
 }
 

@@ -261,7 +261,11 @@ impl<O: DeviceOps> Engine<O> {
                 outcomes[start + i] = if !scratch.is_pinned(i) {
                     Outcome::Skipped
                 } else {
-                    let split = scratch.split.iter().find(|&&(at, _)| at as usize == i).map(|&(_, lost)| lost);
+                    let split = scratch
+                        .split
+                        .binary_search_by_key(&(i as u32), |&(at, _)| at)
+                        .ok()
+                        .map(|at| scratch.split[at].1);
                     match (scratch.has_failed(i), split) {
                         (false, None) => Outcome::Done,
                         (false, Some(_)) => Outcome::DoneOneByOne,
@@ -401,6 +405,8 @@ impl<O: DeviceOps> Engine<O> {
                         let (lost, lost_bytes) = self.copy_variables(ops, agent, range, members, job);
                         // Without memory for the note, a span copied whole one by one still counts as done, and
                         // one that failed in part counts every variable as failed.
+                        // In order of the chunk's ranges, for the binary search that reads the notes.
+                        debug_assert!(batch.split.last().is_none_or(|&(at, _)| at < owner));
                         if batch.split.try_reserve(1).is_ok() {
                             batch.split.push((owner, lost));
                         }
@@ -432,9 +438,9 @@ impl<O: DeviceOps> Engine<O> {
         failed_bytes
     }
 
-    /// Copies each of a span's `members` on its own, after `job` (the whole span) failed. Returns how many failed,
-    /// and the bytes of the span they leave unmoved (overlapping variables counted once: the span's bytes at
-    /// most).
+    /// Copies each of a span's `members` (sorted by address) on its own, after `job` (the whole span) failed.
+    /// Returns how many failed, and the bytes of the span they leave unmoved (the union of the failed variables:
+    /// bytes they share are counted once).
     fn copy_variables(
         &self,
         ops: &O,
@@ -446,6 +452,8 @@ impl<O: DeviceOps> Engine<O> {
         debug_assert_eq!(job.bytes, span.size, "a span is always copied whole");
         let mut lost = 0u32;
         let mut lost_bytes = 0usize;
+        // End of the failed bytes counted so far.
+        let mut lost_end = span.address;
         for member in members {
             let delta = member.address - span.address;
             // SAFETY: the member lies within the span (`delta + member.size <= span.size`), on both sides of the
@@ -453,7 +461,9 @@ impl<O: DeviceOps> Engine<O> {
             let result = unsafe { ops.copy(job.dst.add(delta), job.src.add(delta), member.size) };
             if let Err(error) = result {
                 lost += 1;
-                lost_bytes += member.size;
+                let end = member.address + member.size;
+                lost_bytes += end.saturating_sub(member.address.max(lost_end));
+                lost_end = lost_end.max(end);
                 crate::log!(
                     Level::Warning,
                     "agent {:#x}: copying module variable at {:#x} ({} bytes) failed ({error:?})",
@@ -474,6 +484,6 @@ impl<O: DeviceOps> Engine<O> {
                 span.size
             );
         }
-        (lost, lost_bytes.min(span.size))
+        (lost, lost_bytes)
     }
 }

@@ -622,3 +622,63 @@ fn a_capture_declines_only_when_a_variable_of_a_failed_span_cannot_be_copied_alo
     assert_eq!(engine.retained_staging_bytes(A), 0);
     assert_eq!(device.state().violations, 0);
 }
+
+#[test]
+fn a_restore_counts_the_bytes_of_failed_overlapping_variables_once() {
+    let (engine, device) = setup!(Policy::default());
+    device.state().offer_copy_batch = false;
+    let variables: Vec<usize> = (0..2).map(|i| device.add_variable(A, b"v", 256, i)).collect();
+    // An alias over the second half of the first variable and the first half of the second: one span of 512.
+    device.state().variables.push(crate::sim::Variable {
+        agent: A,
+        name: b"alias".to_vec(),
+        address: variables[0] + 128,
+        size: 256,
+        is_constant: false,
+    });
+    let snapshot = engine.snap(A).unwrap();
+    assert_eq!((snapshot.info().module_variables, snapshot.info().bytes), (3, 512));
+    // The span fails, then the first variable (bytes 0..256) and the alias (128..384) alone: 384 bytes lost.
+    fail_device_copies(&device, vec![(variables[0], 512), (variables[0], 256), (variables[0] + 128, 256)]);
+    let (report, status) = engine.restore(&snapshot);
+    assert_eq!(status, Err(Error::PartialRestore));
+    assert_eq!((report.restored, report.failed, report.bytes), (1, 2, 512 - 384));
+    device.set_hook(None);
+    assert_eq!(device.state().violations, 0);
+}
+
+#[test]
+fn snapshots_alive_at_once_share_the_cached_module_list() {
+    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    device.state().offer_copy_batch = false;
+    let variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"a", 512, i)).collect();
+    device.new_code_object();
+    let last = device.add_variable(A, b"b", 512, 3);
+    let first = engine.snap(A).unwrap();
+    let scans = device.state().scans;
+    // The first capture cut the refused span and cached the cut list while it is still alive: the second capture
+    // neither scans nor tries the span again.
+    let second = engine.snap(A).unwrap();
+    {
+        let state = device.state();
+        assert_eq!((state.scans, state.refused_copies), (scans, 1));
+    }
+    let third = engine.snap(A).unwrap();
+    assert_eq!(device.state().scans, scans);
+    for &v in variables.iter().chain([&last]) {
+        device.write(v, &[0xEE; 512]);
+    }
+    for snapshot in [&first, &second, &third] {
+        let (report, status) = engine.restore(snapshot);
+        status.unwrap();
+        assert_eq!((report.restored, report.failed), (4, 0));
+    }
+    // A holder keeps its list after modules_changed; the next capture scans.
+    engine.modules_changed();
+    drop(first);
+    engine.restore(&second).1.unwrap();
+    drop((second, third));
+    engine.snap(A).unwrap();
+    let state = device.state();
+    assert_eq!((state.scans, state.refused_copies, state.violations), (scans + 1, 2, 0));
+}
