@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "kreplay/cuda.hpp"
+#include "populate.hpp"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -30,16 +31,13 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Populates by touching instead of madvise: an atomic "or 0" into one byte of every 4 KiB page is one write fault
-// per page (one per 2 MiB where a huge page backs it), keeps the contents, and takes the fault path, which on
-// Linux 6.4+ locks only the faulting mapping, not the process's mmap lock that MADV_POPULATE_WRITE holds.
+// Populates by touching instead of madvise, as the adapters do (adapters/common/populate.hpp): an atomic "or 0"
+// into one byte of every 4 KiB page is one write fault per page (one per 2 MiB where a huge page backs it), keeps
+// the contents, and takes the fault path, which on Linux 6.4+ locks only the faulting mapping, not the process's
+// mmap lock that MADV_POPULATE_WRITE holds.
 constexpr size_t kTouch = ~size_t{0};
 
-void touch_slice(char* base, size_t bytes) {
-  for (size_t at = 0; at < bytes; at += 4096) {
-    (void)__atomic_fetch_or(base + at, 0, __ATOMIC_RELAXED);
-  }
-}
+void touch_slice(char* base, size_t bytes) { kreplay_adapter::touch_pages(base, bytes, 4096); }
 
 // One madvise per slice, or (step > 0) one per step of the slice, or (step == kTouch) by touching.
 void populate_slice(char* base, size_t bytes, size_t step) {
@@ -133,11 +131,14 @@ void pair(size_t bytes) {
           const char* serialized = serialize == one_at_a_time::nothing    ? "nothing"
                                    : serialize == one_at_a_time::populate ? "populate"
                                                                           : "register";
-          std::printf("%d at once, one at a time: %-8s, step %-6s: thread 0 %6.1f + %5.1f = %6.1f; thread 1 %6.1f + "
-                      "%5.1f = %6.1f\n",
-                      threads_at_once, serialized, step == kTouch ? "touch" : step ? "32 MiB" : "slice",
-                      populate_ms[0], register_ms[0], populate_ms[0] + register_ms[0], populate_ms[1], register_ms[1],
-                      populate_ms[1] + register_ms[1]);
+          std::printf("%d at once, one at a time: %-8s, step %-6s: thread 0 %6.1f + %5.1f = %6.1f", threads_at_once,
+                      serialized, step == kTouch ? "touch" : step ? "32 MiB" : "slice", populate_ms[0],
+                      register_ms[0], populate_ms[0] + register_ms[0]);
+          if (threads_at_once == 2) {
+            std::printf("; thread 1 %6.1f + %5.1f = %6.1f", populate_ms[1], register_ms[1],
+                        populate_ms[1] + register_ms[1]);
+          }
+          std::printf("%s\n", registered[0] && (threads_at_once < 2 || registered[1]) ? "" : " (a register failed)");
         }
       }
     }
@@ -148,8 +149,13 @@ void pair(size_t bytes) {
 // in one process (two GPUs' first dispatches) and one alone; ms per call.
 int adapter(size_t bytes) {
   kreplay_device_ops_t ops{};
-  if (kreplay_cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS || ops.host_lock == nullptr) {
-    std::printf("kreplay_cuda::make_ops failed\n");
+  if (kreplay_cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS) {
+    std::printf("kreplay_cuda::make_ops failed: %s\n", kreplay_cuda::last_op_error());
+    return 1;
+  }
+  if (ops.host_lock == nullptr) {
+    std::printf("the adapter offers no host_lock\n");
+    if (ops.release != nullptr) ops.release(ops.user_data);
     return 1;
   }
   std::printf("the adapter's host_lock on fresh blocks (ms per call)\n");
@@ -157,18 +163,24 @@ int adapter(size_t bytes) {
     for (int threads_at_once : {2, 1}) {
       double lock_ms[2] = {0, 0};
       bool locked[2] = {false, false};
+      const char* why[2] = {"", ""};  // the CUDA error of a failed lock (the adapter keeps it per thread)
       on_fresh_blocks(
           threads_at_once, bytes,
           [&](int t, char* block) {
             const auto start = std::chrono::steady_clock::now();
             locked[t] = ops.host_lock(ops.user_data, block, bytes) == KREPLAY_STATUS_SUCCESS;
             lock_ms[t] = ms_since(start);
+            if (!locked[t]) why[t] = kreplay_cuda::last_op_error();
           },
           [&](int t, char* block) {
             if (locked[t]) (void)ops.host_unlock(ops.user_data, block, bytes);
           });
-      std::printf("round %d, %d at once: thread 0 %6.1f%s, thread 1 %6.1f%s\n", round, threads_at_once, lock_ms[0],
-                  locked[0] ? "" : " (failed)", lock_ms[1], threads_at_once < 2 || locked[1] ? "" : " (failed)");
+      std::printf("round %d, %d at once: thread 0 %6.1f%s%s", round, threads_at_once, lock_ms[0],
+                  locked[0] ? "" : " failed: ", why[0]);
+      if (threads_at_once == 2) {
+        std::printf(", thread 1 %6.1f%s%s", lock_ms[1], locked[1] ? "" : " failed: ", why[1]);
+      }
+      std::printf("\n");
     }
   }
   if (ops.release != nullptr) ops.release(ops.user_data);

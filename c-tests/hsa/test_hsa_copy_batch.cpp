@@ -96,6 +96,9 @@ void batch_copies_through_the_engines_and_falls_back_for_pageable_memory(const k
   const hsa_agent_t gpu = fake::agents.gpu;
   layout_t layout = make_layout(8);
   std::vector<unsigned char> locked_staging(layout.staging_bytes);
+  // Nothing to lock is refused before anything is touched.
+  HSA_TEST_CHECK(ops.host_lock(ops.user_data, nullptr, 4096) == KREPLAY_STATUS_INVALID_ARGUMENT);
+  HSA_TEST_CHECK(ops.host_lock(ops.user_data, locked_staging.data(), 0) == KREPLAY_STATUS_INVALID_ARGUMENT);
   HSA_TEST_CHECK(ops.host_lock(ops.user_data, locked_staging.data(), locked_staging.size()) == KREPLAY_STATUS_SUCCESS);
 
   // Device to locked host and back: every copy on the engines, none through hsa_memory_copy.

@@ -68,8 +68,10 @@ pub trait DeviceOps: Send + Sync {
 
     /// Page-locks host memory for faster transfers. The engine locks each staging block once, when it is
     /// fresh from `mmap` (no page touched yet), so this is where a first dispatch pays for faulting its
-    /// footprint in: an implementation that can should populate the range first, in parallel
-    /// (`MADV_POPULATE_WRITE` on slices from several threads), since runtimes fault pages in one by one.
+    /// footprint in: an implementation that can should populate the range first, in parallel, since runtimes
+    /// fault pages in one by one. Touching each page from a few threads (a write fault each) scales when several
+    /// agents' first dispatches run at once in one process, where `MADV_POPULATE_WRITE` holds the process's mmap
+    /// lock and queues them (the adapters' `adapters/common/populate.hpp` has the figures).
     fn host_lock(&self, ptr: *mut u8, bytes: usize) -> Result<()>;
 
     /// Undoes [`DeviceOps::host_lock`].

@@ -11,17 +11,13 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include "kernels.hpp"
+#include "populate.hpp"
 
 namespace kreplay_cuda {
 namespace {
@@ -157,7 +153,7 @@ class range_set {
   std::map<uintptr_t, size_t> ranges_;
 };
 
-// What one device needs for batches and digests: a stream of its own and scratch buffers that grow to the
+// What one device needs for batches and digests: streams of its own and scratch buffers that grow to the
 // largest batch seen. One batch or digest at a time per device and set of ops.
 struct device_state {
   std::mutex mutex;
@@ -390,61 +386,12 @@ kreplay_status_t op_iterate_module_variables(void*, kreplay_agent_t agent, krepl
   return KREPLAY_STATUS_SUCCESS;
 }
 
-// Faults one slice in, writable, without changing its contents: an atomic "or 0" into one byte of every page is
-// one write fault per page (per 2 MiB where a transparent huge page backs it). Faults lock only the faulting
-// mapping (Linux 6.4 and later), where MADV_POPULATE_WRITE holds the process's mmap lock: two GPUs' first
-// dispatches populating at once in one process then scale instead of queueing behind each other.
-void populate_slice(char* start, size_t bytes, size_t page) {
-  for (size_t at = 0; at < bytes; at += page) {
-    (void)__atomic_fetch_or(start + at, 0, __ATOMIC_RELAXED);
-  }
-}
-
-// kreplay locks each staging block once, fresh from mmap: cudaHostRegister would then fault its pages in one
-// by one, which is most of a first dispatch's staging time. Measured on the H200 machine for 1.125 GiB
-// (kreplay_host_lock_bench, c-tests/cuda/bench_host_lock.cu; docs/performance.md): register alone 338-472 ms;
-// populated first on one thread 371-495 ms; with transparent huge pages advised and 4 threads populating, 77-92
-// ms in all (8 or 16 threads were slower: 134-194 ms). So large blocks get the advice and four slices in parallel.
-// Two such blocks at once from two threads of one process (two GPUs): 94-130 ms each populating by touching,
-// against 124-188 ms with MADV_POPULATE_WRITE one block at a time and 158-298 ms with it at once.
-void populate(void* ptr, size_t bytes) {
-  constexpr size_t min_slice = size_t{64} << 20;
-  constexpr size_t max_threads = 4;
-  const long raw_page = sysconf(_SC_PAGESIZE);
-  const size_t page = raw_page > 0 ? static_cast<size_t>(raw_page) : 4096;
-  char* base = static_cast<char*>(ptr);
-  if (bytes >= min_slice) {
-    // Advice only: a kernel without transparent huge pages refuses it, and nothing else changes.
-    (void)madvise(base, bytes, MADV_HUGEPAGE);
-  }
-  size_t threads = std::min<size_t>({size_t{std::thread::hardware_concurrency()}, max_threads, bytes / min_slice});
-  if (threads <= 1) {
-    populate_slice(base, bytes, page);
-    return;
-  }
-  const size_t slice = (bytes / threads + page - 1) / page * page;
-  std::vector<std::thread> workers;
-  size_t done = 0;
-  try {
-    workers.reserve(threads);
-    for (size_t at = slice; at < bytes; at += slice) {
-      workers.emplace_back(populate_slice, base + at, std::min(slice, bytes - at), page);
-    }
-  } catch (const std::exception&) {
-    // No thread (or no memory for one): the rest is done below, on this thread.
-  }
-  populate_slice(base, std::min(slice, bytes), page);
-  for (std::thread& worker : workers) {
-    worker.join();
-    done += slice;
-  }
-  for (size_t at = slice + done; at < bytes; at += slice) {
-    populate_slice(base + at, std::min(slice, bytes - at), page);
-  }
-}
-
 kreplay_status_t op_host_lock(void* user_data, void* host_ptr, size_t bytes) {
-  populate(host_ptr, bytes);
+  if (host_ptr == nullptr || bytes == 0) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  // Faulted in first, in parallel, with huge pages advised: see adapters/common/populate.hpp.
+  kreplay_adapter::populate(host_ptr, bytes);
   // Portable: staging is locked from whichever thread snapshots, and with several devices the registration
   // must count as pinned for every device's context. Mapped: the gather kernel reads and writes it directly.
   cudaError_t error = cudaHostRegister(host_ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <new>
 
-#include <sys/mman.h>
+#include "populate.hpp"
 
 namespace kreplay::hsa {
 namespace detail {
@@ -84,15 +84,15 @@ kreplay_status_t op_pointer_info(void* user_data, const void* ptr, kreplay_point
 // kreplay's host_lock names no agent, and staging serves copies to and from any GPU: lock for every agent,
 // which hsa_amd_memory_lock does when given no agent list. The range and its agent pointer are remembered for
 // copy_batch, which hands the agent pointer to the DMA engines.
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it, and the lock faults pages in itself */
-#endif
-
 kreplay_status_t op_host_lock(void* user_data, void* host_ptr, std::size_t bytes) {
+  if (host_ptr == nullptr || bytes == 0) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
   const auto* ctx = static_cast<const context*>(user_data);
-  // kreplay locks each staging block once, fresh from mmap: fault it in with one call rather than letting the
-  // lock fault it page by page. Contents are unchanged; a refusal only makes the lock slower.
-  (void)madvise(host_ptr, bytes, MADV_POPULATE_WRITE);
+  // kreplay locks each staging block once, fresh from mmap: fault it in first, in parallel, with huge pages
+  // advised, rather than letting the lock fault it page by page (adapters/common/populate.hpp has the figures,
+  // measured with cudaHostRegister; hsa_amd_memory_lock likewise pins pages, and finds them present).
+  kreplay_adapter::populate(host_ptr, bytes);
   void* agent_ptr = nullptr;
   hsa_status_t status = ctx->memory_lock(host_ptr, bytes, nullptr, 0, &agent_ptr);
   if (status != HSA_STATUS_SUCCESS) {
