@@ -15,8 +15,9 @@
 // snapshot reuses the retained staging) and staging_pinned_as_policy_says (host_lock used or not). Then the
 // version-2 behaviours:
 //   batch_copies_are_exact               the adapter's copy_batch, many small (4,096 x 64 KiB plus odd sizes and
-//                                         addresses) and few large (4 x 64 MiB) copies, device <-> page-locked
-//                                         host, device <-> device, device <-> pageable host: every byte arrives;
+//                                         addresses), few large (4 x 64 MiB) and both in one batch (64 MiB and
+//                                         small pieces), device <-> page-locked host, device <-> device, device
+//                                         <-> pageable host: every byte arrives;
 //   digest_self_test                     digest_selftest.hpp (host agreement, 10,000 single-bit flips, swapped
 //                                         words, equal bytes);
 //   device_tier_whole_footprint          device_budget_bytes = the footprint: the snapshot is on the device,
@@ -565,7 +566,7 @@ void batch_copies_are_exact(int device, test_case& t) {
     std::vector<piece> pieces;
     size_t span;
   };
-  std::vector<layout> layouts(2);
+  std::vector<layout> layouts(3);
   layouts[0].name = "4,096 x 64 KiB and odd pieces";
   size_t offset = 0;
   for (size_t i = 0; i < 4096; ++i, offset += 64u << 10) {
@@ -582,6 +583,13 @@ void batch_copies_are_exact(int device, test_case& t) {
     layouts[1].pieces.push_back({i * (64u << 20), i * (64u << 20), 64u << 20});
   }
   layouts[1].span = 256u << 20;
+  // Both kinds in one batch: the 64 MiB copy on the copy engines (a side stream) while the kernel copies the
+  // small pieces, as for a region and its module variables.
+  layouts[2].name = "64 MiB with small pieces";
+  layouts[2].pieces.push_back({0, 0, 64u << 20});
+  layouts[2].pieces.push_back({(64u << 20) + 4, (64u << 20) + 4, 13});
+  layouts[2].pieces.push_back({(64u << 20) + 257, (64u << 20) + 259, 100000});
+  layouts[2].span = (64u << 20) + (256u << 10);
 
   kreplay_copy_t bad{nullptr, nullptr, 1};
   t.expect(ops.copy_batch(ops.user_data, kreplay_agent_t{0}, &bad, 1) == KREPLAY_STATUS_INVALID_ARGUMENT,
@@ -606,7 +614,6 @@ void batch_copies_are_exact(int device, test_case& t) {
       return;
     }
     unsigned char* host = static_cast<unsigned char*>(map);
-    // Only the pieces' bytes are compared; the rest of each buffer is whatever it held.
     // Only the pieces' bytes are compared; the rest of each buffer is whatever it held.
     auto from_device = [&](const void* ptr) {
       std::vector<unsigned char> all(l.span);
