@@ -496,13 +496,7 @@ fn adjacent_module_variables_are_copied_as_one_span_and_counted_one_by_one() {
     // 100 variables back to back in one code object (the simulated device places them 256 bytes apart), and one
     // reported twice over a part of another (aliases overlap).
     let variables: Vec<usize> = (0..100).map(|i| device.add_variable(A, b"v", 256, i as u8)).collect();
-    device.state().variables.push(crate::sim::Variable {
-        agent: A,
-        name: b"alias".to_vec(),
-        address: variables[7] + 64,
-        size: 300,
-        is_constant: false,
-    });
+    add_alias(&device, variables[7] + 64, 300);
     let region = tracked(engine, &device, 4096, 0xAA);
     let copies = device.state().copies;
     let snapshot = engine.snap(A).unwrap();
@@ -559,6 +553,13 @@ fn a_span_the_device_refuses_is_copied_variable_by_variable_and_is_not_merged_ag
     }
     engine.restore(&snapshot).1.unwrap();
     assert_eq!(device.state().violations, 0);
+}
+
+/// Reports one more module variable of `size` bytes at `address`, over existing ones (an alias: no storage of its
+/// own).
+fn add_alias(device: &SimDevice, address: usize, size: usize) {
+    let alias = crate::sim::Variable { agent: A, name: b"alias".to_vec(), address, size, is_constant: false };
+    device.state().variables.push(alias);
 }
 
 /// Makes every `copy` whose device side is one of `targets` (address, bytes) fail.
@@ -629,13 +630,7 @@ fn a_restore_counts_the_bytes_of_failed_overlapping_variables_once() {
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..2).map(|i| device.add_variable(A, b"v", 256, i)).collect();
     // An alias over the second half of the first variable and the first half of the second: one span of 512.
-    device.state().variables.push(crate::sim::Variable {
-        agent: A,
-        name: b"alias".to_vec(),
-        address: variables[0] + 128,
-        size: 256,
-        is_constant: false,
-    });
+    add_alias(&device, variables[0] + 128, 256);
     let snapshot = engine.snap(A).unwrap();
     assert_eq!((snapshot.info().module_variables, snapshot.info().bytes), (3, 512));
     // The span fails, then the first variable (bytes 0..256) and the alias (128..384) alone: 384 bytes lost.
