@@ -288,6 +288,60 @@ mod tests {
     }
 
     #[test]
+    fn random_lists_cut_into_exact_disjoint_spans() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        let sizes = [1, 8, 256, 4096, 300 << 20, 600 << 20, MAX_SPAN_BYTES];
+        for _ in 0..if cfg!(miri) { 20 } else { 3000 } {
+            // Variables placed after the previous one: overlapping it, touching it, or past a gap; then shuffled.
+            let mut variables = Vec::new();
+            let mut end = 0x10_0000usize;
+            for _ in 0..next(40) {
+                let size = sizes[next(sizes.len() as u64) as usize];
+                let address = match next(3) {
+                    0 => end - (next(end as u64 - 0x10_0000 + 1) as usize).min(end - 0x10_0000),
+                    1 => end,
+                    _ => end + 1 + next(4096) as usize,
+                };
+                variables.push(v(address, size));
+                end = end.max(address + size);
+            }
+            for i in (1..variables.len()).rev() {
+                variables.swap(i, next(i as u64 + 1) as usize);
+            }
+            let list = ModuleList::build(variables).unwrap();
+            let sorted = &list.variables;
+            assert!(sorted.windows(2).all(|w| (w[0].address, w[0].size) <= (w[1].address, w[1].size)));
+            let mut first = 0usize;
+            for (k, span) in list.spans.iter().enumerate() {
+                assert_eq!(span.first as usize, first, "spans take the variables in order, none left out");
+                let members = &sorted[first..][..span.count as usize];
+                let mut covered = members[0].address;
+                for member in members {
+                    assert!(member.address <= covered, "a gap inside a span");
+                    covered = covered.max(member.address + member.size);
+                }
+                assert_eq!((span.address, span.address + span.size), (members[0].address, covered), "not exact");
+                if let Some(next_span) = list.spans.get(k + 1) {
+                    let span_end = span.address + span.size;
+                    assert!(next_span.address >= span_end, "spans overlap");
+                    if next_span.address == span_end {
+                        let joined = span_end + sorted[next_span.first as usize].size - span.address;
+                        assert!(joined > MAX_SPAN_BYTES, "touching variables cut apart below the limit");
+                    }
+                }
+                first += span.count as usize;
+            }
+            assert_eq!(first, sorted.len());
+        }
+    }
+
+    #[test]
     fn a_cached_list_is_shared_until_modules_change_and_freed_by_its_last_holder() {
         let cache = ModuleCache::new();
         let agent = Agent(1);
