@@ -129,7 +129,26 @@ fn sim() -> &'static SimDevice {
 }
 
 fn raw(result: kreplay_core::Result<()>) -> RawStatus {
-    RawStatus(to_status(result) as u32)
+    to_status(result).into()
+}
+
+/// The status of `value()`; on success its value is written through `out` first. `out` NULL:
+/// `INVALID_ARGUMENT`, and `value` is not called.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of `T`.
+unsafe fn deliver<T>(out: *mut T, value: impl FnOnce() -> kreplay_core::Result<T>) -> kreplay_status_t {
+    if out.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    match value() {
+        Ok(value) => {
+            // SAFETY: writable by this function's contract.
+            unsafe { out.write(value) };
+            KREPLAY_STATUS_SUCCESS
+        }
+        Err(error) => error.into(),
+    }
 }
 
 unsafe extern "C" fn sim_copy(_: *mut c_void, dst: *mut c_void, src: *const c_void, bytes: usize) -> RawStatus {
@@ -143,21 +162,17 @@ unsafe extern "C" fn sim_pointer_info(
     ptr: *const c_void,
     info: *mut kreplay_pointer_info_t,
 ) -> RawStatus {
-    match sim().pointer_info(ptr.cast()) {
-        Ok(found) => {
-            let answer = kreplay_pointer_info_t {
-                r#type: RawPointerType(kreplay_pointer_type_t::from(found.kind) as u32),
-                global_flags: found.global_flags.bits(),
-                owner: found.owner.into(),
-                base: found.base as *mut c_void,
-                size: found.size,
-            };
-            // SAFETY: the library passes a writable info struct.
-            unsafe { info.write(answer) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    let answer = || {
+        sim().pointer_info(ptr.cast()).map(|found| kreplay_pointer_info_t {
+            r#type: RawPointerType(kreplay_pointer_type_t::from(found.kind) as u32),
+            global_flags: found.global_flags.bits(),
+            owner: found.owner.into(),
+            base: found.base as *mut c_void,
+            size: found.size,
+        })
+    };
+    // SAFETY: the library passes a writable info struct.
+    unsafe { deliver(info, answer) }.into()
 }
 
 unsafe extern "C" fn sim_iterate(
@@ -188,23 +203,36 @@ unsafe extern "C" fn sim_host_unlock(_: *mut c_void, ptr: *mut c_void, bytes: us
     raw(sim().host_unlock(ptr.cast(), bytes))
 }
 
+/// Runs `op` on the `count` entries at `list`, read as `J`: success at once for an empty list,
+/// `INVALID_ARGUMENT` for NULL.
+///
+/// # Safety
+/// `list` must be NULL or point to `count` readable entries of a C type with `J`'s layout (checked in
+/// `device_ops` for `kreplay_copy_t` and `kreplay_digest_job_t`).
+unsafe fn on_list<C, J>(list: *const C, count: usize, op: impl FnOnce(&[J]) -> kreplay_core::Result<()>) -> RawStatus {
+    if count == 0 {
+        return KREPLAY_STATUS_SUCCESS.into();
+    }
+    if list.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT.into();
+    }
+    // SAFETY: non-null, `count` readable entries with `J`'s layout (this function's contract).
+    raw(op(unsafe { std::slice::from_raw_parts(list.cast::<J>(), count) }))
+}
+
 unsafe extern "C" fn sim_copy_batch(
     _: *mut c_void,
     agent: kreplay_agent_t,
     copies: *const kreplay_copy_t,
     count: usize,
 ) -> RawStatus {
-    if count == 0 {
-        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
-    }
-    if copies.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    // SAFETY: the library passes `count` readable copies; `kreplay_copy_t` has `CopyJob`'s layout (checked in
-    // the ops module).
-    let jobs = unsafe { std::slice::from_raw_parts(copies.cast::<CopyJob>(), count) };
-    // SAFETY: every copy is valid by the `copy_batch` op's contract; the sim checks device ranges itself.
-    raw(unsafe { sim().copy_batch(agent.into(), jobs) })
+    let copy = |jobs: &[CopyJob]| {
+        // SAFETY: every copy is valid by the `copy_batch` op's contract; the sim checks device ranges itself.
+        unsafe { sim().copy_batch(agent.into(), jobs) }
+    };
+    // SAFETY: the library passes `count` readable copies (the `copy_batch` op's contract), and
+    // `kreplay_copy_t` has `CopyJob`'s layout.
+    unsafe { on_list(copies, count, copy) }
 }
 
 unsafe extern "C" fn sim_device_alloc(
@@ -213,17 +241,9 @@ unsafe extern "C" fn sim_device_alloc(
     bytes: usize,
     ptr_out: *mut *mut c_void,
 ) -> RawStatus {
-    if ptr_out.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    match sim().device_alloc(agent.into(), bytes) {
-        Ok(ptr) => {
-            // SAFETY: non-null and writable by the op's contract.
-            unsafe { ptr_out.write(ptr.as_ptr().cast()) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    let block = || sim().device_alloc(agent.into(), bytes).map(|ptr| ptr.as_ptr().cast());
+    // SAFETY: NULL or writable by the op's contract.
+    unsafe { deliver(ptr_out, block) }.into()
 }
 
 unsafe extern "C" fn sim_device_free(
@@ -235,7 +255,7 @@ unsafe extern "C" fn sim_device_free(
     match NonNull::new(ptr.cast::<u8>()) {
         // SAFETY: the sim checks that `ptr`/`bytes` is a block it handed to `agent` and refuses anything else.
         Some(ptr) => raw(unsafe { sim().device_free(agent.into(), ptr, bytes) }),
-        None => RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32),
+        None => KREPLAY_STATUS_INVALID_ARGUMENT.into(),
     }
 }
 
@@ -246,17 +266,13 @@ unsafe extern "C" fn sim_digest(
     count: usize,
     block_bytes: usize,
 ) -> RawStatus {
-    if count == 0 {
-        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
-    }
-    if jobs.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    // SAFETY: the library passes `count` readable jobs; `kreplay_digest_job_t` has `DigestJob`'s layout
-    // (checked in the ops module).
-    let jobs = unsafe { std::slice::from_raw_parts(jobs.cast::<DigestJob>(), count) };
-    // SAFETY: each job's output is writable by the op's contract; the sim checks the device ranges itself.
-    raw(unsafe { sim().digest(agent.into(), jobs, block_bytes) })
+    let digest = |jobs: &[DigestJob]| {
+        // SAFETY: each job's output is writable by the op's contract; the sim checks the device ranges itself.
+        unsafe { sim().digest(agent.into(), jobs, block_bytes) }
+    };
+    // SAFETY: the library passes `count` readable jobs (the `digest` op's contract), and
+    // `kreplay_digest_job_t` has `DigestJob`'s layout.
+    unsafe { on_list(jobs, count, digest) }
 }
 
 /// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the version-2 ops
@@ -322,18 +338,14 @@ fn alloc_common(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    if ptr_out.is_null() || size == 0 {
+    if size == 0 {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
     let kind = kind.engine().unwrap_or(PointerType::Unknown);
-    match sim().try_alloc(at, agent.into(), size, kind, GlobalFlags::from_bits_retain(global_flags)) {
-        Ok(base) => {
-            // SAFETY: non-null and writable by the caller's contract.
-            unsafe { ptr_out.write(base as *mut c_void) };
-            KREPLAY_STATUS_SUCCESS
-        }
-        Err(error) => error.into(),
-    }
+    let flags = GlobalFlags::from_bits_retain(global_flags);
+    let base = || sim().try_alloc(at, agent.into(), size, kind, flags).map(|base| base as *mut c_void);
+    // SAFETY: NULL or writable by the caller's contract.
+    unsafe { deliver(ptr_out, base) }
 }
 
 /// Allocates `size` bytes of simulated memory of the given kind and global flags, owned by `agent`. The
@@ -396,23 +408,17 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     is_constant: bool,
     address_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    if address_out.is_null() {
-        return KREPLAY_STATUS_INVALID_ARGUMENT;
-    }
-    let name: &[u8] = if name.is_null() {
-        &[]
-    } else {
-        // SAFETY: non-null and NUL-terminated by the caller's contract.
-        unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
+    let add = || {
+        let name: &[u8] = if name.is_null() {
+            &[]
+        } else {
+            // SAFETY: non-null and NUL-terminated by the caller's contract.
+            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
+        };
+        sim().add_variable_with(agent.into(), name, size, is_constant).map(|address| address as *mut c_void)
     };
-    match sim().add_variable_with(agent.into(), name, size, is_constant) {
-        Ok(address) => {
-            // SAFETY: non-null and writable by the caller's contract.
-            unsafe { address_out.write(address as *mut c_void) };
-            KREPLAY_STATUS_SUCCESS
-        }
-        Err(error) => error.into(),
-    }
+    // SAFETY: NULL or writable by the caller's contract.
+    unsafe { deliver(address_out, add) }
 }
 
 /// Arms the faults in `faults` (NULL disarms all) and restarts their counts.

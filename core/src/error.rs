@@ -11,10 +11,12 @@ use core::ffi::CStr;
 ///
 /// ```ignore
 /// c_enum! {
-///     /// Why a snapshot was declined.
-///     pub enum DeclineReason, unknown "unknown decline reason" {
-///         /// Not declined.
-///         None = 0 => "not declined",
+///     /// What a light shows.
+///     pub enum Light, unknown "unknown light" {
+///         /// Stop.
+///         Red = 0 => "red: stop",
+///         /// Go.
+///         Green = 1 => "green: go",
 ///     }
 /// }
 /// ```
