@@ -127,7 +127,7 @@ fn argument_names(parameters: &Group) -> Result<String, String> {
     for token in parameters.stream() {
         let joint_minus = matches!(&token, TokenTree::Punct(p) if p.as_char() == '-' && p.spacing() == Spacing::Joint);
         match &token {
-            TokenTree::Ident(name) if expect_name => {
+            TokenTree::Ident(name) if expect_name && !matches!(name.to_string().as_str(), "mut" | "_") => {
                 names.push(name.to_string());
                 expect_name = false;
             }
