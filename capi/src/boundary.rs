@@ -1,128 +1,132 @@
-//! The panic boundary (no unwinding crosses into C), and whether a call is nested in a device op or a logger.
+//! The panic boundary: no unwinding crosses into C.
+//!
+//! Every export is written as the plain `#[unsafe(no_mangle)] pub extern "C" fn` that cbindgen and rustfmt
+//! read, with one more attribute, `#[ffi_guard]` (the `kreplay-capi-macros` crate, under `capi/macros`). The
+//! attribute wraps the body in [`run`], passing the function's name as its identifier spells it; what a call
+//! returns after a caught panic comes from the return type ([`OnPanic`]), so no export spells out a default.
+//!
+//! Why this shape. hyper's `ffi_fn!` writes the whole export from inside a `macro_rules!` macro: the name comes
+//! from the code, but the function only exists after expansion, so the header would need cbindgen's macro
+//! expansion (a nightly compiler at every regeneration, and rustfmt never formats the bodies). rustls-ffi puts
+//! `ffi_panic_boundary! { .. }` inside an ordinary function and takes the default from the return type, but
+//! a macro in the body cannot know the function's name: it would have to be typed again by hand (and drift),
+//! or be dug out of a type name at run time. An attribute has both: cbindgen sees an ordinary export (it
+//! ignores attributes it does not know), the body is ordinary code for rustfmt, and the name and the default
+//! come from the signature. The cost is a proc-macro crate, which depends on nothing but `proc_macro`.
+//!
+//! `#[ffi_guard(fast_path = check)]` answers before the boundary when `check()` returns `Some`: the
+//! `kreplay_record_*` functions use it so that, while tracking is off, they cost one load and a return, with
+//! no stack frame (the guarded body is then an out-of-line inner function).
 
-use std::cell::Cell;
+use std::ffi::c_char;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use kreplay_core::log::Level;
 
-thread_local! {
-    /// Logger deliveries this thread is inside (some messages come from C-boundary code outside any engine call).
-    static LOGGING: Cell<u32> = const { Cell::new(0) };
+pub(crate) use kreplay_capi_macros::ffi_guard;
+
+/// What an export returns when its body panicked: its return type's "internal error".
+pub(crate) trait OnPanic {
+    /// The value returned after a caught panic.
+    const ON_PANIC: Self;
 }
 
-/// Wraps the body of an exported function: `ffi_guard!(default, || body)`. A panic inside the body is logged
-/// with the function's name, taken from the code, and the call returns `default`.
-macro_rules! ffi_guard {
-    ($default:expr, $body:expr) => {{
-        fn here() {}
-        // The name is worked out only if the body panics: the record paths pay nothing for it.
-        $crate::boundary::guard_named(
-            || $crate::boundary::enclosing_function(::std::any::type_name_of_val(&here)),
-            $default,
-            $body,
-        )
-    }};
-}
-pub(crate) use ffi_guard;
-
-/// The name of the function a `here` marker was defined in: `crate::module::function::here` gives `function`.
-/// A helper named `out_of_line` nested in an exported function (to keep a fast path free of the guard) counts
-/// as that function.
-pub(crate) const fn enclosing_function(marker: &'static str) -> &'static str {
-    const MARKER: &[u8] = b"::here";
-    const HELPER: &[u8] = b"::out_of_line";
-    let bytes = marker.as_bytes();
-    let mut end = bytes.len();
-    if ends_with(bytes, end, MARKER) {
-        end -= MARKER.len();
-    }
-    if ends_with(bytes, end, HELPER) {
-        end -= HELPER.len();
-    }
-    let mut start = end;
-    while start >= 2 && !(bytes[start - 1] == b':' && bytes[start - 2] == b':') {
-        start -= 1;
-    }
-    if start < 2 {
-        start = 0;
-    }
-    let (_, tail) = bytes.split_at(start);
-    let (name, _) = tail.split_at(end - start);
-    match std::str::from_utf8(name) {
-        Ok(name) => name,
-        Err(_) => marker,
-    }
+impl OnPanic for () {
+    const ON_PANIC: Self = ();
 }
 
-const fn ends_with(bytes: &[u8], end: usize, suffix: &[u8]) -> bool {
-    if end < suffix.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < suffix.len() {
-        if bytes[end - suffix.len() + i] != suffix[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+impl OnPanic for usize {
+    const ON_PANIC: Self = 0;
 }
 
-/// Runs `body` as an exported function; a panic inside it is logged with `function()`'s name (asked for only
-/// then) and becomes `default`. Use [`ffi_guard!`], which names the function from the code.
-pub(crate) fn guard_named<'n, T>(function: impl FnOnce() -> &'n str, default: T, body: impl FnOnce() -> T) -> T {
+impl OnPanic for bool {
+    const ON_PANIC: Self = false;
+}
+
+/// The static strings exports return are never NULL: after a panic, the text of an internal error.
+impl OnPanic for *const c_char {
+    const ON_PANIC: Self = kreplay_core::Error::Internal.text().as_ptr();
+}
+
+/// Runs the body of the export `function` (its name, for the log line); a panic inside it is logged and
+/// becomes `T::ON_PANIC`. Written by `#[ffi_guard]`, not by hand.
+pub(crate) fn run<T: OnPanic>(function: &str, body: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(value) => value,
         Err(_) => {
-            let function = function();
             kreplay_core::log!(Level::Error, "{function}: internal error (a panic was caught at the C boundary)");
-            default
+            T::ON_PANIC
         }
-    }
-}
-
-/// Whether the calling thread is inside another kreplay call or a logger delivery (it was called from a device
-/// op or a logger): such a call must not wait for anything that thread's outer call may be holding up. The
-/// engine's calls-in-flight table already knows about the first; only logger deliveries are counted here.
-pub(crate) fn is_nested() -> bool {
-    crate::ENGINE.is_called_from_inside() || LOGGING.with(Cell::get) > 0
-}
-
-/// A logger delivery in progress on this thread.
-pub(crate) struct InsideLogger;
-
-impl InsideLogger {
-    pub(crate) fn enter() -> Self {
-        LOGGING.with(|count| count.set(count.get().saturating_add(1)));
-        InsideLogger
-    }
-}
-
-impl Drop for InsideLogger {
-    fn drop(&mut self) {
-        LOGGING.with(|count| count.set(count.get().saturating_sub(1)));
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::ffi::CStr;
+    use std::sync::Mutex;
 
-    #[test]
-    fn the_guard_names_the_function_it_is_used_in() {
-        fn kreplay_example() -> &'static str {
-            fn here() {}
-            enclosing_function(std::any::type_name_of_val(&here))
+    use super::*;
+    use crate::status::{KREPLAY_STATUS_INTERNAL_ERROR, KREPLAY_STATUS_NOT_FOUND, kreplay_status_t};
+
+    static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    fn keep(_: [*mut (); 2], _: Level, message: &CStr) {
+        LINES.lock().unwrap().push(message.to_string_lossy().into_owned());
+    }
+
+    fn logged(text: &str) -> bool {
+        LINES.lock().unwrap().iter().any(|line| line.contains(text))
+    }
+
+    #[ffi_guard]
+    extern "C" fn kreplay_example_that_panics(panic: bool) -> kreplay_status_t {
+        if panic {
+            panic!("test");
         }
-        assert_eq!(kreplay_example(), "kreplay_example");
-        assert_eq!(enclosing_function("kreplay_capi::snapshot::kreplay_snap::here"), "kreplay_snap");
-        assert_eq!(enclosing_function("kreplay_snap::here"), "kreplay_snap");
-        assert_eq!(enclosing_function("c::tracking::kreplay_record_free::out_of_line::here"), "kreplay_record_free");
+        KREPLAY_STATUS_NOT_FOUND
+    }
+
+    #[ffi_guard]
+    extern "C" fn kreplay_example_string() -> *const c_char {
+        panic!("test")
+    }
+
+    fn never() -> Option<usize> {
+        None
+    }
+
+    fn always() -> Option<usize> {
+        Some(7)
+    }
+
+    #[ffi_guard(fast_path = never)]
+    extern "C" fn kreplay_example_slow(r#type: usize, panic: bool) -> usize {
+        if panic {
+            panic!("test");
+        }
+        r#type + 1
+    }
+
+    #[ffi_guard(fast_path = always)]
+    extern "C" fn kreplay_example_fast(_value: usize) -> usize {
+        panic!("the fast path answers first")
     }
 
     #[test]
-    fn a_panic_inside_the_guard_becomes_the_default() {
-        let value = ffi_guard!(7, || -> i32 { panic!("test") });
-        assert_eq!(value, 7);
+    fn a_panic_becomes_the_return_types_default_and_a_line_naming_the_function() {
+        kreplay_core::log::install(
+            Some(kreplay_core::log::ContextSink { deliver: keep, context: [std::ptr::null_mut(); 2] }),
+            Level::Error,
+            true,
+        );
+        assert_eq!(kreplay_example_that_panics(false), KREPLAY_STATUS_NOT_FOUND);
+        assert_eq!(kreplay_example_that_panics(true), KREPLAY_STATUS_INTERNAL_ERROR);
+        assert!(logged("kreplay_example_that_panics: internal error"));
+        // SAFETY: the default of a string export is a static NUL-terminated string.
+        assert_eq!(unsafe { CStr::from_ptr(kreplay_example_string()) }, c"internal error");
+        assert_eq!(kreplay_example_slow(1, false), 2);
+        assert_eq!(kreplay_example_slow(1, true), 0);
+        assert!(logged("kreplay_example_slow: internal error"));
+        assert_eq!(kreplay_example_fast(1), 7);
     }
 }

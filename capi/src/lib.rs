@@ -1,13 +1,27 @@
 //! The C ABI of kreplay: `libkreplay.a` and, through cbindgen, `include/kreplay.h`.
 //!
 //! This crate is only the boundary. Each exported function checks its arguments, converts C values to the
-//! engine's types, calls [`kreplay_core`] on the one process-wide [`Engine`], and maps the outcome to
-//! `kreplay_status_t`. Every body runs inside `ffi_guard!` (see [`boundary`]), so no panic unwinds into C.
+//! engine's types, calls [`kreplay_core`] on the one process-wide engine ([`engine`]), and maps the outcome to
+//! `kreplay_status_t`. Every export runs inside its panic boundary (`#[ffi_guard]`, see [`boundary`]), so no
+//! panic unwinds into C.
 #![allow(non_camel_case_types)]
 
 mod boundary;
+mod engine;
+mod enum_table;
+mod versioned;
+
+// The modules with exports, in the order of the header: cbindgen reads them in turn, so this order is the
+// header's (and rustfmt sorts only within a group).
 mod logging;
-mod ops;
+
+mod device_ops;
+
+mod configure;
+mod policy;
+
+mod device_storage;
+mod gate;
 mod snapshot;
 mod staging;
 mod status;
@@ -18,16 +32,14 @@ mod types;
 #[cfg(feature = "sim")]
 pub mod sim;
 
+pub use configure::*;
+pub use device_ops::*;
+pub use device_storage::*;
+pub use gate::*;
 pub use logging::*;
-pub use ops::*;
+pub use policy::*;
 pub use snapshot::*;
 pub use staging::*;
 pub use status::*;
 pub use tracking::*;
 pub use types::*;
-
-use kreplay_core::Engine;
-
-/// The process-wide engine. A static is never destroyed, so calls made during the host's static destruction
-/// (HIP frees memory from `__cxa_finalize`) still find valid tables.
-pub(crate) static ENGINE: Engine<ops::CDeviceOps> = Engine::new();

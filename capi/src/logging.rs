@@ -1,11 +1,13 @@
-//! Routing the library's log messages to the host.
+//! Routing the library's log messages to the host, and whether a call is nested in a device op or a logger.
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_void};
 
 use kreplay_core::log::{self, Level};
 
 use crate::boundary::ffi_guard;
-use crate::types::enum_table;
+use crate::engine::engine;
+use crate::enum_table::enum_table;
 
 /// Severity of a message.
 #[repr(C)]
@@ -27,18 +29,11 @@ pub enum kreplay_log_level_t {
 pub struct RawLogLevel(pub u32);
 
 enum_table! {
-    kreplay_log_level_t from RawLogLevel, engine Level, unknown c"trace";
-    KREPLAY_LOG_ERROR = Level::Error => c"error",
-    KREPLAY_LOG_WARNING = Level::Warning => c"warning",
-    KREPLAY_LOG_INFO = Level::Info => c"info",
-    KREPLAY_LOG_TRACE = Level::Trace => c"trace",
-}
-
-impl RawLogLevel {
-    /// The engine's level; values above `KREPLAY_LOG_TRACE` mean everything.
-    fn level(self) -> Level {
-        kreplay_log_level_t::from_raw(self.0).and_then(kreplay_log_level_t::engine).unwrap_or(Level::Trace)
-    }
+    kreplay_log_level_t <=> Level;
+    KREPLAY_LOG_ERROR = Level::Error,
+    KREPLAY_LOG_WARNING = Level::Warning,
+    KREPLAY_LOG_INFO = Level::Info,
+    KREPLAY_LOG_TRACE = Level::Trace,
 }
 
 /// Receives one message: `message` is `length` bytes, NUL-terminated, without a newline, valid only during
@@ -55,7 +50,7 @@ fn forward(context: [*mut (); 2], level: Level, message: &CStr) {
     // pointer round-trips through a data pointer unchanged on every supported platform.
     let function = unsafe { std::mem::transmute::<*mut (), HostFn>(context[0]) };
     let level = kreplay_log_level_t::from(level);
-    let _inside = crate::boundary::InsideLogger::enter();
+    let _inside = InsideLogger::enter();
     // SAFETY: the host installed this function with `kreplay_set_logger` and promised it may be called from
     // any thread with its user data until a later `kreplay_set_logger` returns; the message is valid for the
     // duration of the call.
@@ -74,11 +69,39 @@ fn forward(context: [*mut (); 2], level: Level, message: &CStr) {
 /// waiting, since the delivery it would wait for may be its own or may be waiting for its thread: deliveries
 /// that began before the switch may still end in the previous logger, so free its `user_data` only after a
 /// call made from outside. After `kreplay_finalize` it does nothing and no logger is called again.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_set_logger(r#fn: kreplay_log_fn, user_data: *mut c_void, max_level: RawLogLevel) {
-    ffi_guard!((), || {
-        let sink = r#fn
-            .map(|function| log::ContextSink { deliver: forward, context: [function as *mut (), user_data.cast()] });
-        log::install(sink, max_level.level(), !crate::boundary::is_nested());
-    })
+    let sink =
+        r#fn.map(|function| log::ContextSink { deliver: forward, context: [function as *mut (), user_data.cast()] });
+    // Values above `KREPLAY_LOG_TRACE` mean everything.
+    log::install(sink, Level::from_raw(max_level.0), !is_nested());
+}
+
+thread_local! {
+    /// Logger deliveries this thread is inside (some messages come from C-boundary code outside any engine call).
+    static LOGGING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the calling thread is inside another kreplay call or a logger delivery (it was called from a device
+/// op or a logger): such a call must not wait for anything that thread's outer call may be holding up. The
+/// engine's calls-in-flight table already knows about the first; only logger deliveries are counted here.
+pub(crate) fn is_nested() -> bool {
+    engine().is_called_from_inside() || LOGGING.with(Cell::get) > 0
+}
+
+/// A logger delivery in progress on this thread.
+struct InsideLogger;
+
+impl InsideLogger {
+    fn enter() -> Self {
+        LOGGING.with(|count| count.set(count.get().saturating_add(1)));
+        InsideLogger
+    }
+}
+
+impl Drop for InsideLogger {
+    fn drop(&mut self) {
+        LOGGING.with(|count| count.set(count.get().saturating_sub(1)));
+    }
 }

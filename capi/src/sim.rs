@@ -18,12 +18,12 @@ use kreplay_core::sim::SimDevice;
 use kreplay_core::{Agent, CopyJob, DeviceOps, DigestJob, GlobalFlags, ModuleVariable, PointerType};
 
 use crate::boundary::ffi_guard;
-use crate::ops::{
-    RawPointerType, kreplay_copy_t, kreplay_device_ops_t, kreplay_digest_job_t, kreplay_module_variable_t,
-    kreplay_module_variable_visitor_t, kreplay_pointer_info_t, kreplay_pointer_type_t,
+use crate::device_ops::{
+    kreplay_copy_t, kreplay_device_ops_t, kreplay_digest_job_t, kreplay_module_variable_t,
+    kreplay_module_variable_visitor_t, kreplay_pointer_info_t,
 };
 use crate::status::*;
-use crate::types::kreplay_agent_t;
+use crate::types::{RawPointerType, kreplay_agent_t, kreplay_pointer_type_t};
 
 /// Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
 #[repr(C)]
@@ -129,7 +129,26 @@ fn sim() -> &'static SimDevice {
 }
 
 fn raw(result: kreplay_core::Result<()>) -> RawStatus {
-    RawStatus(to_status(result) as u32)
+    to_status(result).into()
+}
+
+/// The status of `value()`; on success its value is written through `out` first. `out` NULL:
+/// `INVALID_ARGUMENT`, and `value` is not called.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of `T`.
+unsafe fn deliver<T>(out: *mut T, value: impl FnOnce() -> kreplay_core::Result<T>) -> kreplay_status_t {
+    if out.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    match value() {
+        Ok(value) => {
+            // SAFETY: writable by this function's contract.
+            unsafe { out.write(value) };
+            KREPLAY_STATUS_SUCCESS
+        }
+        Err(error) => error.into(),
+    }
 }
 
 unsafe extern "C" fn sim_copy(_: *mut c_void, dst: *mut c_void, src: *const c_void, bytes: usize) -> RawStatus {
@@ -143,21 +162,17 @@ unsafe extern "C" fn sim_pointer_info(
     ptr: *const c_void,
     info: *mut kreplay_pointer_info_t,
 ) -> RawStatus {
-    match sim().pointer_info(ptr.cast()) {
-        Ok(found) => {
-            let answer = kreplay_pointer_info_t {
-                r#type: RawPointerType(kreplay_pointer_type_t::from(found.kind) as u32),
-                global_flags: found.global_flags.bits(),
-                owner: found.owner.into(),
-                base: found.base as *mut c_void,
-                size: found.size,
-            };
-            // SAFETY: the library passes a writable info struct.
-            unsafe { info.write(answer) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    let answer = || {
+        sim().pointer_info(ptr.cast()).map(|found| kreplay_pointer_info_t {
+            r#type: RawPointerType(kreplay_pointer_type_t::from(found.kind) as u32),
+            global_flags: found.global_flags.bits(),
+            owner: found.owner.into(),
+            base: found.base as *mut c_void,
+            size: found.size,
+        })
+    };
+    // SAFETY: the library passes a writable info struct.
+    unsafe { deliver(info, answer) }.into()
 }
 
 unsafe extern "C" fn sim_iterate(
@@ -188,23 +203,36 @@ unsafe extern "C" fn sim_host_unlock(_: *mut c_void, ptr: *mut c_void, bytes: us
     raw(sim().host_unlock(ptr.cast(), bytes))
 }
 
+/// Runs `op` on the `count` entries at `list`, read as `J`: success at once for an empty list,
+/// `INVALID_ARGUMENT` for NULL.
+///
+/// # Safety
+/// `list` must be NULL or point to `count` readable entries of a C type with `J`'s layout (checked in
+/// `device_ops` for `kreplay_copy_t` and `kreplay_digest_job_t`).
+unsafe fn on_list<C, J>(list: *const C, count: usize, op: impl FnOnce(&[J]) -> kreplay_core::Result<()>) -> RawStatus {
+    if count == 0 {
+        return KREPLAY_STATUS_SUCCESS.into();
+    }
+    if list.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT.into();
+    }
+    // SAFETY: non-null, `count` readable entries with `J`'s layout (this function's contract).
+    raw(op(unsafe { std::slice::from_raw_parts(list.cast::<J>(), count) }))
+}
+
 unsafe extern "C" fn sim_copy_batch(
     _: *mut c_void,
     agent: kreplay_agent_t,
     copies: *const kreplay_copy_t,
     count: usize,
 ) -> RawStatus {
-    if count == 0 {
-        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
-    }
-    if copies.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    // SAFETY: the library passes `count` readable copies; `kreplay_copy_t` has `CopyJob`'s layout (checked in
-    // the ops module).
-    let jobs = unsafe { std::slice::from_raw_parts(copies.cast::<CopyJob>(), count) };
-    // SAFETY: every copy is valid by the `copy_batch` op's contract; the sim checks device ranges itself.
-    raw(unsafe { sim().copy_batch(agent.into(), jobs) })
+    let copy = |jobs: &[CopyJob]| {
+        // SAFETY: every copy is valid by the `copy_batch` op's contract; the sim checks device ranges itself.
+        unsafe { sim().copy_batch(agent.into(), jobs) }
+    };
+    // SAFETY: the library passes `count` readable copies (the `copy_batch` op's contract), and
+    // `kreplay_copy_t` has `CopyJob`'s layout.
+    unsafe { on_list(copies, count, copy) }
 }
 
 unsafe extern "C" fn sim_device_alloc(
@@ -213,17 +241,9 @@ unsafe extern "C" fn sim_device_alloc(
     bytes: usize,
     ptr_out: *mut *mut c_void,
 ) -> RawStatus {
-    if ptr_out.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    match sim().device_alloc(agent.into(), bytes) {
-        Ok(ptr) => {
-            // SAFETY: non-null and writable by the op's contract.
-            unsafe { ptr_out.write(ptr.as_ptr().cast()) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    let block = || sim().device_alloc(agent.into(), bytes).map(|ptr| ptr.as_ptr().cast());
+    // SAFETY: NULL or writable by the op's contract.
+    unsafe { deliver(ptr_out, block) }.into()
 }
 
 unsafe extern "C" fn sim_device_free(
@@ -235,7 +255,7 @@ unsafe extern "C" fn sim_device_free(
     match NonNull::new(ptr.cast::<u8>()) {
         // SAFETY: the sim checks that `ptr`/`bytes` is a block it handed to `agent` and refuses anything else.
         Some(ptr) => raw(unsafe { sim().device_free(agent.into(), ptr, bytes) }),
-        None => RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32),
+        None => KREPLAY_STATUS_INVALID_ARGUMENT.into(),
     }
 }
 
@@ -246,17 +266,13 @@ unsafe extern "C" fn sim_digest(
     count: usize,
     block_bytes: usize,
 ) -> RawStatus {
-    if count == 0 {
-        return RawStatus(KREPLAY_STATUS_SUCCESS as u32);
-    }
-    if jobs.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    // SAFETY: the library passes `count` readable jobs; `kreplay_digest_job_t` has `DigestJob`'s layout
-    // (checked in the ops module).
-    let jobs = unsafe { std::slice::from_raw_parts(jobs.cast::<DigestJob>(), count) };
-    // SAFETY: each job's output is writable by the op's contract; the sim checks the device ranges itself.
-    raw(unsafe { sim().digest(agent.into(), jobs, block_bytes) })
+    let digest = |jobs: &[DigestJob]| {
+        // SAFETY: each job's output is writable by the op's contract; the sim checks the device ranges itself.
+        unsafe { sim().digest(agent.into(), jobs, block_bytes) }
+    };
+    // SAFETY: the library passes `count` readable jobs (the `digest` op's contract), and
+    // `kreplay_digest_job_t` has `DigestJob`'s layout.
+    unsafe { on_list(jobs, count, digest) }
 }
 
 /// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the version-2 ops
@@ -266,34 +282,33 @@ unsafe extern "C" fn sim_digest(
 ///
 /// # Safety
 /// `ops_out` must be NULL or valid for a write of `kreplay_device_ops_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops_t) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if ops_out.is_null() {
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let (batch, device, digest) = {
-            let state = sim().state();
-            (state.offer_copy_batch, state.offer_device, state.offer_digest)
-        };
-        let ops = kreplay_device_ops_t {
-            struct_size: size_of::<kreplay_device_ops_t>(),
-            user_data: std::ptr::null_mut(),
-            copy: Some(sim_copy),
-            pointer_info: Some(sim_pointer_info),
-            iterate_module_variables: Some(sim_iterate),
-            host_lock: Some(sim_host_lock),
-            host_unlock: Some(sim_host_unlock),
-            copy_batch: batch.then_some(sim_copy_batch as _),
-            device_alloc: device.then_some(sim_device_alloc as _),
-            device_free: device.then_some(sim_device_free as _),
-            digest: digest.then_some(sim_digest as _),
-            release: None,
-        };
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { ops_out.write(ops) };
-        KREPLAY_STATUS_SUCCESS
-    })
+    if ops_out.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    let (batch, device, digest) = {
+        let state = sim().state();
+        (state.offer_copy_batch, state.offer_device, state.offer_digest)
+    };
+    let ops = kreplay_device_ops_t {
+        struct_size: size_of::<kreplay_device_ops_t>(),
+        user_data: std::ptr::null_mut(),
+        copy: Some(sim_copy),
+        pointer_info: Some(sim_pointer_info),
+        iterate_module_variables: Some(sim_iterate),
+        host_lock: Some(sim_host_lock),
+        host_unlock: Some(sim_host_unlock),
+        copy_batch: batch.then_some(sim_copy_batch as _),
+        device_alloc: device.then_some(sim_device_alloc as _),
+        device_free: device.then_some(sim_device_free as _),
+        digest: digest.then_some(sim_digest as _),
+        release: None,
+    };
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { ops_out.write(ops) };
+    KREPLAY_STATUS_SUCCESS
 }
 
 /// Sets the simulated device's options (NULL restores the defaults). Takes effect at once for the counters
@@ -301,19 +316,18 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
 ///
 /// # Safety
 /// `options` must be NULL or point to a readable `kreplay_sim_options_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_set_options(options: *const kreplay_sim_options_t) {
-    ffi_guard!((), || {
-        // SAFETY: NULL is checked; otherwise readable by the caller's contract.
-        let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
-        let mut state = sim().state();
-        state.offer_copy_batch = options.copy_batch;
-        state.offer_device = options.device_alloc;
-        state.offer_digest = options.digest;
-        state.device_capacity = options.device_capacity;
-        state.sleep_in_copy_ns = options.sleep_in_copy_ns;
-        state.constant_digest = options.constant_digest;
-    })
+    // SAFETY: NULL is checked; otherwise readable by the caller's contract.
+    let options = unsafe { options.as_ref() }.copied().unwrap_or_default();
+    let mut state = sim().state();
+    state.offer_copy_batch = options.copy_batch;
+    state.offer_device = options.device_alloc;
+    state.offer_digest = options.digest;
+    state.device_capacity = options.device_capacity;
+    state.sleep_in_copy_ns = options.sleep_in_copy_ns;
+    state.constant_digest = options.constant_digest;
 }
 
 fn alloc_common(
@@ -324,18 +338,14 @@ fn alloc_common(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    if ptr_out.is_null() || size == 0 {
+    if size == 0 {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
     let kind = kind.engine().unwrap_or(PointerType::Unknown);
-    match sim().try_alloc(at, agent.into(), size, kind, GlobalFlags::from_bits_retain(global_flags)) {
-        Ok(base) => {
-            // SAFETY: non-null and writable by the caller's contract.
-            unsafe { ptr_out.write(base as *mut c_void) };
-            KREPLAY_STATUS_SUCCESS
-        }
-        Err(error) => error.into(),
-    }
+    let flags = GlobalFlags::from_bits_retain(global_flags);
+    let base = || sim().try_alloc(at, agent.into(), size, kind, flags).map(|base| base as *mut c_void);
+    // SAFETY: NULL or writable by the caller's contract.
+    unsafe { deliver(ptr_out, base) }
 }
 
 /// Allocates `size` bytes of simulated memory of the given kind and global flags, owned by `agent`. The
@@ -344,6 +354,7 @@ fn alloc_common(
 ///
 /// # Safety
 /// `ptr_out` must be NULL or valid for a write of a pointer.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_alloc(
     agent: kreplay_agent_t,
@@ -352,7 +363,7 @@ pub unsafe extern "C" fn kreplay_sim_alloc(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || alloc_common(None, agent, size, r#type, global_flags, ptr_out))
+    alloc_common(None, agent, size, r#type, global_flags, ptr_out)
 }
 
 /// Allocates again at `address`, which must be a region freed with `kreplay_sim_free` at least `size` bytes
@@ -360,6 +371,7 @@ pub unsafe extern "C" fn kreplay_sim_alloc(
 ///
 /// # Safety
 /// `ptr_out` must be NULL or valid for a write of a pointer.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_alloc_at(
     address: *mut c_void,
@@ -369,19 +381,16 @@ pub unsafe extern "C" fn kreplay_sim_alloc_at(
     global_flags: u32,
     ptr_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        alloc_common(Some(address as usize), agent, size, r#type, global_flags, ptr_out)
-    })
+    alloc_common(Some(address as usize), agent, size, r#type, global_flags, ptr_out)
 }
 
 /// Frees a simulated region: it is filled with 0xDD and stays reserved, and from now on any copy into it is
 /// refused and counted as a violation. `NOT_FOUND` for anything but a live region's base. Does not record the
 /// free: the caller does that first, as a host's free wrapper would.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_sim_free(ptr: *mut c_void) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if sim().try_free(ptr as usize) { KREPLAY_STATUS_SUCCESS } else { KREPLAY_STATUS_NOT_FOUND }
-    })
+    if sim().try_free(ptr as usize) { KREPLAY_STATUS_SUCCESS } else { KREPLAY_STATUS_NOT_FOUND }
 }
 
 /// Adds a module-scope variable of `size` bytes visible to `agent` (`name` is NUL-terminated; NULL for an
@@ -390,6 +399,7 @@ pub extern "C" fn kreplay_sim_free(ptr: *mut c_void) -> kreplay_status_t {
 ///
 /// # Safety
 /// `name` must be NULL or a NUL-terminated string; `address_out` NULL or valid for a write of a pointer.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     agent: kreplay_agent_t,
@@ -398,96 +408,87 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     is_constant: bool,
     address_out: *mut *mut c_void,
 ) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if address_out.is_null() {
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
+    let add = || {
         let name: &[u8] = if name.is_null() {
             &[]
         } else {
             // SAFETY: non-null and NUL-terminated by the caller's contract.
             unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
         };
-        match sim().add_variable_with(agent.into(), name, size, is_constant) {
-            Ok(address) => {
-                // SAFETY: non-null and writable by the caller's contract.
-                unsafe { address_out.write(address as *mut c_void) };
-                KREPLAY_STATUS_SUCCESS
-            }
-            Err(error) => error.into(),
-        }
-    })
+        sim().add_variable_with(agent.into(), name, size, is_constant).map(|address| address as *mut c_void)
+    };
+    // SAFETY: NULL or writable by the caller's contract.
+    unsafe { deliver(address_out, add) }
 }
 
 /// Arms the faults in `faults` (NULL disarms all) and restarts their counts.
 ///
 /// # Safety
 /// `faults` must be NULL or point to a readable `kreplay_sim_faults_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_set_faults(faults: *const kreplay_sim_faults_t) {
-    ffi_guard!((), || {
-        // SAFETY: NULL is checked; otherwise readable by the caller's contract.
-        let faults = unsafe { faults.as_ref() }.copied().unwrap_or_default();
-        let from = |now: usize, k: usize| if k == 0 { 0 } else { now.saturating_add(k) };
-        let mut state = sim().state();
-        state.fail_copy_at = from(state.copies, faults.fail_copy_at);
-        state.fail_copies_from = from(state.copies, faults.fail_copies_from);
-        state.fail_query = faults.fail_pointer_info;
-        state.fail_scan_at_variable = from(state.scanned_variables, faults.fail_module_scan_at);
-        state.refuse_lock = faults.refuse_host_lock;
-        state.fail_batch_at = from(state.batches, faults.fail_copy_batch_at);
-        state.fail_batches_from = from(state.batches, faults.fail_copy_batches_from);
-        state.fail_device_alloc_at = from(state.device_allocs, faults.fail_device_alloc_at);
-        state.fail_digest_at = from(state.digests, faults.fail_digest_at);
-        state.fail_digests_from = from(state.digests, faults.fail_digests_from);
-        host_memory::fault::fail_map_at(faults.fail_host_map_at);
-    })
+    // SAFETY: NULL is checked; otherwise readable by the caller's contract.
+    let faults = unsafe { faults.as_ref() }.copied().unwrap_or_default();
+    let from = |now: usize, k: usize| if k == 0 { 0 } else { now.saturating_add(k) };
+    let mut state = sim().state();
+    state.fail_copy_at = from(state.copies, faults.fail_copy_at);
+    state.fail_copies_from = from(state.copies, faults.fail_copies_from);
+    state.fail_query = faults.fail_pointer_info;
+    state.fail_scan_at_variable = from(state.scanned_variables, faults.fail_module_scan_at);
+    state.refuse_lock = faults.refuse_host_lock;
+    state.fail_batch_at = from(state.batches, faults.fail_copy_batch_at);
+    state.fail_batches_from = from(state.batches, faults.fail_copy_batches_from);
+    state.fail_device_alloc_at = from(state.device_allocs, faults.fail_device_alloc_at);
+    state.fail_digest_at = from(state.digests, faults.fail_digest_at);
+    state.fail_digests_from = from(state.digests, faults.fail_digests_from);
+    host_memory::fault::fail_map_at(faults.fail_host_map_at);
 }
 
 /// The counters since the last reset.
 ///
 /// # Safety
 /// `counters_out` must be NULL or valid for a write of `kreplay_sim_counters_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_sim_counters(counters_out: *mut kreplay_sim_counters_t) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if counters_out.is_null() {
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let state = sim().state();
-        let counters = kreplay_sim_counters_t {
-            copies: state.copies_done,
-            copy_bytes: state.copy_bytes,
-            copies_to_device: state.copies_to_device,
-            failed_copies: state.failed_copies,
-            pointer_queries: state.queries,
-            module_scans: state.scans,
-            host_locks: state.locks,
-            host_unlocks: state.unlocks,
-            locked_bytes: state.locked_bytes,
-            violations: state.violations,
-            batches: state.batches,
-            batch_copies: state.batch_copies,
-            failed_batches: state.failed_batches,
-            device_allocs: state.device_allocs,
-            device_frees: state.device_frees,
-            device_bytes: state.device_bytes,
-            device_peak_bytes: state.device_peak_bytes,
-            digests: state.digests,
-            digest_blocks: state.digest_blocks,
-            refused_copies: state.refused_copies,
-        };
-        drop(state);
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { counters_out.write(counters) };
-        KREPLAY_STATUS_SUCCESS
-    })
+    if counters_out.is_null() {
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    let state = sim().state();
+    let counters = kreplay_sim_counters_t {
+        copies: state.copies_done,
+        copy_bytes: state.copy_bytes,
+        copies_to_device: state.copies_to_device,
+        failed_copies: state.failed_copies,
+        pointer_queries: state.queries,
+        module_scans: state.scans,
+        host_locks: state.locks,
+        host_unlocks: state.unlocks,
+        locked_bytes: state.locked_bytes,
+        violations: state.violations,
+        batches: state.batches,
+        batch_copies: state.batch_copies,
+        failed_batches: state.failed_batches,
+        device_allocs: state.device_allocs,
+        device_frees: state.device_frees,
+        device_bytes: state.device_bytes,
+        device_peak_bytes: state.device_peak_bytes,
+        digests: state.digests,
+        digest_blocks: state.digest_blocks,
+        refused_copies: state.refused_copies,
+    };
+    drop(state);
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { counters_out.write(counters) };
+    KREPLAY_STATUS_SUCCESS
 }
 
 /// Bytes of `device_alloc` storage `agent` holds now.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_sim_device_bytes(agent: kreplay_agent_t) -> usize {
-    ffi_guard!(0, || sim().device_bytes_held(Agent::from(agent)))
+    sim().device_bytes_held(Agent::from(agent))
 }
 
 /// Forgets every region, module variable and storage block (their memory is released), disarms faults,
@@ -495,15 +496,14 @@ pub extern "C" fn kreplay_sim_device_bytes(agent: kreplay_agent_t) -> usize {
 /// which the library must unlock itself). Ops already configured keep working (a version-2 op that the
 /// options no longer offer still runs). Does not touch the library's inventory: record frees first, or turn
 /// tracking off and on.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_sim_reset() {
-    ffi_guard!((), || {
-        sim().reset();
-        let mut state = sim().state();
-        state.offer_copy_batch = false;
-        state.offer_device = false;
-        state.offer_digest = false;
-        drop(state);
-        host_memory::fault::fail_map_at(0);
-    })
+    sim().reset();
+    let mut state = sim().state();
+    state.offer_copy_batch = false;
+    state.offer_device = false;
+    state.offer_digest = false;
+    drop(state);
+    host_memory::fault::fail_map_at(0);
 }

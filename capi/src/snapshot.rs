@@ -5,9 +5,9 @@ use kreplay_core::log::Level;
 use kreplay_core::snapshot::Snapshot;
 use spin::Mutex;
 
-use crate::ENGINE;
 use crate::boundary::ffi_guard;
-use crate::ops::CDeviceOps;
+use crate::device_ops::CDeviceOps;
+use crate::engine::engine;
 use crate::status::*;
 use crate::types::{kreplay_agent_t, write_out};
 
@@ -146,6 +146,7 @@ impl Drop for Use {
 /// # Safety
 /// `snapshot_out` must be NULL or valid for a write of a pointer; `reason_out` NULL or valid for a write of
 /// `kreplay_decline_reason_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_snap(
     agent: kreplay_agent_t,
@@ -160,39 +161,37 @@ pub unsafe extern "C" fn kreplay_snap(
         }
         KREPLAY_STATUS_DECLINED
     };
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if snapshot_out.is_null() {
-            kreplay_core::log!(Level::Warning, "kreplay_snap: snapshot_out is NULL");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let snapshot = match ENGINE.snap(agent.into()) {
-            Ok(snapshot) => snapshot,
-            Err(reason) => return declined(reason),
-        };
-        let raw = Box::into_raw(snapshot);
-        // The registry's lock is released before the decline below logs (a logger may call kreplay).
-        let inserted = REGISTRY.lock().insert(raw);
-        let Some(handle) = inserted else {
-            // SAFETY: `raw` came from `Box::into_raw` just above and was handed to no one.
-            drop(unsafe { Box::from_raw(raw) });
-            // Like every other decline, this one leaves nothing retained that it took: the capture's storage went
-            // back to the pools with the snapshot, so give the agent's idle storage back.
-            ENGINE.staging_trim(agent.into());
-            ENGINE.device_trim(agent.into());
-            kreplay_core::log!(
-                Level::Warning,
-                "agent {:#x}: {MAX_LIVE_SNAPSHOTS} snapshots are alive already; free some",
-                agent.handle
-            );
-            return declined(DeclineReason::MetadataMemory);
-        };
-        // SAFETY: both outputs are writable by the caller's contract (`snapshot_out` was checked non-null).
-        unsafe {
-            snapshot_out.write(handle);
-            write_out(reason_out, kreplay_decline_reason_t::KREPLAY_DECLINE_NONE);
-        }
-        KREPLAY_STATUS_SUCCESS
-    })
+    if snapshot_out.is_null() {
+        kreplay_core::log!(Level::Warning, "kreplay_snap: snapshot_out is NULL");
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    let snapshot = match engine().snap(agent.into()) {
+        Ok(snapshot) => snapshot,
+        Err(reason) => return declined(reason),
+    };
+    let raw = Box::into_raw(snapshot);
+    // The registry's lock is released before the decline below logs (a logger may call kreplay).
+    let inserted = REGISTRY.lock().insert(raw);
+    let Some(handle) = inserted else {
+        // SAFETY: `raw` came from `Box::into_raw` just above and was handed to no one.
+        drop(unsafe { Box::from_raw(raw) });
+        // Like every other decline, this one leaves nothing retained that it took: the capture's storage went
+        // back to the pools with the snapshot, so give the agent's idle storage back.
+        engine().staging_trim(agent.into());
+        engine().device_trim(agent.into());
+        kreplay_core::log!(
+            Level::Warning,
+            "agent {:#x}: {MAX_LIVE_SNAPSHOTS} snapshots are alive already; free some",
+            agent.handle
+        );
+        return declined(DeclineReason::MetadataMemory);
+    };
+    // SAFETY: both outputs are writable by the caller's contract (`snapshot_out` was checked non-null).
+    unsafe {
+        snapshot_out.write(handle);
+        write_out(reason_out, kreplay_decline_reason_t::KREPLAY_DECLINE_NONE);
+    }
+    KREPLAY_STATUS_SUCCESS
 }
 
 /// What a restore did. Module variables count like regions here.
@@ -222,6 +221,7 @@ pub struct kreplay_restore_report_t {
 ///
 /// # Safety
 /// `report_out` must be NULL or valid for a write of `kreplay_restore_report_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_restore(
     snapshot: *const kreplay_snapshot_t,
@@ -229,51 +229,48 @@ pub unsafe extern "C" fn kreplay_restore(
 ) -> kreplay_status_t {
     // SAFETY: `report_out` is NULL or writable by the caller's contract.
     unsafe { write_out(report_out, kreplay_restore_report_t::default()) };
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        let Some(inner) = Use::take(snapshot) else {
-            kreplay_core::log!(Level::Warning, "kreplay_restore: {:#x} is not a live snapshot", snapshot.addr());
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        };
-        let (report, result) = ENGINE.restore(inner.get());
-        drop(inner);
-        let report = kreplay_restore_report_t {
-            restored: report.restored,
-            skipped: report.skipped,
-            failed: report.failed,
-            bytes: report.bytes,
-            clean_bytes: report.clean_bytes,
-        };
-        // SAFETY: as above.
-        unsafe { write_out(report_out, report) };
-        to_status(result)
-    })
+    let Some(inner) = Use::take(snapshot) else {
+        kreplay_core::log!(Level::Warning, "kreplay_restore: {:#x} is not a live snapshot", snapshot.addr());
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    };
+    let (report, result) = engine().restore(inner.get());
+    drop(inner);
+    let report = kreplay_restore_report_t {
+        restored: report.restored,
+        skipped: report.skipped,
+        failed: report.failed,
+        bytes: report.bytes,
+        clean_bytes: report.clean_bytes,
+    };
+    // SAFETY: as above.
+    unsafe { write_out(report_out, report) };
+    to_status(result)
 }
 
 /// Frees a snapshot; its staging goes back to the agent's pool. NULL: nothing happens. A pointer that is not a
 /// live snapshot (freed already, or never one) is logged and ignored. Thread-safe: the handle is dead once
 /// this returns, but while a `kreplay_restore` or `kreplay_snapshot_info` of it is in progress on another
 /// thread, the snapshot itself is freed when the last of them ends.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_snapshot_free(snapshot: *mut kreplay_snapshot_t) {
-    ffi_guard!((), || {
-        if snapshot.is_null() {
-            return;
-        }
-        let removed = REGISTRY.lock().remove(snapshot);
-        let Some(inner) = removed else {
-            kreplay_core::log!(
-                Level::Error,
-                "kreplay_snapshot_free: {:#x} is not a live snapshot (freed twice?); ignored",
-                snapshot.addr()
-            );
-            return;
-        };
-        if let Some(inner) = inner {
-            // SAFETY: the handle was live, unused, and is now unregistered, so this is the one owner of the
-            // `Box<Inner>`.
-            drop(unsafe { Box::from_raw(inner) });
-        }
-    })
+    if snapshot.is_null() {
+        return;
+    }
+    let removed = REGISTRY.lock().remove(snapshot);
+    let Some(inner) = removed else {
+        kreplay_core::log!(
+            Level::Error,
+            "kreplay_snapshot_free: {:#x} is not a live snapshot (freed twice?); ignored",
+            snapshot.addr()
+        );
+        return;
+    };
+    if let Some(inner) = inner {
+        // SAFETY: the handle was live, unused, and is now unregistered, so this is the one owner of the
+        // `Box<Inner>`.
+        drop(unsafe { Box::from_raw(inner) });
+    }
 }
 
 /// Sizes and phase timings of a capture.
@@ -309,34 +306,33 @@ pub struct kreplay_snapshot_info_t {
 ///
 /// # Safety
 /// `info_out` must be NULL or valid for a write of `kreplay_snapshot_info_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_snapshot_info(
     snapshot: *const kreplay_snapshot_t,
     info_out: *mut kreplay_snapshot_info_t,
 ) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        let inner = if info_out.is_null() { None } else { Use::take(snapshot) };
-        let Some(inner) = inner else {
-            kreplay_core::log!(Level::Warning, "kreplay_snapshot_info: NULL output or not a live snapshot");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        };
-        let info = inner.get().info();
-        drop(inner);
-        let info = kreplay_snapshot_info_t {
-            agent: info.agent.into(),
-            regions: info.regions,
-            module_variables: info.module_variables,
-            bytes: info.bytes,
-            inventory_ns: info.inventory_ns,
-            module_scan_ns: info.module_scan_ns,
-            staging_ns: info.staging_ns,
-            copy_ns: info.copy_ns,
-            device_bytes: info.device_bytes,
-            copied_bytes: info.copied_bytes,
-            digest_ns: info.digest_ns,
-        };
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { info_out.write(info) };
-        KREPLAY_STATUS_SUCCESS
-    })
+    let inner = if info_out.is_null() { None } else { Use::take(snapshot) };
+    let Some(inner) = inner else {
+        kreplay_core::log!(Level::Warning, "kreplay_snapshot_info: NULL output or not a live snapshot");
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    };
+    let info = inner.get().info();
+    drop(inner);
+    let info = kreplay_snapshot_info_t {
+        agent: info.agent.into(),
+        regions: info.regions,
+        module_variables: info.module_variables,
+        bytes: info.bytes,
+        inventory_ns: info.inventory_ns,
+        module_scan_ns: info.module_scan_ns,
+        staging_ns: info.staging_ns,
+        copy_ns: info.copy_ns,
+        device_bytes: info.device_bytes,
+        copied_bytes: info.copied_bytes,
+        digest_ns: info.digest_ns,
+    };
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { info_out.write(info) };
+    KREPLAY_STATUS_SUCCESS
 }

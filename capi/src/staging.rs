@@ -5,8 +5,8 @@ use std::ptr::NonNull;
 
 use kreplay_core::log::Level;
 
-use crate::ENGINE;
 use crate::boundary::ffi_guard;
+use crate::engine::engine;
 use crate::status::*;
 use crate::types::kreplay_agent_t;
 
@@ -38,7 +38,7 @@ const EMPTY: kreplay_staging_buffer_t = kreplay_staging_buffer_t {
 /// Gives back what `buffer` holds; true when it held nothing or was given back (then it is empty).
 fn release_into_pool(function: &str, buffer: &mut kreplay_staging_buffer_t) -> bool {
     let Some(data) = NonNull::new(buffer.data.cast::<u8>()) else { return true };
-    match ENGINE.staging_release(buffer.agent.into(), data, buffer.capacity, buffer.loan) {
+    match engine().staging_release(buffer.agent.into(), data, buffer.capacity, buffer.loan) {
         Ok(()) => {
             *buffer = EMPTY;
             true
@@ -69,51 +69,50 @@ fn release_into_pool(function: &str, buffer: &mut kreplay_staging_buffer_t) -> b
 /// # Safety
 /// `buffer` must be NULL or point to a `kreplay_staging_buffer_t` that is zero-initialised or was last written
 /// by this library.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_staging_acquire(
     buffer: *mut kreplay_staging_buffer_t,
     agent: kreplay_agent_t,
     size: usize,
 ) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        // SAFETY: NULL is checked; otherwise valid by the caller's contract.
-        let Some(buffer) = (unsafe { buffer.as_mut() }) else {
-            kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: buffer is NULL");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        };
-        // Every refusal of the size comes before the buffer is given back: a refused call changes nothing.
-        let mappable = kreplay_core::host_memory::mapping_len(size).is_some_and(|len| len <= isize::MAX as usize);
-        if size == 0 || !mappable {
-            kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: size {size} is zero or too large");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
+    // SAFETY: NULL is checked; otherwise valid by the caller's contract.
+    let Some(buffer) = (unsafe { buffer.as_mut() }) else {
+        kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: buffer is NULL");
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    };
+    // Every refusal of the size comes before the buffer is given back: a refused call changes nothing.
+    let mappable = kreplay_core::host_memory::mapping_len(size).is_some_and(|len| len <= isize::MAX as usize);
+    if size == 0 || !mappable {
+        kreplay_core::log!(Level::Warning, "kreplay_staging_acquire: size {size} is zero or too large");
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    if engine().is_finalized() {
+        return KREPLAY_STATUS_FINALIZED;
+    }
+    if !release_into_pool("kreplay_staging_acquire", buffer) {
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    match engine().staging_acquire(agent.into(), size) {
+        Ok(lease) => {
+            *buffer = kreplay_staging_buffer_t {
+                data: lease.data.as_ptr().cast(),
+                size: lease.size,
+                capacity: lease.capacity,
+                agent,
+                loan: lease.loan,
+            };
+            KREPLAY_STATUS_SUCCESS
         }
-        if ENGINE.is_finalized() {
-            return KREPLAY_STATUS_FINALIZED;
+        Err(error) => {
+            kreplay_core::log!(
+                Level::Warning,
+                "kreplay_staging_acquire: {size} bytes for agent {:#x} could not be had ({error:?})",
+                agent.handle
+            );
+            error.into()
         }
-        if !release_into_pool("kreplay_staging_acquire", buffer) {
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        match ENGINE.staging_acquire(agent.into(), size) {
-            Ok(lease) => {
-                *buffer = kreplay_staging_buffer_t {
-                    data: lease.data.as_ptr().cast(),
-                    size: lease.size,
-                    capacity: lease.capacity,
-                    agent,
-                    loan: lease.loan,
-                };
-                KREPLAY_STATUS_SUCCESS
-            }
-            Err(error) => {
-                kreplay_core::log!(
-                    Level::Warning,
-                    "kreplay_staging_acquire: {size} bytes for agent {:#x} could not be had ({error:?})",
-                    agent.handle
-                );
-                error.into()
-            }
-        }
-    })
+    }
 }
 
 /// Returns the storage to its agent's pool; `buffer` becomes empty. NULL or empty: nothing happens. A buffer
@@ -123,26 +122,27 @@ pub unsafe extern "C" fn kreplay_staging_acquire(
 ///
 /// # Safety
 /// `buffer` must be NULL or point to a valid `kreplay_staging_buffer_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_staging_release(buffer: *mut kreplay_staging_buffer_t) {
-    ffi_guard!((), || {
-        // SAFETY: NULL is checked; otherwise valid by the caller's contract.
-        if let Some(buffer) = unsafe { buffer.as_mut() } {
-            release_into_pool("kreplay_staging_release", buffer);
-        }
-    })
+    // SAFETY: NULL is checked; otherwise valid by the caller's contract.
+    if let Some(buffer) = unsafe { buffer.as_mut() } {
+        release_into_pool("kreplay_staging_release", buffer);
+    }
 }
 
 /// Capacity held idle in `agent`'s pool, in bytes: idle buffers and wholly idle slab chunks. Thread-safe.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_retained_staging_bytes(agent: kreplay_agent_t) -> usize {
-    ffi_guard!(0, || ENGINE.retained_staging_bytes(agent.into()))
+    engine().retained_staging_bytes(agent.into())
 }
 
 /// Unmaps all of `agent`'s idle storage (unlocking page-locked storage first). Thread-safe.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_staging_trim(agent: kreplay_agent_t) {
-    ffi_guard!((), || ENGINE.staging_trim(agent.into()))
+    engine().staging_trim(agent.into())
 }
 
 /// The library's own host mappings, process-wide.
@@ -162,18 +162,17 @@ pub struct kreplay_host_memory_stats_t {
 ///
 /// # Safety
 /// `stats_out` must be NULL or valid for a write of `kreplay_host_memory_stats_t`.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn kreplay_host_memory_stats(stats_out: *mut kreplay_host_memory_stats_t) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if stats_out.is_null() {
-            kreplay_core::log!(Level::Warning, "kreplay_host_memory_stats: stats_out is NULL");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let stats = kreplay_core::host_memory::stats();
-        let stats =
-            kreplay_host_memory_stats_t { maps: stats.maps, unmaps: stats.unmaps, mapped_bytes: stats.mapped_bytes };
-        // SAFETY: non-null and writable by the caller's contract.
-        unsafe { stats_out.write(stats) };
-        KREPLAY_STATUS_SUCCESS
-    })
+    if stats_out.is_null() {
+        kreplay_core::log!(Level::Warning, "kreplay_host_memory_stats: stats_out is NULL");
+        return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    let stats = kreplay_core::host_memory::stats();
+    let stats =
+        kreplay_host_memory_stats_t { maps: stats.maps, unmaps: stats.unmaps, mapped_bytes: stats.mapped_bytes };
+    // SAFETY: non-null and writable by the caller's contract.
+    unsafe { stats_out.write(stats) };
+    KREPLAY_STATUS_SUCCESS
 }

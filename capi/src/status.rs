@@ -1,10 +1,11 @@
-//! Status codes, decline reasons and their strings.
+//! Status codes, decline reasons and their strings (the engine's: `kreplay_core::error`).
 
 use std::ffi::c_char;
 
 use kreplay_core::{DeclineReason, Error};
 
-use crate::types::enum_table;
+use crate::boundary::{OnPanic, ffi_guard};
+use crate::enum_table::enum_table;
 
 /// The outcome of a fallible call. Values are explicit and never reused.
 #[repr(C)]
@@ -52,19 +53,29 @@ impl RawStatus {
 }
 
 enum_table! {
-    kreplay_status_t from RawStatus, engine Error, unknown c"unknown status";
-    KREPLAY_STATUS_SUCCESS => c"success",
-    KREPLAY_STATUS_INVALID_ARGUMENT = Error::InvalidArgument => c"invalid argument",
-    KREPLAY_STATUS_NOT_CONFIGURED = Error::NotConfigured => c"not configured: no device ops installed",
-    KREPLAY_STATUS_FINALIZED = Error::Finalized => c"finalized: the call did nothing",
-    KREPLAY_STATUS_OUT_OF_HOST_MEMORY = Error::OutOfHostMemory => c"out of host memory",
-    KREPLAY_STATUS_CAPACITY_EXCEEDED = Error::CapacityExceeded => c"capacity exceeded: a fixed-capacity table is full",
-    KREPLAY_STATUS_DEVICE_ERROR = Error::DeviceError => c"device error: a device op reported failure",
-    KREPLAY_STATUS_DECLINED = Error::Declined => c"declined: run the dispatch once, unreplayed",
-    KREPLAY_STATUS_PARTIAL_RESTORE = Error::PartialRestore => c"partial restore: do not run another pass",
-    KREPLAY_STATUS_NOT_FOUND = Error::NotFound => c"not found",
-    KREPLAY_STATUS_INTERNAL_ERROR = Error::Internal => c"internal error",
-    KREPLAY_STATUS_IN_USE = Error::InUse => c"in use: called from inside a kreplay call that is copying this region",
+    kreplay_status_t <=> Error;
+    KREPLAY_STATUS_SUCCESS,
+    KREPLAY_STATUS_INVALID_ARGUMENT = Error::InvalidArgument,
+    KREPLAY_STATUS_NOT_CONFIGURED = Error::NotConfigured,
+    KREPLAY_STATUS_FINALIZED = Error::Finalized,
+    KREPLAY_STATUS_OUT_OF_HOST_MEMORY = Error::OutOfHostMemory,
+    KREPLAY_STATUS_CAPACITY_EXCEEDED = Error::CapacityExceeded,
+    KREPLAY_STATUS_DEVICE_ERROR = Error::DeviceError,
+    KREPLAY_STATUS_DECLINED = Error::Declined,
+    KREPLAY_STATUS_PARTIAL_RESTORE = Error::PartialRestore,
+    KREPLAY_STATUS_NOT_FOUND = Error::NotFound,
+    KREPLAY_STATUS_INTERNAL_ERROR = Error::Internal,
+    KREPLAY_STATUS_IN_USE = Error::InUse,
+}
+
+impl OnPanic for kreplay_status_t {
+    const ON_PANIC: Self = KREPLAY_STATUS_INTERNAL_ERROR;
+}
+
+impl From<kreplay_status_t> for RawStatus {
+    fn from(status: kreplay_status_t) -> Self {
+        RawStatus(status as u32)
+    }
 }
 
 pub(crate) fn to_status(result: kreplay_core::Result<()>) -> kreplay_status_t {
@@ -104,36 +115,36 @@ pub enum kreplay_decline_reason_t {
 pub struct RawDeclineReason(pub u32);
 
 enum_table! {
-    kreplay_decline_reason_t from RawDeclineReason, engine DeclineReason, unknown c"unknown decline reason";
-    KREPLAY_DECLINE_NONE = DeclineReason::None => c"not declined",
-    KREPLAY_DECLINE_NOT_CONFIGURED = DeclineReason::NotConfigured => c"no device ops are configured, or tracking is off",
-    KREPLAY_DECLINE_FINALIZED = DeclineReason::Finalized => c"the library is finalized",
-    KREPLAY_DECLINE_METADATA_MEMORY = DeclineReason::MetadataMemory => c"host memory for the snapshot's bookkeeping ran out",
-    KREPLAY_DECLINE_STAGING_MEMORY = DeclineReason::StagingMemory
-        => c"host memory for the captured contents could not be mapped",
-    KREPLAY_DECLINE_COPY_FAILED = DeclineReason::CopyFailed => c"a device-to-host copy failed",
-    KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = DeclineReason::ModuleScanIncomplete
-        => c"the module-scope variables could not all be enumerated",
-    KREPLAY_DECLINE_INVENTORY_OVERFLOW = DeclineReason::InventoryOverflow
-        => c"an allocation of this agent could not be recorded",
-    KREPLAY_DECLINE_HOST_BUDGET = DeclineReason::HostBudget => c"the snapshot would exceed max_snapshot_bytes",
+    kreplay_decline_reason_t <=> DeclineReason;
+    KREPLAY_DECLINE_NONE = DeclineReason::None,
+    KREPLAY_DECLINE_NOT_CONFIGURED = DeclineReason::NotConfigured,
+    KREPLAY_DECLINE_FINALIZED = DeclineReason::Finalized,
+    KREPLAY_DECLINE_METADATA_MEMORY = DeclineReason::MetadataMemory,
+    KREPLAY_DECLINE_STAGING_MEMORY = DeclineReason::StagingMemory,
+    KREPLAY_DECLINE_COPY_FAILED = DeclineReason::CopyFailed,
+    KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = DeclineReason::ModuleScanIncomplete,
+    KREPLAY_DECLINE_INVENTORY_OVERFLOW = DeclineReason::InventoryOverflow,
+    KREPLAY_DECLINE_HOST_BUDGET = DeclineReason::HostBudget,
 }
 
 /// A static, NUL-terminated description of `status`; never NULL, also for values this library does not know.
 /// Thread-safe.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_status_string(status: RawStatus) -> *const c_char {
-    kreplay_status_t::raw_text(status).as_ptr()
+    kreplay_core::error::status_text(status.0).as_ptr()
 }
 
 /// A static, NUL-terminated description of a decline reason; never NULL, also for unknown values.
 /// Thread-safe.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_decline_reason_string(reason: RawDeclineReason) -> *const c_char {
-    kreplay_decline_reason_t::raw_text(reason).as_ptr()
+    DeclineReason::raw_text(reason.0).as_ptr()
 }
 
 /// The library's version, `MAJOR.MINOR.PATCH`, as a static NUL-terminated string. Thread-safe.
+#[ffi_guard]
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_version() -> *const c_char {
     const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -142,22 +153,35 @@ pub extern "C" fn kreplay_version() -> *const c_char {
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::CStr;
+
     use super::*;
 
     #[test]
-    fn every_status_and_reason_has_its_own_text_and_round_trips_through_its_raw_value() {
-        let mut texts = std::collections::HashSet::new();
+    fn every_status_and_reason_maps_onto_the_engines_value_of_the_same_number() {
         for &status in kreplay_status_t::ALL {
-            assert_eq!(kreplay_status_t::from_raw(status as u32), Some(status));
-            assert!(texts.insert(status.text()), "{status:?} shares its text");
-            if let Some(error) = status.engine() {
-                assert_eq!(kreplay_status_t::from(error), status);
+            match status.engine() {
+                Some(error) => assert_eq!(kreplay_status_t::from(error), status),
+                None => assert_eq!(status, KREPLAY_STATUS_SUCCESS),
             }
         }
+        assert_eq!(kreplay_status_t::ALL.len(), Error::ALL.len() + 1);
         for &reason in kreplay_decline_reason_t::ALL {
-            assert_eq!(kreplay_decline_reason_t::from_raw(reason as u32), Some(reason));
             assert_eq!(kreplay_decline_reason_t::from(reason.engine().unwrap()), reason);
         }
-        assert_eq!(kreplay_status_t::raw_text(RawStatus(999)), c"unknown status");
+        assert_eq!(kreplay_decline_reason_t::ALL.len(), DeclineReason::ALL.len());
+    }
+
+    #[test]
+    fn the_strings_are_the_engines_texts_and_unknown_values_have_one_too() {
+        let text = |pointer: *const c_char| {
+            // SAFETY: the string exports return static NUL-terminated strings.
+            unsafe { CStr::from_ptr(pointer) }
+        };
+        assert_eq!(text(kreplay_status_string(RawStatus(0))), c"success");
+        assert_eq!(text(kreplay_status_string(RawStatus(10))), Error::Internal.text());
+        assert_eq!(text(kreplay_status_string(RawStatus(999))), c"unknown status");
+        assert_eq!(text(kreplay_decline_reason_string(RawDeclineReason(8))), DeclineReason::HostBudget.text());
+        assert_eq!(text(kreplay_decline_reason_string(RawDeclineReason(99))), c"unknown decline reason");
     }
 }

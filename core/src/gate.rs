@@ -1,17 +1,17 @@
 //! The replay gate: which submissions may be replayed at all.
 
-/// The gate's verdict. The discriminants are the C API's `kreplay_gate_t` values.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Gate {
-    /// Exactly one packet, and it is exactly one kernel dispatch: replay it.
-    Replay = 0,
-    /// More than one packet in the submission (or none).
-    MultiPacket = 1,
-    /// The one packet is not exactly one kernel dispatch.
-    NotADispatch = 2,
-    /// A graph launch is active: run once, unreplayed.
-    GraphLaunch = 3,
+crate::error::c_enum! {
+    /// The gate's verdict. The discriminants are the C API's `kreplay_gate_t` values.
+    pub enum Gate {
+        /// Exactly one packet, and it is exactly one kernel dispatch: replay it.
+        Replay = 0,
+        /// More than one packet in the submission (or none).
+        MultiPacket = 1,
+        /// The one packet is not exactly one kernel dispatch.
+        NotADispatch = 2,
+        /// A graph launch is active: run once, unreplayed.
+        GraphLaunch = 3,
+    }
 }
 
 /// Decides whether a submission may be replayed. Graph launches are checked first: snapshot and restore

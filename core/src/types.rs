@@ -6,31 +6,20 @@ use bitflags::bitflags;
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Agent(pub u64);
 
-/// What kind of memory a pointer refers to (the values of `hsa_amd_pointer_type_t`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum PointerType {
-    /// Not memory the runtime knows.
-    Unknown,
-    /// Device memory allocated through the runtime.
-    Device,
-    /// Host memory page-locked for the device.
-    Locked,
-    /// Memory shared with a graphics API.
-    Graphics,
-    /// Memory imported from another process.
-    Ipc,
-}
-
-impl PointerType {
-    /// Maps an HSA pointer-type value; values the library does not know are [`PointerType::Unknown`].
-    pub const fn from_raw(raw: u32) -> Self {
-        match raw {
-            1 => PointerType::Device,
-            2 => PointerType::Locked,
-            3 => PointerType::Graphics,
-            4 => PointerType::Ipc,
-            _ => PointerType::Unknown,
-        }
+crate::error::c_enum! {
+    /// What kind of memory a pointer refers to. The discriminants are the values of `hsa_amd_pointer_type_t`
+    /// and of the C API's `kreplay_pointer_type_t`.
+    pub enum PointerType {
+        /// Not memory the runtime knows.
+        Unknown = 0,
+        /// Device memory allocated through the runtime.
+        Device = 1,
+        /// Host memory page-locked for the device.
+        Locked = 2,
+        /// Memory shared with a graphics API.
+        Graphics = 3,
+        /// Memory imported from another process.
+        Ipc = 4,
     }
 }
 

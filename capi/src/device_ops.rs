@@ -1,39 +1,16 @@
-//! The device operations a host hands in, the policy, and the replay gate.
+//! The device operations a host hands in (`kreplay_device_ops_t`), the values they pass, and how the engine
+//! calls them ([`CDeviceOps`]).
 
 use std::ffi::{c_char, c_void};
 use std::mem::{offset_of, size_of};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use std::ptr::NonNull;
 
-use kreplay_core::policy::Policy;
 use kreplay_core::{Agent, CopyJob, DeviceOps, Digest, DigestJob, Error, GlobalFlags, ModuleVariable, PointerInfo};
 
-use crate::ENGINE;
-use crate::boundary::ffi_guard;
-use crate::status::*;
-use crate::types::kreplay_agent_t;
-
-/// Kinds of memory `pointer_info` reports; the values of `hsa_amd_pointer_type_t`.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum kreplay_pointer_type_t {
-    /// Not memory the runtime knows.
-    KREPLAY_POINTER_UNKNOWN = 0,
-    /// Device memory allocated through the runtime.
-    KREPLAY_POINTER_DEVICE = 1,
-    /// Host memory page-locked for the device.
-    KREPLAY_POINTER_LOCKED = 2,
-    /// Memory shared with a graphics API.
-    KREPLAY_POINTER_GRAPHICS = 3,
-    /// Memory imported from another process.
-    KREPLAY_POINTER_IPC = 4,
-}
-
-/// A `kreplay_pointer_type_t` as a host writes it (any value); the header spells it `kreplay_pointer_type_t`.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct RawPointerType(pub u32);
+use crate::status::RawStatus;
+use crate::types::{RawPointerType, kreplay_agent_t};
+use crate::versioned::Versioned;
 
 /// Global flag: kernel-argument memory (bit of `hsa_amd_memory_pool_global_flag_t`).
 pub const KREPLAY_GLOBAL_FLAG_KERNARG: u32 = 1;
@@ -185,7 +162,7 @@ pub struct kreplay_device_ops_t {
 
 /// The installed ops, as the engine sees them. Dropped by the engine when nothing uses them any more.
 pub(crate) struct CDeviceOps {
-    raw: kreplay_device_ops_t,
+    pub(crate) raw: kreplay_device_ops_t,
 }
 
 impl Drop for CDeviceOps {
@@ -338,41 +315,14 @@ impl DeviceOps for CDeviceOps {
     }
 }
 
-/// The smallest `struct_size` accepted: everything up to and including `iterate_module_variables`.
-const MIN_OPS_SIZE: usize = offset_of!(kreplay_device_ops_t, host_lock);
+// SAFETY: `kreplay_device_ops_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are a
+// pointer and `Option`s of function pointers, valid for NULL or any address a C compiler writes.
+unsafe impl Versioned for kreplay_device_ops_t {
+    const MIN_SIZE: usize = offset_of!(kreplay_device_ops_t, host_lock);
+    const REQUIRED: &'static str = "the required ops";
 
-/// Installs (copies in) the device ops, replacing earlier ones. Only `ops->struct_size` bytes are read:
-/// fields past it are taken as NULL, so a host compiled against the version-1 struct gets version-1
-/// behaviour. The ops and `user_data` must stay valid, and be callable from any thread, until `release` is
-/// called for them (or, without `release`, until the process ends); calls in flight and storage page-locked
-/// or allocated through a replaced set keep using that set, and it is released when the last of them is
-/// gone. The library keeps no pointer to `ops` itself. Missing required ops, `host_lock` without
-/// `host_unlock` (or the reverse), `device_alloc` without `device_free` (or the reverse), or a `struct_size`
-/// too small for the required ops: `KREPLAY_STATUS_INVALID_ARGUMENT` (kreplay took nothing: `release` is not
-/// called); more than 8 replaced sets still in use: `KREPLAY_STATUS_CAPACITY_EXCEEDED`, and after finalize
-/// `KREPLAY_STATUS_FINALIZED` (in both cases kreplay took the set and has called `release` for it before
-/// returning). Thread-safe.
-///
-/// # Safety
-/// `ops` must be NULL or point to at least `ops->struct_size` readable bytes laid out as
-/// `kreplay_device_ops_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if ops.is_null() {
-            kreplay_core::log!(kreplay_core::log::Level::Warning, "kreplay_configure: ops is NULL");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        // SAFETY: `ops` is non-null and points at least to a `struct_size` field (caller's contract).
-        let struct_size = unsafe { ops.cast::<usize>().read_unaligned() };
-        if struct_size < MIN_OPS_SIZE {
-            kreplay_core::log!(
-                kreplay_core::log::Level::Warning,
-                "kreplay_configure: struct_size {struct_size} is smaller than the required ops ({MIN_OPS_SIZE} bytes)"
-            );
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let mut raw = kreplay_device_ops_t {
+    fn defaults() -> Self {
+        kreplay_device_ops_t {
             struct_size: size_of::<kreplay_device_ops_t>(),
             user_data: std::ptr::null_mut(),
             copy: None,
@@ -385,175 +335,6 @@ pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> 
             device_free: None,
             digest: None,
             release: None,
-        };
-        let len = struct_size.min(size_of::<kreplay_device_ops_t>());
-        // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `ops`, and `len` is at most that;
-        // 2. `raw` is a distinct local of at least `len` bytes; 3. every field is a pointer or an
-        // `Option<fn>`, for which any bytes a C compiler writes (NULL or a function address) are valid.
-        unsafe { std::ptr::copy_nonoverlapping(ops.cast::<u8>(), (&mut raw as *mut kreplay_device_ops_t).cast(), len) };
-        raw.struct_size = struct_size;
-        if raw.copy.is_none() || raw.pointer_info.is_none() || raw.iterate_module_variables.is_none() {
-            kreplay_core::log!(
-                kreplay_core::log::Level::Warning,
-                "kreplay_configure: copy, pointer_info and iterate_module_variables are required"
-            );
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
         }
-        if raw.host_lock.is_some() != raw.host_unlock.is_some() {
-            kreplay_core::log!(
-                kreplay_core::log::Level::Warning,
-                "kreplay_configure: host_lock and host_unlock must both be set or both be NULL"
-            );
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        if raw.device_alloc.is_some() != raw.device_free.is_some() {
-            kreplay_core::log!(
-                kreplay_core::log::Level::Warning,
-                "kreplay_configure: device_alloc and device_free must both be set or both be NULL"
-            );
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        to_status(ENGINE.configure(CDeviceOps { raw }))
-    })
-}
-
-/// How snapshots use host memory.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, Default)]
-pub struct kreplay_policy_t {
-    /// `sizeof(kreplay_policy_t)` as the caller compiled it.
-    pub struct_size: usize,
-    /// Page-lock retained staging with `ops.host_lock`, once; it stays locked while retained and is unlocked
-    /// before it is unmapped.
-    pub pin_staging: bool,
-    /// 0: unlimited; a snapshot above it is declined with `KREPLAY_DECLINE_HOST_BUDGET`.
-    pub max_snapshot_bytes: usize,
-    /// Version 2 [0]: device memory per agent that snapshots may hold (with `device_alloc`/`device_free`);
-    /// ranges beyond it spill to host staging. 0: host only.
-    pub device_budget_bytes: usize,
-    /// Version 2 [false]: with `ops.digest`, restore, and re-capture across dispatches, only the blocks whose
-    /// digest changed.
-    pub dirty_only: bool,
-    /// Version 2 [0 = 65536]: digest block size, a power of two from 4096 to 16 MiB.
-    pub digest_block_bytes: usize,
-    /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
-    /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
-    pub cache_module_scan: bool,
-}
-
-/// The version-1 policy: the fields every `struct_size` must cover.
-const POLICY_V1_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) + size_of::<usize>();
-
-/// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
-/// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
-/// Thread-safe.
-///
-/// # Safety
-/// `policy` must be NULL or point to at least `policy->struct_size` readable bytes laid out as
-/// `kreplay_policy_t`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> kreplay_status_t {
-    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
-        if policy.is_null() {
-            kreplay_core::log!(kreplay_core::log::Level::Warning, "kreplay_set_policy: policy is NULL");
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
-        let struct_size = unsafe { policy.cast::<usize>().read_unaligned() };
-        if struct_size < POLICY_V1_SIZE {
-            kreplay_core::log!(
-                kreplay_core::log::Level::Warning,
-                "kreplay_set_policy: struct_size {struct_size} does not cover the version-1 fields ({POLICY_V1_SIZE} \
-                 bytes)"
-            );
-            return KREPLAY_STATUS_INVALID_ARGUMENT;
-        }
-        let defaults = Policy::default();
-        let mut raw = kreplay_policy_t {
-            struct_size,
-            pin_staging: defaults.pin_staging,
-            max_snapshot_bytes: defaults.max_snapshot_bytes,
-            device_budget_bytes: defaults.device_budget_bytes,
-            dirty_only: defaults.dirty_only,
-            digest_block_bytes: 0,
-            cache_module_scan: defaults.cache_module_scan,
-        };
-        let len = struct_size.min(size_of::<kreplay_policy_t>());
-        // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `policy`, and `len` is at most that;
-        // 2. `raw` is a distinct local of at least `len` bytes; 3. the fields are integers and bools, and a C
-        // `bool` is 0 or 1, valid for Rust's `bool`.
-        unsafe { std::ptr::copy_nonoverlapping(policy.cast::<u8>(), (&mut raw as *mut kreplay_policy_t).cast(), len) };
-        let digest_block_bytes =
-            if raw.digest_block_bytes == 0 { defaults.digest_block_bytes } else { raw.digest_block_bytes };
-        to_status(ENGINE.set_policy(Policy {
-            pin_staging: raw.pin_staging,
-            max_snapshot_bytes: raw.max_snapshot_bytes,
-            device_budget_bytes: raw.device_budget_bytes,
-            dirty_only: raw.dirty_only,
-            digest_block_bytes,
-            cache_module_scan: raw.cache_module_scan,
-        }))
-    })
-}
-
-/// Tells kreplay that a code object was loaded or unloaded anywhere: every agent's cached module scan is
-/// dropped, so the next capture scans again (see `cache_module_scan`). Thread-safe; cheap.
-#[unsafe(no_mangle)]
-pub extern "C" fn kreplay_modules_changed() {
-    ffi_guard!((), || ENGINE.modules_changed())
-}
-
-/// Device memory held idle for `agent` (retained device storage that no live snapshot uses). Thread-safe.
-#[unsafe(no_mangle)]
-pub extern "C" fn kreplay_retained_device_bytes(agent: kreplay_agent_t) -> usize {
-    ffi_guard!(0, || ENGINE.retained_device_bytes(agent.into()))
-}
-
-/// Gives all of `agent`'s idle device storage back through `ops.device_free`. Thread-safe.
-#[unsafe(no_mangle)]
-pub extern "C" fn kreplay_device_trim(agent: kreplay_agent_t) {
-    ffi_guard!((), || ENGINE.device_trim(agent.into()))
-}
-
-/// Gives every agent's idle device storage back. A host whose own device allocation failed for lack of memory
-/// calls this and retries once: kreplay never makes the application fail for memory it holds idle.
-/// Thread-safe.
-#[unsafe(no_mangle)]
-pub extern "C" fn kreplay_device_trim_all() {
-    ffi_guard!((), || ENGINE.device_trim_all())
-}
-
-/// The replay gate's verdict.
-#[repr(C)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum kreplay_gate_t {
-    /// Exactly one packet holding exactly one kernel dispatch: replay it.
-    KREPLAY_GATE_REPLAY = 0,
-    /// More than one packet in the submission (or none).
-    KREPLAY_GATE_MULTI_PACKET = 1,
-    /// The one packet is not exactly one kernel dispatch.
-    KREPLAY_GATE_NOT_A_DISPATCH = 2,
-    /// A graph launch is active: warned once per process, then run once.
-    KREPLAY_GATE_GRAPH_LAUNCH = 3,
-}
-
-/// Decides whether a submission may be replayed: only one packet that is exactly one kernel dispatch, and
-/// never while a graph launch is active (warned once per process). Thread-safe.
-#[unsafe(no_mangle)]
-pub extern "C" fn kreplay_replay_gate(
-    packet_count: u32,
-    dispatch_packet_count: u32,
-    graph_launch_active: bool,
-) -> kreplay_gate_t {
-    ffi_guard!(kreplay_gate_t::KREPLAY_GATE_NOT_A_DISPATCH, || {
-        use kreplay_core::gate::Gate;
-        match ENGINE.replay_gate(packet_count, dispatch_packet_count, graph_launch_active) {
-            Gate::Replay => kreplay_gate_t::KREPLAY_GATE_REPLAY,
-            Gate::MultiPacket => kreplay_gate_t::KREPLAY_GATE_MULTI_PACKET,
-            Gate::NotADispatch => kreplay_gate_t::KREPLAY_GATE_NOT_A_DISPATCH,
-            Gate::GraphLaunch => kreplay_gate_t::KREPLAY_GATE_GRAPH_LAUNCH,
-        }
-    })
+    }
 }

@@ -1,0 +1,96 @@
+//! The policy: how snapshots use host and device memory.
+
+use std::mem::{offset_of, size_of};
+
+use kreplay_core::policy::Policy;
+
+use crate::boundary::ffi_guard;
+use crate::engine::engine;
+use crate::status::*;
+use crate::versioned::{self, Versioned};
+
+/// How snapshots use host memory.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct kreplay_policy_t {
+    /// `sizeof(kreplay_policy_t)` as the caller compiled it.
+    pub struct_size: usize,
+    /// Page-lock retained staging with `ops.host_lock`, once; it stays locked while retained and is unlocked
+    /// before it is unmapped.
+    pub pin_staging: bool,
+    /// 0: unlimited; a snapshot above it is declined with `KREPLAY_DECLINE_HOST_BUDGET`.
+    pub max_snapshot_bytes: usize,
+    /// Version 2 [0]: device memory per agent that snapshots may hold (with `device_alloc`/`device_free`);
+    /// ranges beyond it spill to host staging. 0: host only.
+    pub device_budget_bytes: usize,
+    /// Version 2 [false]: with `ops.digest`, restore, and re-capture across dispatches, only the blocks whose
+    /// digest changed.
+    pub dirty_only: bool,
+    /// Version 2 [0 = 65536]: digest block size, a power of two from 4096 to 16 MiB.
+    pub digest_block_bytes: usize,
+    /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
+    /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
+    pub cache_module_scan: bool,
+}
+
+// SAFETY: `kreplay_policy_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are
+// integers and `bool`s, which a C compiler writes as 0 or 1.
+unsafe impl Versioned for kreplay_policy_t {
+    const MIN_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) + size_of::<usize>();
+    const REQUIRED: &'static str = "the version-1 fields";
+
+    fn defaults() -> Self {
+        let defaults = Policy::DEFAULT;
+        kreplay_policy_t {
+            struct_size: size_of::<kreplay_policy_t>(),
+            pin_staging: defaults.pin_staging,
+            max_snapshot_bytes: defaults.max_snapshot_bytes,
+            device_budget_bytes: defaults.device_budget_bytes,
+            dirty_only: defaults.dirty_only,
+            digest_block_bytes: 0,
+            cache_module_scan: defaults.cache_module_scan,
+        }
+    }
+}
+
+impl From<kreplay_policy_t> for Policy {
+    fn from(raw: kreplay_policy_t) -> Self {
+        let digest_block_bytes =
+            if raw.digest_block_bytes == 0 { Policy::DEFAULT.digest_block_bytes } else { raw.digest_block_bytes };
+        Policy {
+            pin_staging: raw.pin_staging,
+            max_snapshot_bytes: raw.max_snapshot_bytes,
+            device_budget_bytes: raw.device_budget_bytes,
+            dirty_only: raw.dirty_only,
+            digest_block_bytes,
+            cache_module_scan: raw.cache_module_scan,
+        }
+    }
+}
+
+/// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
+/// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
+/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
+/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// Thread-safe.
+///
+/// # Safety
+/// `policy` must be NULL or point to at least `policy->struct_size` readable bytes laid out as
+/// `kreplay_policy_t`.
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> kreplay_status_t {
+    // SAFETY: `policy` is NULL or holds `struct_size` readable bytes of the struct (caller's contract).
+    match unsafe { versioned::read("kreplay_set_policy", "policy", policy) } {
+        Some(raw) => to_status(engine().set_policy(raw.into())),
+        None => KREPLAY_STATUS_INVALID_ARGUMENT,
+    }
+}
+
+/// Tells kreplay that a code object was loaded or unloaded anywhere: every agent's cached module scan is
+/// dropped, so the next capture scans again (see `cache_module_scan`). Thread-safe; cheap.
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_modules_changed() {
+    engine().modules_changed()
+}

@@ -1,0 +1,53 @@
+//! The one reader of versioned structs: C structs that begin with `struct_size`, the size the caller compiled
+//! them with. Later versions only append fields, so a caller built against an older header passes a shorter
+//! struct, and the fields it does not have take their defaults.
+
+use std::mem::size_of;
+
+use kreplay_core::log::Level;
+
+/// A struct the host passes in with a `struct_size` prefix. A new versioned struct is one `impl`; a new field
+/// is appended to the struct and given its default in [`Versioned::defaults`].
+///
+/// # Safety
+/// Implementors are `#[repr(C)]` structs whose first field is `struct_size: usize`, and whose every field is
+/// valid for any bytes a C compiler writes for it (integers, pointers, `Option` of a function pointer, `bool`,
+/// which C writes as 0 or 1).
+pub(crate) unsafe trait Versioned: Sized {
+    /// The smallest `struct_size` accepted: it covers the fields every version has.
+    const MIN_SIZE: usize;
+    /// What those fields are, for the log line of a short struct.
+    const REQUIRED: &'static str;
+    /// The value of every field that lies past a caller's `struct_size`.
+    fn defaults() -> Self;
+}
+
+/// Reads the first `struct_size` bytes of `*value` over [`Versioned::defaults`]. NULL, or a `struct_size`
+/// below `T::MIN_SIZE`: `None`, with a warning that names `function` and its `argument`.
+///
+/// # Safety
+/// `value` must be NULL or point to at least `struct_size` readable bytes laid out as `T`.
+pub(crate) unsafe fn read<T: Versioned>(function: &str, argument: &str, value: *const T) -> Option<T> {
+    if value.is_null() {
+        kreplay_core::log!(Level::Warning, "{function}: {argument} is NULL");
+        return None;
+    }
+    // SAFETY: `value` is non-null and points at least to its `struct_size` field (caller's contract).
+    let struct_size = unsafe { value.cast::<usize>().read_unaligned() };
+    if struct_size < T::MIN_SIZE {
+        kreplay_core::log!(
+            Level::Warning,
+            "{function}: struct_size {struct_size} does not cover {} ({} bytes)",
+            T::REQUIRED,
+            T::MIN_SIZE
+        );
+        return None;
+    }
+    let mut read = T::defaults();
+    let len = struct_size.min(size_of::<T>());
+    // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `value`, and `len` is at most that;
+    // 2. `read` is a distinct local of at least `len` bytes; 3. every field of `T` is valid for any bytes a C
+    // compiler writes for it (the trait's contract).
+    unsafe { std::ptr::copy_nonoverlapping(value.cast::<u8>(), (&mut read as *mut T).cast::<u8>(), len) };
+    Some(read)
+}
