@@ -1,8 +1,9 @@
-// kreplay_host_lock_bench (c-tests/cuda/bench_host_lock.cu): what a first dispatch's staging costs on this machine, step by step. Maps a fresh
-// block (as kreplay's host pool does), optionally advises huge pages, populates it (not at all, on one thread,
-// or in parallel slices), then page-locks it with cudaHostRegister (portable, with or without mapped), and
-// prints the time of each step. Each configuration gets a fresh mapping. GPU machine only. With "pair": two
-// threads at once, per populate method; with "adapter": the CUDA adapter's own host_lock, two at once and alone.
+// kreplay_host_lock_bench (c-tests/cuda/bench/bench_host_lock.cu): what a first dispatch's staging costs on this
+// machine, step by step. Maps a fresh block (as kreplay's host pool does), optionally advises huge pages,
+// populates it (not at all, on one thread, or in parallel slices), then page-locks it with cudaHostRegister
+// (portable, with or without mapped), and prints the time of each step. Each configuration gets a fresh mapping.
+// GPU machine only. With "pair": two threads at once, per populate method; with "adapter": the CUDA adapter's own
+// host_lock, two at once and alone.
 #include <sys/mman.h>
 #include <unistd.h>
 
