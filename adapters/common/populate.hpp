@@ -1,5 +1,5 @@
 // Populating a staging block before it is page-locked, shared by the CUDA and HSA adapters' host_lock (private
-// to the adapters: header-only, never installed; namespace kreplay_adapter, CMake target kreplay_adapter_common).
+// to the adapters: header-only, never installed; namespace kreplay::adapter, CMake target kreplay_adapter_common).
 //
 // kreplay page-locks each staging block once, fresh from mmap. Left to itself the lock (cudaHostRegister,
 // hsa_amd_memory_lock) faults the pages in one by one, which is most of a first dispatch's staging time. Measured
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-namespace kreplay_adapter {
+namespace kreplay::adapter {
 
 // Faults [start, start + bytes) in, writable, without changing its contents: one write of "or 0" into one byte
 // of every page, a write fault each (one per 2 MiB where a transparent huge page backs it). The write is atomic,
@@ -83,4 +83,4 @@ inline void populate(void* block, std::size_t bytes) noexcept {
   }
 }
 
-}  // namespace kreplay_adapter
+}  // namespace kreplay::adapter
