@@ -1,10 +1,10 @@
 // Populating a staging block before it is page-locked, shared by the CUDA and HSA adapters' host_lock (private
-// to the adapters: header-only, never installed).
+// to the adapters: header-only, never installed; namespace kreplay::adapter, CMake target kreplay_adapter_common).
 //
 // kreplay page-locks each staging block once, fresh from mmap. Left to itself the lock (cudaHostRegister,
 // hsa_amd_memory_lock) faults the pages in one by one, which is most of a first dispatch's staging time. Measured
 // on the H200 machine (Linux 6.18) for 1.125 GiB, the block kreplay maps for 1 GiB (kreplay_host_lock_bench,
-// c-tests/cuda/bench_host_lock.cu; docs/performance.md "First dispatch, step by step"):
+// c-tests/cuda/bench/bench_host_lock.cu; docs/performance.md "First dispatch, step by step"):
 //   - cudaHostRegister alone: 336-472 ms; populated first on one thread: 323-495 ms in all;
 //   - transparent huge pages advised and 4 threads populating: 77-92 ms in all (8 or 16 threads: 124-194 ms);
 //   - two blocks at once from two threads of one process (two GPUs): 94-130 ms each when the populate touches
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-namespace kreplay_adapter {
+namespace kreplay::adapter {
 
 // Faults [start, start + bytes) in, writable, without changing its contents: one write of "or 0" into one byte
 // of every page, a write fault each (one per 2 MiB where a transparent huge page backs it). The write is atomic,
@@ -83,4 +83,4 @@ inline void populate(void* block, std::size_t bytes) noexcept {
   }
 }
 
-}  // namespace kreplay_adapter
+}  // namespace kreplay::adapter

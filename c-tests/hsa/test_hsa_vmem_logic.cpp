@@ -5,8 +5,8 @@
 // API (see kreplay_hsa_vmem_wrappers).
 #include "fake_hsa.hpp"
 
-// Internal header of the adapter, not installed: the tests reach it by path.
-#include "../../adapters/hsa/src/vmem.hpp"
+// A private header of the adapter (adapters/hsa/src, not installed), through the target kreplay_hsa_internal.
+#include "vmem.hpp"
 
 #include <cstring>
 

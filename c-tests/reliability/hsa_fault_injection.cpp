@@ -8,7 +8,7 @@
 // completion signals cannot be created. The same promises as on the simulated device: complete or declined
 // (never a snapshot missing a variable), device memory untouched by a declined snapshot, restore failures
 // reported with every other range written, nothing locked, mapped or signalled left behind.
-#include "../hsa/fake_hsa.hpp"
+#include "fake_hsa.hpp"
 
 #include <cstring>
 #include <vector>

@@ -77,7 +77,7 @@ void populate_writes_every_page_and_keeps_contents(std::size_t bytes) {
   // Some pages already written: the first, one in the middle, the last (its last byte).
   const std::size_t marks[] = {0, (bytes / kPage / 2) * kPage + 17, bytes - 1};
   for (std::size_t at : marks) base[at] = static_cast<char>(0x5A);
-  kreplay_adapter::populate(base, bytes);
+  kreplay::adapter::populate(base, bytes);
   CHECK_EQ(bytes, anonymous_bytes(base));
   for (std::size_t at = 0; at < bytes; at += kPage) {
     const bool marked = at == 0 || at == marks[1] - 17 || at + kPage >= bytes;
@@ -92,7 +92,7 @@ void populate_writes_every_page_and_keeps_contents(std::size_t bytes) {
 
 int main() {
   a_read_maps_nothing_of_its_own();
-  kreplay_adapter::populate(nullptr, 4096);  // nothing to do, and no crash
+  kreplay::adapter::populate(nullptr, 4096);  // nothing to do, and no crash
   populate_writes_every_page_and_keeps_contents(kPage);
   populate_writes_every_page_and_keeps_contents(std::size_t{3} << 20);
   // Threads and huge-page advice, and a last slice shorter than the others.

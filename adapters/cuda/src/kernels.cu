@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-namespace kreplay_cuda {
+namespace kreplay::cuda {
 namespace detail {
 namespace {
 
@@ -357,4 +357,4 @@ void digest_on_host(const void* data, size_t bytes, size_t block_bytes, uint64_t
 }
 
 }  // namespace detail
-}  // namespace kreplay_cuda
+}  // namespace kreplay::cuda

@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-namespace kreplay_cuda {
+namespace kreplay::cuda {
 namespace detail {
 
 // One piece of a copy, at most kCopyChunkBytes long: the gather/scatter kernel gives each thread block whole
@@ -64,6 +64,6 @@ cudaError_t launch_digest(const digest_job_desc* jobs, size_t job_count, uint64_
 void digest_on_host(const void* data, size_t bytes, size_t block_bytes, uint64_t* out);
 
 }  // namespace detail
-}  // namespace kreplay_cuda
+}  // namespace kreplay::cuda
 
 #endif  // KREPLAY_CUDA_KERNELS_HPP

@@ -19,7 +19,7 @@
 #include "kernels.hpp"
 #include "populate.hpp"
 
-namespace kreplay_cuda {
+namespace kreplay::cuda {
 namespace {
 
 std::atomic<uint64_t> g_copies{0};
@@ -391,7 +391,7 @@ kreplay_status_t op_host_lock(void* user_data, void* host_ptr, size_t bytes) {
     return KREPLAY_STATUS_INVALID_ARGUMENT;
   }
   // Faulted in first, in parallel, with huge pages advised: see adapters/common/populate.hpp.
-  kreplay_adapter::populate(host_ptr, bytes);
+  kreplay::adapter::populate(host_ptr, bytes);
   // Portable: staging is locked from whichever thread snapshots, and with several devices the registration
   // must count as pinned for every device's context. Mapped: the gather kernel reads and writes it directly.
   cudaError_t error = cudaHostRegister(host_ptr, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
@@ -1010,4 +1010,4 @@ void digest_on_host(const void* data, size_t bytes, size_t block_bytes, kreplay_
   detail::digest_on_host(data, bytes, block_bytes, reinterpret_cast<uint64_t*>(out));
 }
 
-}  // namespace kreplay_cuda
+}  // namespace kreplay::cuda

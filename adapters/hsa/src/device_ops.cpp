@@ -92,7 +92,7 @@ kreplay_status_t op_host_lock(void* user_data, void* host_ptr, std::size_t bytes
   // kreplay locks each staging block once, fresh from mmap: fault it in first, in parallel, with huge pages
   // advised, rather than letting the lock fault it page by page (adapters/common/populate.hpp has the figures,
   // measured with cudaHostRegister; hsa_amd_memory_lock likewise pins pages, and finds them present).
-  kreplay_adapter::populate(host_ptr, bytes);
+  kreplay::adapter::populate(host_ptr, bytes);
   void* agent_ptr = nullptr;
   hsa_status_t status = ctx->memory_lock(host_ptr, bytes, nullptr, 0, &agent_ptr);
   if (status != HSA_STATUS_SUCCESS) {

@@ -30,7 +30,7 @@
 
 #include "kreplay.h"
 
-namespace kreplay_cuda {
+namespace kreplay::cuda {
 
 // One module-scope variable of the host program: `symbol` is the address of the __device__ / __constant__
 // variable as host code sees it (the argument cudaGetSymbolAddress takes).
@@ -126,6 +126,6 @@ void set_sync_after_copy(bool enabled);
 // The last CUDA error an op saw, as text ("" when none); for messages only.
 const char* last_op_error();
 
-}  // namespace kreplay_cuda
+}  // namespace kreplay::cuda
 
 #endif  // KREPLAY_CUDA_HPP

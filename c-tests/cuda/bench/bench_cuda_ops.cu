@@ -247,15 +247,15 @@ void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, con
       std::vector<kreplay_copy_t> copies = bench.list(d.to_device, d.storage);
       struct method {
         const char* name;
-        kreplay_cuda::copy_method m;
+        kreplay::cuda::copy_method m;
         bool single;
       };
-      for (const method& m : {method{"automatic", kreplay_cuda::copy_method::automatic, false},
-                              method{"kernel", kreplay_cuda::copy_method::kernel, false},
-                              method{"memcpy_batch", kreplay_cuda::copy_method::memcpy_batch, false},
-                              method{"memcpy_async", kreplay_cuda::copy_method::memcpy_async, false},
-                              method{"single", kreplay_cuda::copy_method::automatic, true}}) {
-        kreplay_cuda::set_copy_method(m.m);
+      for (const method& m : {method{"automatic", kreplay::cuda::copy_method::automatic, false},
+                              method{"kernel", kreplay::cuda::copy_method::kernel, false},
+                              method{"memcpy_batch", kreplay::cuda::copy_method::memcpy_batch, false},
+                              method{"memcpy_async", kreplay::cuda::copy_method::memcpy_async, false},
+                              method{"single", kreplay::cuda::copy_method::automatic, true}}) {
+        kreplay::cuda::set_copy_method(m.m);
         // Source holds the pattern, destination is poisoned, then the copy runs and the result is checked.
         if (d.to_device) {
           bench.fill_regions(seed);
@@ -299,10 +299,10 @@ void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, con
         }
         g_wrong += wrong != 0;
         row("copy", name, d.name, m.name, ms, bytes,
-            std::isnan(ms) ? std::string("FAILED: ") + kreplay_cuda::last_op_error()
+            std::isnan(ms) ? std::string("FAILED: ") + kreplay::cuda::last_op_error()
                            : (wrong == 0 ? "verified" : "WRONG: " + std::to_string(wrong) + " words"));
       }
-      kreplay_cuda::set_copy_method(kreplay_cuda::copy_method::automatic);
+      kreplay::cuda::set_copy_method(kreplay::cuda::copy_method::automatic);
     }
     bench.lock(false);
     // What a driver query per pointer would cost a batch of this many copies (the adapter makes none).
@@ -380,9 +380,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   CUDA_CHECK(cudaDriverGetVersion(&driver));
   say("device 0: %s, %d SMs; runtime %d, driver %d\n", prop.name, prop.multiProcessorCount, runtime, driver);
-  const kreplay_agent_t agent = kreplay_cuda::agent_of_device(0);
+  const kreplay_agent_t agent = kreplay::cuda::agent_of_device(0);
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
   g_csv = std::fopen(opt.csv.c_str(), "w");
   if (g_csv != nullptr) {
     std::fprintf(g_csv, "group,layout,direction,method,ms,gbps,note\n");
@@ -398,12 +398,12 @@ int main(int argc, char** argv) {
   if (opt.copies) {
     copy_candidates(ops, agent, opt);
   }
-  const kreplay_cuda::stats_t s = kreplay_cuda::stats();
+  const kreplay::cuda::stats_t s = kreplay::cuda::stats();
   ops.release(ops.user_data);
   say("adapter: %" PRIu64 " batches (%" PRIu64 " failed), %" PRIu64 " digests, %" PRIu64
       " device allocs, %" PRIu64 " bytes still allocated, releases %" PRIu64 "\n",
-      s.batches, s.batch_failures, s.digests, s.device_allocs, kreplay_cuda::stats().device_bytes,
-      kreplay_cuda::stats().releases);
+      s.batches, s.batch_failures, s.digests, s.device_allocs, kreplay::cuda::stats().device_bytes,
+      kreplay::cuda::stats().releases);
   if (g_csv != nullptr) {
     std::fclose(g_csv);
   }

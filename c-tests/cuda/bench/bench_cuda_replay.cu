@@ -77,7 +77,7 @@ __constant__ unsigned int c_bench_salt[16];
 
 namespace {
 
-const kreplay_cuda::symbol_t kSymbols[] = {
+const kreplay::cuda::symbol_t kSymbols[] = {
     {"g_bench_epoch", &g_bench_epoch, false},
     {"c_bench_salt", &c_bench_salt, true},
 };
@@ -346,7 +346,7 @@ struct device_footprint {
 
   void allocate(int ordinal, footprint_t fp) {
     device = ordinal;
-    agent = kreplay_cuda::agent_of_device(ordinal);
+    agent = kreplay::cuda::agent_of_device(ordinal);
     footprint = fp;
     rng = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(ordinal + 1);
     if (!own_context) {
@@ -356,7 +356,7 @@ struct device_footprint {
     for (size_t r = 0; r < n; ++r) {
       void* ptr = nullptr;
       kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-      CUDA_CHECK(kreplay_cuda::malloc_tracked(&ptr, fp.region, &record));
+      CUDA_CHECK(kreplay::cuda::malloc_tracked(&ptr, fp.region, &record));
       KREPLAY_CHECK(record);
       regions.push_back(ptr);
       const size_t words = fp.region / sizeof(unsigned int);
@@ -389,7 +389,7 @@ struct device_footprint {
     }
     for (void* ptr : regions) {
       kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-      CUDA_CHECK(kreplay_cuda::free_tracked(ptr, &record));
+      CUDA_CHECK(kreplay::cuda::free_tracked(ptr, &record));
       KREPLAY_CHECK(record);
     }
     regions.clear();
@@ -516,7 +516,7 @@ struct kreplay_mode {
 };
 
 void set_policy(const kreplay_mode& mode, size_t footprint) {
-  kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+  kreplay_policy_t policy = kreplay::cuda::recommended_policy();
   policy.pin_staging = mode.pin;
   policy.dirty_only = mode.dirty;
   policy.device_budget_bytes = mode.budget == 0 ? 0 : mode.budget == 1 ? footprint + (16u << 20) : footprint / 2;
@@ -619,8 +619,8 @@ row_ops reference_row(device_footprint& fp, row_result& result, std::vector<std:
     buffers.reserve(fp.count());
     for (size_t r = 0; r < fp.count(); ++r) {
       buffers.emplace_back(fp.footprint.region);  // zero-filled, as resize() did
-      if (kreplay_cuda::copy(buffers.back().data(), fp.regions[r], fp.footprint.region) != KREPLAY_STATUS_SUCCESS) {
-        result.status = std::string("copy: ") + kreplay_cuda::last_op_error();
+      if (kreplay::cuda::copy(buffers.back().data(), fp.regions[r], fp.footprint.region) != KREPLAY_STATUS_SUCCESS) {
+        result.status = std::string("copy: ") + kreplay::cuda::last_op_error();
         return false;
       }
     }
@@ -628,8 +628,8 @@ row_ops reference_row(device_footprint& fp, row_result& result, std::vector<std:
   };
   ops.restore = [&fp, &result, &buffers] {
     for (size_t r = 0; r < fp.count(); ++r) {
-      if (kreplay_cuda::copy(fp.regions[r], buffers[r].data(), fp.footprint.region) != KREPLAY_STATUS_SUCCESS) {
-        result.status = std::string("copy: ") + kreplay_cuda::last_op_error();
+      if (kreplay::cuda::copy(fp.regions[r], buffers[r].data(), fp.footprint.region) != KREPLAY_STATUS_SUCCESS) {
+        result.status = std::string("copy: ") + kreplay::cuda::last_op_error();
         return false;
       }
     }
@@ -840,14 +840,14 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     baseline_resident = resident_bytes();
     if (device == 0) {
       set_policy(mode, footprint.total);
-      kreplay_cuda::set_sync_after_copy(mode.sync_after_copy);
+      kreplay::cuda::set_sync_after_copy(mode.sync_after_copy);
     }
     sync.wait();
     kreplay_snapshot_t* snapshot = nullptr;
     run(result, kreplay_row(fp, result, snapshot, mode.dirty));
     sync.wait();
     if (device == 0) {
-      kreplay_cuda::set_sync_after_copy(true);
+      kreplay::cuda::set_sync_after_copy(true);
     }
     kreplay_staging_trim(fp.agent);  // nothing stays pinned for the rows below (CUPTI would capture it)
     kreplay_device_trim(fp.agent);
@@ -882,7 +882,7 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
   if (config.wants("D")) {
     row_result result = start_row("D", "digest_64k_blocks", 0);
     kreplay_device_ops_t ops{};
-    KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+    KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
     std::vector<kreplay_digest_t> digests(fp.total_blocks());
     std::vector<kreplay_digest_job_t> jobs;
     for (size_t r = 0; r < fp.count(); ++r) {
@@ -1267,7 +1267,7 @@ int main(int argc, char** argv) {
       config.cupti_context.c_str(), config.cupti_host_reserve.c_str());
   g_info_file = std::fopen(config.info_log.c_str(), "w");
   kreplay_set_logger(log_line, nullptr, KREPLAY_LOG_INFO);
-  KREPLAY_CHECK(kreplay_cuda::install(kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0])));
+  KREPLAY_CHECK(kreplay::cuda::install(kSymbols, sizeof(kSymbols) / sizeof(kSymbols[0])));
   kreplay_tracking_enable(true);
 
   std::vector<row_result> rows;
@@ -1290,7 +1290,7 @@ int main(int argc, char** argv) {
     write_csv(config, rows);  // after every footprint, so a run cut short still leaves its figures
   }
   print_table(config, rows);
-  const kreplay_cuda::stats_t stats = kreplay_cuda::stats();
+  const kreplay::cuda::stats_t stats = kreplay::cuda::stats();
   say("\nadapter: %" PRIu64 " copies, %.1f GB, %" PRIu64 " failed; %" PRIu64 " batches of %" PRIu64
       " copies, %.1f GB, %" PRIu64 " failed; %" PRIu64 " digests, %.1f GB, %" PRIu64 " failed; %" PRIu64
       " host locks, %" PRIu64 " unlocks, %" PRIu64 " bytes still locked; %" PRIu64 " device allocations, %" PRIu64

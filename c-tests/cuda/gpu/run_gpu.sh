@@ -2,9 +2,9 @@
 # Builds the CUDA adapter, test and benchmarks against a prebuilt libkreplay.a and runs them, all in one go, on a
 # machine with NVIDIA GPUs (and, typically, no Rust toolchain). Run from the repository root:
 #
-#   c-tests/cuda/run_gpu.sh PREBUILT_DIR OUT_DIR [kreplay_cuda_bench arguments...]
+#   c-tests/cuda/gpu/run_gpu.sh PREBUILT_DIR OUT_DIR [kreplay_cuda_bench arguments...]
 #
-# PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (README.md beside this file: how to make it), and may hold
+# PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (c-tests/cuda/README.md: how to make it), and may hold
 # fallbacks made on another machine: bin/kreplay_{cuda_test,cuda_ops_bench,cuda_bench,cupti_probe} (used only if
 # the build here fails) and cupti/{include,lib} (used only if no CUPTI Checkpoint headers and library are found
 # here).
@@ -24,7 +24,8 @@ set -u -o pipefail
 prebuilt=$(realpath "${1:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
 out=$(realpath "${2:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
 shift 2
-src=$(cd "$(dirname "$0")" && pwd)
+# c-tests/cuda, the standalone build's source tree (this script is in its gpu/ folder).
+src=$(cd "$(dirname "$0")/.." && pwd)
 build=${KREPLAY_CUDA_BUILD_DIR:-/tmp/kreplay-cuda-build}
 # The archive may travel gzipped (libkreplay.a.gz: a release archive is about 57 MB, the device tool carries
 # 64 MiB in all, gzip makes it about 5 MB).
@@ -145,7 +146,7 @@ if [[ $steps == *,bench,* ]]; then
     done
   fi
   if python3 -c 'import matplotlib' 2>/dev/null && [[ -s "$out/h200-replay-benchmark.csv" ]]; then
-    python3 "$src/plot_benchmark.py" "$out/h200-replay-benchmark.csv" "$out/h200-per-dispatch-vs-footprint.png" \
+    python3 "$src/bench/plot_benchmark.py" "$out/h200-replay-benchmark.csv" "$out/h200-per-dispatch-vs-footprint.png" \
       --fraction-png "$out/h200-per-dispatch-vs-fraction.png" >>"$out/env.log" 2>&1 ||
       echo "plot failed (see env.log)"
   fi

@@ -1,6 +1,6 @@
 // Self-test of the CUDA adapter's digest op (needs a GPU), shared by kreplay_cuda_test and kreplay_cuda_ops_bench.
 // It checks what kreplay relies on when it restores only the blocks whose digest changed:
-//   - the device agrees with the host definition (kreplay_cuda::digest_on_host) for every block size, for jobs of
+//   - the device agrees with the host definition (kreplay::cuda::digest_on_host) for every block size, for jobs of
 //     odd length and at unaligned addresses;
 //   - any single bit flipped anywhere in a block changes that block's digest and no other (random trials);
 //   - swapping two different words of a block changes its digest (position dependence);
@@ -84,11 +84,11 @@ inline result run(const kreplay_device_ops_t& ops, kreplay_agent_t agent, uint64
     for (size_t shift : {size_t{0}, size_t{4}}) {
       ++r.trials;
       if (digest(ops, agent, buffer + shift, s.bytes, s.block, before) != KREPLAY_STATUS_SUCCESS) {
-        r.fail(tag + ": digest failed (" + kreplay_cuda::last_op_error() + ")");
+        r.fail(tag + ": digest failed (" + kreplay::cuda::last_op_error() + ")");
         continue;
       }
       reference.assign(before.size(), kreplay_digest_t{0, 0});
-      kreplay_cuda::digest_on_host(host.data() + shift, s.bytes, s.block, reference.data());
+      kreplay::cuda::digest_on_host(host.data() + shift, s.bytes, s.block, reference.data());
       for (size_t b = 0; b < before.size(); ++b) {
         if (!same(before[b], reference[b])) {
           r.fail(tag + ": device and host disagree at block " + std::to_string(b) + " (shift " +

@@ -73,7 +73,7 @@ __constant__ unsigned int c_coeffs[4];
 
 namespace {
 
-const kreplay_cuda::symbol_t kSymbols[] = {
+const kreplay::cuda::symbol_t kSymbols[] = {
     {"g_counter", &g_counter, false},
     {"g_table", &g_table, false},
     {"c_coeffs", &c_coeffs, true},
@@ -168,14 +168,14 @@ struct device_harness {
 
   void setup(int ordinal, test_case& t) {
     device = ordinal;
-    agent = kreplay_cuda::agent_of_device(ordinal);
+    agent = kreplay::cuda::agent_of_device(ordinal);
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaMalloc(&sums, sizeof(unsigned long long) * (kRegions + 2)));
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(ordinal + 1) << 32);
     for (size_t r = 0; r < kRegions; ++r) {
       void* ptr = nullptr;
       kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-      CUDA_CHECK(kreplay_cuda::malloc_tracked(&ptr, kRegionBytes[r], &record));
+      CUDA_CHECK(kreplay::cuda::malloc_tracked(&ptr, kRegionBytes[r], &record));
       t.expect(record == KREPLAY_STATUS_SUCCESS, "record_alloc of region %zu: %s", r, kreplay_status_string(record));
       regions.push_back(ptr);
       bytes.push_back(kRegionBytes[r]);
@@ -346,12 +346,12 @@ struct device_harness {
     (void)run_pass();
     void* victim = regions[kVictim];
     kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-    CUDA_CHECK(kreplay_cuda::free_tracked(victim, &record));
+    CUDA_CHECK(kreplay::cuda::free_tracked(victim, &record));
     t.expect(record == KREPLAY_STATUS_SUCCESS, "record_free: %s", kreplay_status_string(record));
     // A runtime hands freed addresses out again; when it does here, the restore must tell the new allocation
     // (another generation) from the one captured.
     void* replacement = nullptr;
-    CUDA_CHECK(kreplay_cuda::malloc_tracked(&replacement, bytes[kVictim], &record));
+    CUDA_CHECK(kreplay::cuda::malloc_tracked(&replacement, bytes[kVictim], &record));
     t.expect(record == KREPLAY_STATUS_SUCCESS, "record_alloc of the replacement: %s", kreplay_status_string(record));
     CUDA_CHECK(cudaMemset(replacement, 0xA5, bytes[kVictim]));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -489,7 +489,7 @@ struct device_harness {
     CUDA_CHECK(cudaSetDevice(device));
     for (void* ptr : regions) {
       kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-      CUDA_CHECK(kreplay_cuda::free_tracked(ptr, &record));
+      CUDA_CHECK(kreplay::cuda::free_tracked(ptr, &record));
       KREPLAY_CHECK(record);
     }
     CUDA_CHECK(cudaFree(sums));
@@ -528,7 +528,7 @@ void set_pinning(bool pin) {
 // The adapter's recommended policy (pinned staging, module-scan cache, 64 KiB digest blocks) with a device
 // budget and dirty-only as given.
 void set_v2_policy(size_t device_budget, bool dirty_only) {
-  kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+  kreplay_policy_t policy = kreplay::cuda::recommended_policy();
   policy.device_budget_bytes = device_budget;
   policy.dirty_only = dirty_only;
   KREPLAY_CHECK(kreplay_set_policy(&policy));
@@ -552,9 +552,9 @@ void expect_equal(test_case& t, const std::vector<unsigned char>& got, const std
 // sizes and addresses among them.
 void batch_copies_are_exact(int device, test_case& t) {
   CUDA_CHECK(cudaSetDevice(device));
-  const kreplay_agent_t agent = kreplay_cuda::agent_of_device(device);
+  const kreplay_agent_t agent = kreplay::cuda::agent_of_device(device);
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
   uint64_t seed = 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(device);
   struct piece {
     size_t device_offset;
@@ -645,13 +645,13 @@ void batch_copies_are_exact(int device, test_case& t) {
       CUDA_CHECK(cudaMemcpy(dev, pattern.data(), l.span, cudaMemcpyHostToDevice));
       std::memset(host, 0, l.span);
       t.expect(ops.copy_batch(ops.user_data, agent, down.data(), down.size()) == KREPLAY_STATUS_SUCCESS,
-               "%s: device to host batch failed (%s)", tag.c_str(), kreplay_cuda::last_op_error());
+               "%s: device to host batch failed (%s)", tag.c_str(), kreplay::cuda::last_op_error());
       auto r = masked(std::vector<unsigned char>(host, host + l.span), true);
       expect_equal(t, r.first, r.second, (tag + ", device to host").c_str());
 
       CUDA_CHECK(cudaMemset(dev, 0, l.span));
       t.expect(ops.copy_batch(ops.user_data, agent, up.data(), up.size()) == KREPLAY_STATUS_SUCCESS,
-               "%s: host to device batch failed (%s)", tag.c_str(), kreplay_cuda::last_op_error());
+               "%s: host to device batch failed (%s)", tag.c_str(), kreplay::cuda::last_op_error());
       r = masked(from_device(dev), false);
       expect_equal(t, r.first, r.second, (tag + ", host to device").c_str());
 
@@ -674,18 +674,18 @@ void batch_copies_are_exact(int device, test_case& t) {
     KREPLAY_CHECK(ops.device_free(ops.user_data, agent, storage, l.span));
     CUDA_CHECK(cudaFree(dev));
   }
-  const uint64_t releases = kreplay_cuda::stats().releases;
+  const uint64_t releases = kreplay::cuda::stats().releases;
   ops.release(ops.user_data);
   // At least: the other devices' threads release their own sets at the same time.
-  t.expect(kreplay_cuda::stats().releases >= releases + 1, "release did not run");
+  t.expect(kreplay::cuda::stats().releases >= releases + 1, "release did not run");
 }
 
 void digest_self_test(int device, test_case& t) {
   CUDA_CHECK(cudaSetDevice(device));
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay_cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
   const digest_selftest::result r =
-      digest_selftest::run(ops, kreplay_cuda::agent_of_device(device), 10000, 0xD1CE5EEDull + device);
+      digest_selftest::run(ops, kreplay::cuda::agent_of_device(device), 10000, 0xD1CE5EEDull + device);
   ops.release(ops.user_data);
   t.expect(r.failures == 0, "%" PRIu64 " of %" PRIu64 " trials failed; first: %s", r.failures, r.trials,
            r.first_failure.c_str());
@@ -703,7 +703,7 @@ void oom_retry_trims_device_storage(device_harness& h, test_case& t) {
   for (int i = 0; i < 8; ++i) {
     void* p = nullptr;
     kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-    CUDA_CHECK(kreplay_cuda::malloc_tracked(&p, 256u << 20, &record));
+    CUDA_CHECK(kreplay::cuda::malloc_tracked(&p, 256u << 20, &record));
     tracked.push_back(p);
   }
   kreplay_snapshot_info_t info{};
@@ -716,7 +716,7 @@ void oom_retry_trims_device_storage(device_harness& h, test_case& t) {
   }
   kreplay_snapshot_free(snapshot);
   for (void* p : tracked) {
-    CUDA_CHECK(kreplay_cuda::free_tracked(p));
+    CUDA_CHECK(kreplay::cuda::free_tracked(p));
   }
   const size_t retained = kreplay_retained_device_bytes(h.agent);
   t.expect(retained >= 2 * kGiB, "only %zu bytes of device storage retained (snapshot: %zu on the device)", retained,
@@ -738,22 +738,22 @@ void oom_retry_trims_device_storage(device_harness& h, test_case& t) {
     }
     hog.push_back(p);
   }
-  const uint64_t retries = kreplay_cuda::stats().oom_retries;
+  const uint64_t retries = kreplay::cuda::stats().oom_retries;
   void* wanted = nullptr;
   kreplay_status_t record = KREPLAY_STATUS_INTERNAL_ERROR;
-  const cudaError_t error = kreplay_cuda::malloc_tracked(&wanted, 3 * kGiB / 2, &record);
+  const cudaError_t error = kreplay::cuda::malloc_tracked(&wanted, 3 * kGiB / 2, &record);
   t.expect(error == cudaSuccess && record == KREPLAY_STATUS_SUCCESS,
            "malloc_tracked of 1.5 GiB with %zu bytes free and %zu retained: %s / %s", free_bytes, retained,
            cudaGetErrorName(error), kreplay_status_string(record));
-  t.expect(kreplay_cuda::stats().oom_retries == retries + 1, "%" PRIu64 " retries, expected 1",
-           kreplay_cuda::stats().oom_retries - retries);
+  t.expect(kreplay::cuda::stats().oom_retries == retries + 1, "%" PRIu64 " retries, expected 1",
+           kreplay::cuda::stats().oom_retries - retries);
   t.expect(kreplay_retained_device_bytes(h.agent) == 0, "%zu bytes still retained after the trim",
            kreplay_retained_device_bytes(h.agent));
   t.expect(cudaGetLastError() == cudaSuccess, "the failed first cudaMalloc left its error behind");
   say("  device %d: %zu bytes retained, %zu free before malloc_tracked(1.5 GiB): %s after %" PRIu64 " retry\n",
-      h.device, retained, free_bytes, cudaGetErrorName(error), kreplay_cuda::stats().oom_retries - retries);
+      h.device, retained, free_bytes, cudaGetErrorName(error), kreplay::cuda::stats().oom_retries - retries);
   if (error == cudaSuccess) {
-    CUDA_CHECK(kreplay_cuda::free_tracked(wanted));
+    CUDA_CHECK(kreplay::cuda::free_tracked(wanted));
   }
   for (void* p : hog) {
     CUDA_CHECK(cudaFree(p));
@@ -776,7 +776,7 @@ int main() {
         static_cast<double>(prop.totalGlobalMem) / (1u << 30));
   }
   kreplay_set_logger(log_to_stdout, nullptr, KREPLAY_LOG_INFO);
-  KREPLAY_CHECK(kreplay_cuda::install(kSymbols, kModuleVariables));
+  KREPLAY_CHECK(kreplay::cuda::install(kSymbols, kModuleVariables));
   kreplay_tracking_enable(true);
 
   results totals;
@@ -795,13 +795,13 @@ int main() {
     // Start each mode from an empty pool, so pageable staging is really pageable and pinned staging is
     // locked by this mode's first snapshot.
     for (int d = 0; d < devices; ++d) {
-      kreplay_staging_trim(kreplay_cuda::agent_of_device(d));
+      kreplay_staging_trim(kreplay::cuda::agent_of_device(d));
     }
     test_case pinning{std::string("staging_pinned_as_policy_says (") + mode + ")"};
-    pinning.expect(kreplay_cuda::stats().locked_bytes == 0, "%" PRIu64 " bytes still locked after trimming",
-                   kreplay_cuda::stats().locked_bytes);
+    pinning.expect(kreplay::cuda::stats().locked_bytes == 0, "%" PRIu64 " bytes still locked after trimming",
+                   kreplay::cuda::stats().locked_bytes);
     set_pinning(pin);
-    const kreplay_cuda::stats_t before = kreplay_cuda::stats();
+    const kreplay::cuda::stats_t before = kreplay::cuda::stats();
 
     std::vector<test_case> same(devices), differ(devices);
     on_every_device(devices, [&](int d) {
@@ -821,7 +821,7 @@ int main() {
     steady.expect(kreplay_host_memory_stats(&maps_after) == KREPLAY_STATUS_SUCCESS, "host_memory_stats failed");
     steady.expect(maps_after.maps == maps_before.maps, "the second snapshots made %zu new host mappings",
                   maps_after.maps - maps_before.maps);
-    const kreplay_cuda::stats_t after = kreplay_cuda::stats();
+    const kreplay::cuda::stats_t after = kreplay::cuda::stats();
     if (pin) {
       pinning.expect(after.host_locks - before.host_locks == static_cast<uint64_t>(devices),
                      "%" PRIu64 " host_lock calls for %d agents", after.host_locks - before.host_locks, devices);
@@ -831,7 +831,7 @@ int main() {
                      after.host_locks - before.host_locks);
     }
     pinning.expect(after.copy_failures == 0, "%" PRIu64 " failed copies (last: %s)", after.copy_failures,
-                   kreplay_cuda::last_op_error());
+                   kreplay::cuda::last_op_error());
     for (int d = 0; d < devices; ++d) {
       totals.add(same[d]);
       totals.add(differ[d]);
@@ -879,8 +879,8 @@ int main() {
   }
   {
     test_case given_back{"device_storage_given_back_by_trim"};
-    given_back.expect(kreplay_cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
-                      kreplay_cuda::stats().device_bytes);
+    given_back.expect(kreplay::cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
+                      kreplay::cuda::stats().device_bytes);
     totals.add(given_back);
   }
 
@@ -910,29 +910,29 @@ int main() {
       for (const test_case& t : rounds) {
         cache.failures += t.failures;
       }
-      return kreplay_cuda::stats().module_scans;
+      return kreplay::cuda::stats().module_scans;
     };
     const uint64_t first = round();
     const uint64_t second = round();
     cache.expect(second == first, "a second snapshot of each agent scanned %" PRIu64 " times with the cache on",
                  second - first);
-    KREPLAY_CHECK(kreplay_cuda::register_symbols(kSymbols, kModuleVariables));
+    KREPLAY_CHECK(kreplay::cuda::register_symbols(kSymbols, kModuleVariables));
     const uint64_t third = round();
     cache.expect(third - second == static_cast<uint64_t>(devices),
                  "after a new symbol table %" PRIu64 " scans for %d agents", third - second, devices);
     totals.add(cache);
 
     test_case released{"ops_released_when_replaced"};
-    const uint64_t before = kreplay_cuda::stats().releases;
-    KREPLAY_CHECK(kreplay_cuda::install(kSymbols, kModuleVariables));
+    const uint64_t before = kreplay::cuda::stats().releases;
+    KREPLAY_CHECK(kreplay::cuda::install(kSymbols, kModuleVariables));
     // The old ops page-locked the retained staging: they stay in use until it is gone.
     for (int d = 0; d < devices; ++d) {
-      kreplay_staging_trim(kreplay_cuda::agent_of_device(d));
-      kreplay_device_trim(kreplay_cuda::agent_of_device(d));
+      kreplay_staging_trim(kreplay::cuda::agent_of_device(d));
+      kreplay_device_trim(kreplay::cuda::agent_of_device(d));
     }
     (void)round();
-    released.expect(kreplay_cuda::stats().releases == before + 1, "%" PRIu64 " releases after replacing the ops once",
-                    kreplay_cuda::stats().releases - before);
+    released.expect(kreplay::cuda::stats().releases == before + 1, "%" PRIu64 " releases after replacing the ops once",
+                    kreplay::cuda::stats().releases - before);
     totals.add(released);
   }
 
@@ -945,17 +945,17 @@ int main() {
 
   on_every_device(devices, [&](int d) { harness[d].teardown(); });
   for (int d = 0; d < devices; ++d) {
-    kreplay_staging_trim(kreplay_cuda::agent_of_device(d));
+    kreplay_staging_trim(kreplay::cuda::agent_of_device(d));
   }
   kreplay_device_trim_all();
   test_case clean{"nothing_left_locked_or_tracked"};
-  clean.expect(kreplay_cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
-               kreplay_cuda::stats().device_bytes);
-  clean.expect(kreplay_cuda::stats().locked_bytes == 0, "%" PRIu64 " bytes still locked",
-               kreplay_cuda::stats().locked_bytes);
+  clean.expect(kreplay::cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",
+               kreplay::cuda::stats().device_bytes);
+  clean.expect(kreplay::cuda::stats().locked_bytes == 0, "%" PRIu64 " bytes still locked",
+               kreplay::cuda::stats().locked_bytes);
   for (int d = 0; d < devices; ++d) {
     kreplay_inventory_stats_t stats{};
-    clean.expect(kreplay_inventory_stats(kreplay_cuda::agent_of_device(d), &stats) == KREPLAY_STATUS_SUCCESS &&
+    clean.expect(kreplay_inventory_stats(kreplay::cuda::agent_of_device(d), &stats) == KREPLAY_STATUS_SUCCESS &&
                      stats.regions == 0,
                  "device %d still has %zu tracked regions", d, stats.regions);
   }

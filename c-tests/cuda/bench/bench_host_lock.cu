@@ -1,8 +1,9 @@
-// kreplay_host_lock_bench (c-tests/cuda/bench_host_lock.cu): what a first dispatch's staging costs on this machine, step by step. Maps a fresh
-// block (as kreplay's host pool does), optionally advises huge pages, populates it (not at all, on one thread,
-// or in parallel slices), then page-locks it with cudaHostRegister (portable, with or without mapped), and
-// prints the time of each step. Each configuration gets a fresh mapping. GPU machine only. With "pair": two
-// threads at once, per populate method; with "adapter": the CUDA adapter's own host_lock, two at once and alone.
+// kreplay_host_lock_bench (c-tests/cuda/bench/bench_host_lock.cu): what a first dispatch's staging costs on this
+// machine, step by step. Maps a fresh block (as kreplay's host pool does), optionally advises huge pages,
+// populates it (not at all, on one thread, or in parallel slices), then page-locks it with cudaHostRegister
+// (portable, with or without mapped), and prints the time of each step. Each configuration gets a fresh mapping.
+// GPU machine only. With "pair": two threads at once, per populate method; with "adapter": the CUDA adapter's own
+// host_lock, two at once and alone.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -37,7 +38,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 // mmap lock that MADV_POPULATE_WRITE holds.
 constexpr size_t kTouch = ~size_t{0};
 
-void touch_slice(char* base, size_t bytes) { kreplay_adapter::touch_pages(base, bytes, 4096); }
+void touch_slice(char* base, size_t bytes) { kreplay::adapter::touch_pages(base, bytes, 4096); }
 
 // One madvise per slice, or (step > 0) one per step of the slice, or (step == kTouch) by touching.
 void populate_slice(char* base, size_t bytes, size_t step) {
@@ -149,8 +150,8 @@ void pair(size_t bytes) {
 // in one process (two GPUs' first dispatches) and one alone; ms per call.
 int adapter(size_t bytes) {
   kreplay_device_ops_t ops{};
-  if (kreplay_cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS) {
-    std::printf("kreplay_cuda::make_ops failed: %s\n", kreplay_cuda::last_op_error());
+  if (kreplay::cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS) {
+    std::printf("kreplay::cuda::make_ops failed: %s\n", kreplay::cuda::last_op_error());
     return 1;
   }
   if (ops.host_lock == nullptr) {
@@ -170,7 +171,7 @@ int adapter(size_t bytes) {
             const auto start = std::chrono::steady_clock::now();
             locked[t] = ops.host_lock(ops.user_data, block, bytes) == KREPLAY_STATUS_SUCCESS;
             lock_ms[t] = ms_since(start);
-            if (!locked[t]) why[t] = kreplay_cuda::last_op_error();
+            if (!locked[t]) why[t] = kreplay::cuda::last_op_error();
           },
           [&](int t, char* block) {
             if (locked[t]) (void)ops.host_unlock(ops.user_data, block, bytes);
