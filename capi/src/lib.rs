@@ -13,11 +13,14 @@ mod staging;
 mod status;
 mod tracking;
 mod types;
+// After the others, so that the header keeps their declarations in the order it had.
+mod introspection;
 
 /// cbindgen:ignore
 #[cfg(feature = "sim")]
 pub mod sim;
 
+pub use introspection::*;
 pub use logging::*;
 pub use ops::*;
 pub use snapshot::*;

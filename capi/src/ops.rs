@@ -181,6 +181,11 @@ pub struct kreplay_device_ops_t {
     /// `kreplay_configure`, once calls in flight and storage locked or allocated through it are gone), so the
     /// host may free what `user_data` points to. Not called for the set in use when the process exits.
     pub release: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Version 3, optional: the agent's free device memory now, in bytes, written to `bytes_out`. With
+    /// `device_budget_percent`, each capture's device budget is that percent of it (kreplay's own idle device
+    /// storage counted as free); a failure means no device storage for that capture. Appended after `release`
+    /// (which follows `digest`), so a version-2 `struct_size` stops before it.
+    pub device_free_bytes: Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *mut usize) -> RawStatus>,
 }
 
 /// The installed ops, as the engine sees them. Dropped by the engine when nothing uses them any more.
@@ -336,6 +341,18 @@ impl DeviceOps for CDeviceOps {
         // memory and room for its digests (this function's contract).
         check(unsafe { digest(self.raw.user_data, agent.into(), jobs.as_ptr().cast(), jobs.len(), block_bytes) })
     }
+
+    fn can_query_free_memory(&self) -> bool {
+        self.raw.device_free_bytes.is_some()
+    }
+
+    fn device_free_bytes(&self, agent: Agent) -> kreplay_core::Result<usize> {
+        let query = self.raw.device_free_bytes.ok_or(Error::NotConfigured)?;
+        let mut bytes = 0usize;
+        // SAFETY: `bytes` is a valid, writable out pointer for the duration of the call.
+        check(unsafe { query(self.raw.user_data, agent.into(), &mut bytes) })?;
+        Ok(bytes)
+    }
 }
 
 /// The smallest `struct_size` accepted: everything up to and including `iterate_module_variables`.
@@ -385,6 +402,7 @@ pub unsafe extern "C" fn kreplay_configure(ops: *const kreplay_device_ops_t) -> 
             device_free: None,
             digest: None,
             release: None,
+            device_free_bytes: None,
         };
         let len = struct_size.min(size_of::<kreplay_device_ops_t>());
         // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `ops`, and `len` is at most that;
@@ -439,6 +457,18 @@ pub struct kreplay_policy_t {
     /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
     /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
     pub cache_module_scan: bool,
+    /// Version 3 [0]: bit k declines a window while untracked memory of kind k (`kreplay_untracked_kind_t`)
+    /// is live.
+    pub untracked_decline_mask: u32,
+    /// Version 3 [0 = 10 s]: a window projected above it logs one warning.
+    pub warn_window_ns: u64,
+    /// Version 3 [0 = none]: a window projected above it is declined (`KREPLAY_DECLINE_OVER_COST`).
+    pub max_window_ns: u64,
+    /// Version 3 [0 = off], at most 100: with `ops.device_free_bytes`, the device budget of each capture is
+    /// this percent of the agent's free device memory at that moment (kreplay's own idle device storage
+    /// counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
+    /// has no effect.
+    pub device_budget_percent: u32,
 }
 
 /// The version-1 policy: the fields every `struct_size` must cover.
@@ -446,8 +476,9 @@ const POLICY_V1_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) +
 
 /// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 /// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
+/// that is not 0 or a power of two from 4096 to 16 MiB, or a `device_budget_percent` above 100:
+/// `KREPLAY_STATUS_INVALID_ARGUMENT`.
 /// Thread-safe.
 ///
 /// # Safety
@@ -479,6 +510,10 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
             dirty_only: defaults.dirty_only,
             digest_block_bytes: 0,
             cache_module_scan: defaults.cache_module_scan,
+            untracked_decline_mask: defaults.untracked_decline_mask,
+            warn_window_ns: defaults.warn_window_ns,
+            max_window_ns: defaults.max_window_ns,
+            device_budget_percent: defaults.device_budget_percent,
         };
         let len = struct_size.min(size_of::<kreplay_policy_t>());
         // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `policy`, and `len` is at most that;
@@ -494,6 +529,10 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
             dirty_only: raw.dirty_only,
             digest_block_bytes,
             cache_module_scan: raw.cache_module_scan,
+            untracked_decline_mask: raw.untracked_decline_mask,
+            warn_window_ns: raw.warn_window_ns,
+            max_window_ns: raw.max_window_ns,
+            device_budget_percent: raw.device_budget_percent,
         }))
     })
 }
