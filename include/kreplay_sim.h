@@ -36,7 +36,7 @@ typedef struct kreplay_sim_options_t {
   bool device_free_bytes;
   // Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
   // less the storage the agent holds now (at least 0).
-  size_t device_free;
+  size_t free_bytes;
 } kreplay_sim_options_t;
 
 // Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.

@@ -43,7 +43,7 @@ static void configure(bool offer_query, size_t free, size_t ops_size) {
   options.copy_batch = true;
   options.device_alloc = true;
   options.device_free_bytes = offer_query;
-  options.device_free = free;
+  options.free_bytes = free;
   kreplay_sim_set_options(&options);
   memset(&ops, 0, sizeof ops);
   CHECK_OK(kreplay_sim_device_ops(&ops));

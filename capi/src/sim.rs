@@ -77,7 +77,7 @@ pub struct kreplay_sim_options_t {
     pub device_free_bytes: bool,
     /// Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
     /// less the storage the agent holds now (at least 0).
-    pub device_free: usize,
+    pub free_bytes: usize,
 }
 
 /// What the simulated device has seen since the last reset.
@@ -338,7 +338,7 @@ pub unsafe extern "C" fn kreplay_sim_set_options(options: *const kreplay_sim_opt
         state.sleep_in_copy_ns = options.sleep_in_copy_ns;
         state.constant_digest = options.constant_digest;
         state.offer_free_bytes = options.device_free_bytes;
-        state.device_free = options.device_free;
+        state.free_bytes = options.free_bytes;
     })
 }
 

@@ -28,8 +28,8 @@
 //!   - device storage: `device_allocs` (calls), `device_frees`, `device_bytes` (held now, all agents),
 //!     `device_peak_bytes`, `device_capacity` (bytes per agent, 0 = unlimited; beyond it `device_alloc` fails
 //!     with `DeviceError`), fault `fail_device_alloc_at` (once);
-//!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `device_free` is what each
-//!     agent has free before its storage, so the op answers `device_free` less the storage the agent holds
+//!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `free_bytes` is what each
+//!     agent has free besides its storage, so the op answers `free_bytes` less the storage the agent holds
 //!     now; `free_bytes_queries` (calls), fault `fail_free_bytes` (every query fails);
 //!   - digests: `digests` (calls), `digest_blocks`, `digest_bytes`, `constant_digest` (every block digests
 //!     the same, to prove a digest that cannot tell contents apart is never trusted for a reallocated region),
@@ -183,7 +183,7 @@ pub struct State {
     held: BTreeMap<u64, usize>,
 
     pub offer_free_bytes: bool,
-    pub device_free: usize,
+    pub free_bytes: usize,
     pub free_bytes_queries: usize,
     pub fail_free_bytes: bool,
 
@@ -942,7 +942,7 @@ impl DeviceOps for SimDevice {
             return Err(Error::DeviceError);
         }
         let held = state.held.get(&agent.0).copied().unwrap_or(0);
-        Ok(state.device_free.saturating_sub(held))
+        Ok(state.free_bytes.saturating_sub(held))
     }
 }
 
@@ -1053,7 +1053,7 @@ mod tests {
     #[test]
     fn free_device_memory_is_the_set_amount_less_the_storage_held() {
         let device = SimDevice::with_v2();
-        device.state().device_free = 1 << 20;
+        device.state().free_bytes = 1 << 20;
         let a = device.device_alloc(A, 256 << 10).unwrap();
         assert_eq!(device.device_free_bytes(A), Ok(768 << 10));
         assert_eq!(device.device_free_bytes(Agent(2)), Ok(1 << 20));

@@ -76,7 +76,7 @@ mod tests {
         let device = SimDevice::with_v2();
         let mut state = device.state();
         state.offer_free_bytes = true;
-        state.device_free = free;
+        state.free_bytes = free;
         drop(state);
         device
     }
@@ -180,7 +180,7 @@ mod tests {
         assert!(idle >= FOOTPRINT);
         // The program now holds most of the device: 1.5 footprints are left to share with kreplay's idle
         // storage, so the device reports 1.5 footprints less that storage. Counted back in, the budget is 3/4.
-        device.state().device_free = 3 * FOOTPRINT / 2;
+        device.state().free_bytes = 3 * FOOTPRINT / 2;
         let info = engine.snap(A).unwrap().info();
         assert!(info.device_bytes > 0 && info.device_bytes <= 3 * FOOTPRINT / 4, "device bytes {}", info.device_bytes);
         assert!(device.device_bytes_held(A) <= 3 * FOOTPRINT / 4, "the larger idle block was given back");
