@@ -83,6 +83,52 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "threads contending for the lock with back-off sleeps: slow under Miri")]
+    fn foreach_during_concurrent_records_sees_whole_regions_and_never_another_agents() {
+        static INVENTORY: Inventory<1024, 2048> = Inventory::new();
+        let inventory = &INVENTORY;
+        inventory.set_enabled(true, true);
+        // A writer keeps replacing agent A's 64 regions (size = the round) while readers walk them: every region
+        // a walk sees is one of A's bases, with the size one round gave it, and a walk never sees a base twice.
+        let writer = std::thread::spawn(move || {
+            for round in 1..=if cfg!(miri) { 4 } else { 300 } {
+                for i in 0..64 {
+                    inventory.insert((i + 1) << 12, round, A, inventory.epoch()).unwrap();
+                }
+                for i in (0..64).step_by(3) {
+                    inventory.remove((i + 1) << 12, true).unwrap();
+                }
+            }
+        });
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for _ in 0..if cfg!(miri) { 4 } else { 300 } {
+                        let mut bases = Vec::new();
+                        inventory.for_each(A, |region| {
+                            assert_eq!(region.agent, A);
+                            assert!(region.base.trailing_zeros() >= 12 && region.base >> 12 <= 64);
+                            assert!(region.size >= 1 && region.generation != 0);
+                            bases.push(region.base);
+                        });
+                        let seen = bases.len();
+                        bases.sort_unstable();
+                        bases.dedup();
+                        assert_eq!(bases.len(), seen, "a region visited twice");
+                        assert_eq!(inventory.for_each(B, |_| panic!("agent B has no regions")), 0);
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        // 64 regions, every third removed in the last round.
+        assert_eq!(inventory.for_each(A, |_| {}), 64 - 22);
+    }
+
+    #[test]
     fn generation_of_answers_only_for_a_tracked_base() {
         let inventory: Inventory<64, 128> = Inventory::new();
         inventory.set_enabled(true, true);
