@@ -243,6 +243,11 @@ typedef struct kreplay_device_ops_t {
   // `kreplay_configure`, once calls in flight and storage locked or allocated through it are gone), so the
   // host may free what `user_data` points to. Not called for the set in use when the process exits.
   void (*release)(void*);
+  // Version 3, optional: the agent's free device memory now, in bytes, written to `bytes_out`. With
+  // `device_budget_percent`, each capture's device budget is that percent of it (kreplay's own idle device
+  // storage counted as free); a failure means no device storage for that capture. Appended after `release`
+  // (which follows `digest`), so a version-2 `struct_size` stops before it.
+  kreplay_status_t (*device_free_bytes)(void*, struct kreplay_agent_t, size_t*);
 } kreplay_device_ops_t;
 
 // How snapshots use host memory.
@@ -265,6 +270,18 @@ typedef struct kreplay_policy_t {
   // Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
   // called. Only for hosts that call it whenever a code object is loaded or unloaded.
   bool cache_module_scan;
+  // Version 3 [0]: bit k declines a window while untracked memory of kind k (`kreplay_untracked_kind_t`)
+  // is live.
+  uint32_t untracked_decline_mask;
+  // Version 3 [0 = 10 s]: a window projected above it logs one warning.
+  uint64_t warn_window_ns;
+  // Version 3 [0 = none]: a window projected above it is declined (`KREPLAY_DECLINE_OVER_COST`).
+  uint64_t max_window_ns;
+  // Version 3 [0 = off], at most 100: with `ops.device_free_bytes`, the device budget of each capture is
+  // this percent of the agent's free device memory at that moment (kreplay's own idle device storage
+  // counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
+  // has no effect.
+  uint32_t device_budget_percent;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -344,6 +361,10 @@ typedef struct kreplay_inventory_stats_t {
   size_t overflowed;
 } kreplay_inventory_stats_t;
 
+// Called once per tracked region by `kreplay_inventory_foreach`: its base, its size in bytes and its
+// generation (process-unique: an address freed and recorded again gets a new one). NULL is refused.
+typedef void (*kreplay_region_visitor_t)(void *user_data, const void *base, size_t bytes, uint64_t generation);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -381,8 +402,9 @@ enum kreplay_status_t kreplay_configure(const struct kreplay_device_ops_t *ops);
 
 // Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 // are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
+// that is not 0 or a power of two from 4096 to 16 MiB, or a `device_budget_percent` above 100:
+// `KREPLAY_STATUS_INVALID_ARGUMENT`.
 // Thread-safe.
 //
 // # Safety
@@ -565,6 +587,31 @@ void kreplay_finalize(void);
 // `stats_out` must be NULL or valid for a write of `kreplay_inventory_stats_t`.
 enum kreplay_status_t kreplay_inventory_stats(struct kreplay_agent_t agent,
                                               struct kreplay_inventory_stats_t *stats_out);
+
+// Calls `visit(user_data, base, bytes, generation)` for each region tracked for `agent` (allocations, then
+// virtual-memory mappings), in table order, and returns once all are visited. The table order is stable while
+// nothing is recorded or freed; a free moves the last entry into its place.
+//
+// The visitor runs under the inventory's read lock: it must not call any kreplay function (an allocation
+// or free recorded from it would wait for that lock forever) and should return quickly, since every
+// `kreplay_record_*` of the process waits for it.
+//
+// `INVALID_ARGUMENT` when `visit` is NULL; `FINALIZED` after `kreplay_finalize` (nothing visited). Thread-safe.
+//
+// # Safety
+// `visit` must be NULL or a function that may be called with `user_data` from this thread during the call.
+enum kreplay_status_t kreplay_inventory_foreach(struct kreplay_agent_t agent,
+                                                kreplay_region_visitor_t visit,
+                                                void *user_data);
+
+// The generation of the allocation or mapping tracked at exactly `base` (what the inventory would compare a
+// snapshot's region against), written to `generation_out`. `NOT_FOUND` when nothing is tracked at `base`
+// (never recorded, freed, not tracked by classification, or not a region's base); `INVALID_ARGUMENT` when
+// `generation_out` is NULL; `generation_out` is written only on success. Allocates nothing; thread-safe.
+//
+// # Safety
+// `generation_out` must be NULL or valid for a write of a `uint64_t`.
+enum kreplay_status_t kreplay_generation_of(const void *base, uint64_t *generation_out);
 
 #ifdef __cplusplus
 }  // extern "C"

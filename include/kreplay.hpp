@@ -9,6 +9,9 @@
 #define KREPLAY_HPP
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
 
 #include "kreplay.h"
 
@@ -269,6 +272,11 @@ class policy_t {
   policy_t& digest_block_bytes(std::size_t bytes) noexcept { return policy_.digest_block_bytes = bytes, *this; }
   /// Reuse an agent's module scan until `kreplay_modules_changed()`.
   policy_t& cache_module_scan(bool on) noexcept { return policy_.cache_module_scan = on, *this; }
+  /// With `ops.device_free_bytes`: each capture's device budget is this percent (0 to 100) of the free device
+  /// memory, and at most `device_budget_bytes` when that is set too.
+  policy_t& device_budget_percent(std::uint32_t percent) noexcept {
+    return policy_.device_budget_percent = percent, *this;
+  }
 
   /// The C struct, for `kreplay_set_policy`.
   const kreplay_policy_t& get() const noexcept { return policy_; }
@@ -278,6 +286,27 @@ class policy_t {
  private:
   kreplay_policy_t policy_;
 };
+
+/// Calls `visit(const void* base, std::size_t bytes, std::uint64_t generation)` for each region tracked for
+/// `agent`, in table order: `kreplay_inventory_foreach` with a callable. The visitor runs under the inventory's
+/// read lock: it must not call kreplay, and must not throw (an exception cannot cross the library's C frames,
+/// so one thrown from `visit` ends the process).
+template <class Visit>
+kreplay_status_t inventory_foreach(kreplay_agent_t agent, Visit&& visit) noexcept {
+  using visitor = typename std::remove_reference<Visit>::type;
+  return kreplay_inventory_foreach(
+      agent,
+      [](void* user_data, const void* base, std::size_t bytes, std::uint64_t generation) {
+        (*static_cast<visitor*>(user_data))(base, bytes, generation);
+      },
+      const_cast<void*>(static_cast<const void*>(std::addressof(visit))));
+}
+
+/// The generation of the region tracked at exactly `base`, or 0 (never a generation) when none is.
+inline std::uint64_t generation_of(const void* base) noexcept {
+  std::uint64_t generation = 0;
+  return kreplay_generation_of(base, &generation) == KREPLAY_STATUS_SUCCESS ? generation : 0;
+}
 
 }  // namespace kreplay
 

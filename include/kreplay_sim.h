@@ -32,6 +32,11 @@ typedef struct kreplay_sim_options_t {
   uint64_t sleep_in_copy_ns;
   // Every block digests to the same value: a digest that cannot tell contents apart.
   bool constant_digest;
+  // `kreplay_sim_device_ops` fills `device_free_bytes`.
+  bool device_free_bytes;
+  // Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
+  // less the storage the agent holds now (at least 0).
+  size_t free_bytes;
 } kreplay_sim_options_t;
 
 // Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
@@ -58,6 +63,8 @@ typedef struct kreplay_sim_faults_t {
   size_t fail_digest_at;
   // Every `digest` from the k-th on fails.
   size_t fail_digests_from;
+  // Every `device_free_bytes` fails.
+  bool fail_device_free_bytes;
 } kreplay_sim_faults_t;
 
 // What the simulated device has seen since the last reset.
@@ -106,15 +113,17 @@ typedef struct kreplay_sim_counters_t {
   // (kreplay then copies those variables one by one). Every variable added through this header belongs to one
   // code object, so a correct library leaves this 0 here.
   size_t refused_copies;
+  // `device_free_bytes` calls, failed ones included.
+  size_t device_free_queries;
 } kreplay_sim_counters_t;
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the version-2 ops
-// (`copy_batch`, `device_alloc`/`device_free`, `digest`) that `kreplay_sim_set_options` turned on (none by
-// default). `release` stays NULL: the simulated device lives as long as the process. Ready for
+// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops
+// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`) that `kreplay_sim_set_options`
+// turned on (none by default). `release` stays NULL: the simulated device lives as long as the process. Ready for
 // `kreplay_configure`.
 //
 // # Safety

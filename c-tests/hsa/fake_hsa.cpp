@@ -178,7 +178,30 @@ hsa_status_t fake_pointer_info(const void* ptr, hsa_amd_pointer_info_t* info, vo
   return HSA_STATUS_SUCCESS;
 }
 
+// HSA_AMD_AGENT_INFO_MEMORY_AVAIL, which the installed ROCr headers may predate.
+constexpr unsigned memory_avail_attribute = 0xA015;
+
+hsa_status_t memory_avail(hsa_agent_t agent, void* value) {
+  ++state.memory_avail_queries;
+  hsa_amd_memory_pool_t pool{};
+  if (agent.handle == agents.gpu.handle) {
+    pool = pools.gpu_coarse;
+  } else if (agent.handle == agents.gpu2.handle) {
+    pool = pools.gpu2_coarse;
+  } else {
+    return HSA_STATUS_ERROR_INVALID_AGENT;
+  }
+  if (state.fail_memory_avail) return HSA_STATUS_ERROR;
+  const std::size_t used = bytes_in(pool);
+  const std::uint64_t avail = state.gpu_capacity == 0 ? UINT64_MAX
+                              : used >= state.gpu_capacity ? 0
+                                                           : state.gpu_capacity - used;
+  std::memcpy(value, &avail, sizeof avail);
+  return HSA_STATUS_SUCCESS;
+}
+
 hsa_status_t fake_agent_get_info(hsa_agent_t agent, hsa_agent_info_t attribute, void* value) {
+  if (static_cast<unsigned>(attribute) == memory_avail_attribute) return memory_avail(agent, value);
   if (attribute != HSA_AGENT_INFO_DEVICE) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
   hsa_device_type_t type;
   if (agent.handle == agents.cpu.handle) {

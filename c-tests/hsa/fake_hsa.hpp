@@ -96,6 +96,10 @@ struct state_t {
   int fault_async_copy_at = 0;        // that submission completes with a negative value, copying nothing
   int oom_next_pool_allocations = 0;  // the next n pool allocations fail with HSA_STATUS_ERROR_OUT_OF_RESOURCES
   std::size_t gpu_capacity = 0;       // bytes each GPU's coarse pool can hold (0: unlimited)
+  // HSA_AMD_AGENT_INFO_MEMORY_AVAIL of a GPU: gpu_capacity less what its coarse pool holds (UINT64_MAX when
+  // unlimited); the query fails when fail_memory_avail is set. Counted in memory_avail_queries.
+  bool fail_memory_avail = false;
+  int memory_avail_queries = 0;
   bool gpu2_access_disallowed = false;  // gpu2's access to its coarse pool is DISALLOWED_BY_DEFAULT
   // faults
   int fail_next_frees = 0;            // the next n frees (either API) fail and free nothing

@@ -158,6 +158,11 @@ pub struct kreplay_device_ops_t {
     /// `kreplay_configure`, once calls in flight and storage locked or allocated through it are gone), so the
     /// host may free what `user_data` points to. Not called for the set in use when the process exits.
     pub release: Option<unsafe extern "C" fn(*mut c_void)>,
+    /// Version 3, optional: the agent's free device memory now, in bytes, written to `bytes_out`. With
+    /// `device_budget_percent`, each capture's device budget is that percent of it (kreplay's own idle device
+    /// storage counted as free); a failure means no device storage for that capture. Appended after `release`
+    /// (which follows `digest`), so a version-2 `struct_size` stops before it.
+    pub device_free_bytes: Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *mut usize) -> RawStatus>,
 }
 
 /// The installed ops, as the engine sees them. Dropped by the engine when nothing uses them any more.
@@ -313,6 +318,18 @@ impl DeviceOps for CDeviceOps {
         // memory and room for its digests (this function's contract).
         check(unsafe { digest(self.raw.user_data, agent.into(), jobs.as_ptr().cast(), jobs.len(), block_bytes) })
     }
+
+    fn can_query_free_memory(&self) -> bool {
+        self.raw.device_free_bytes.is_some()
+    }
+
+    fn device_free_bytes(&self, agent: Agent) -> kreplay_core::Result<usize> {
+        let query = self.raw.device_free_bytes.ok_or(Error::NotConfigured)?;
+        let mut bytes = 0usize;
+        // SAFETY: `bytes` is a valid, writable out pointer for the duration of the call.
+        check(unsafe { query(self.raw.user_data, agent.into(), &mut bytes) })?;
+        Ok(bytes)
+    }
 }
 
 // SAFETY: `kreplay_device_ops_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are a
@@ -335,6 +352,7 @@ unsafe impl Versioned for kreplay_device_ops_t {
             device_free: None,
             digest: None,
             release: None,
+            device_free_bytes: None,
         }
     }
 }

@@ -28,6 +28,9 @@ mod status;
 mod tracking;
 mod types;
 
+// After the others, so that the header keeps their declarations in the order it had.
+mod introspection;
+
 /// cbindgen:ignore
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -36,6 +39,7 @@ pub use configure::*;
 pub use device_ops::*;
 pub use device_storage::*;
 pub use gate::*;
+pub use introspection::*;
 pub use logging::*;
 pub use policy::*;
 pub use snapshot::*;

@@ -31,6 +31,18 @@ pub struct kreplay_policy_t {
     /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
     /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
     pub cache_module_scan: bool,
+    /// Version 3 [0]: bit k declines a window while untracked memory of kind k (`kreplay_untracked_kind_t`)
+    /// is live.
+    pub untracked_decline_mask: u32,
+    /// Version 3 [0 = 10 s]: a window projected above it logs one warning.
+    pub warn_window_ns: u64,
+    /// Version 3 [0 = none]: a window projected above it is declined (`KREPLAY_DECLINE_OVER_COST`).
+    pub max_window_ns: u64,
+    /// Version 3 [0 = off], at most 100: with `ops.device_free_bytes`, the device budget of each capture is
+    /// this percent of the agent's free device memory at that moment (kreplay's own idle device storage
+    /// counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
+    /// has no effect.
+    pub device_budget_percent: u32,
 }
 
 // SAFETY: `kreplay_policy_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are
@@ -49,6 +61,10 @@ unsafe impl Versioned for kreplay_policy_t {
             dirty_only: defaults.dirty_only,
             digest_block_bytes: 0,
             cache_module_scan: defaults.cache_module_scan,
+            untracked_decline_mask: defaults.untracked_decline_mask,
+            warn_window_ns: defaults.warn_window_ns,
+            max_window_ns: defaults.max_window_ns,
+            device_budget_percent: defaults.device_budget_percent,
         }
     }
 }
@@ -64,14 +80,19 @@ impl From<kreplay_policy_t> for Policy {
             dirty_only: raw.dirty_only,
             digest_block_bytes,
             cache_module_scan: raw.cache_module_scan,
+            untracked_decline_mask: raw.untracked_decline_mask,
+            warn_window_ns: raw.warn_window_ns,
+            max_window_ns: raw.max_window_ns,
+            device_budget_percent: raw.device_budget_percent,
         }
     }
 }
 
 /// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 /// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
+/// that is not 0 or a power of two from 4096 to 16 MiB, or a `device_budget_percent` above 100:
+/// `KREPLAY_STATUS_INVALID_ARGUMENT`.
 /// Thread-safe.
 ///
 /// # Safety

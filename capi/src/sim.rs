@@ -51,6 +51,8 @@ pub struct kreplay_sim_faults_t {
     pub fail_digest_at: usize,
     /// Every `digest` from the k-th on fails.
     pub fail_digests_from: usize,
+    /// Every `device_free_bytes` fails.
+    pub fail_device_free_bytes: bool,
 }
 
 /// How the simulated device behaves; `kreplay_sim_reset` restores the defaults (all zero).
@@ -71,6 +73,11 @@ pub struct kreplay_sim_options_t {
     pub sleep_in_copy_ns: u64,
     /// Every block digests to the same value: a digest that cannot tell contents apart.
     pub constant_digest: bool,
+    /// `kreplay_sim_device_ops` fills `device_free_bytes`.
+    pub device_free_bytes: bool,
+    /// Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
+    /// less the storage the agent holds now (at least 0).
+    pub free_bytes: usize,
 }
 
 /// What the simulated device has seen since the last reset.
@@ -121,6 +128,8 @@ pub struct kreplay_sim_counters_t {
     /// (kreplay then copies those variables one by one). Every variable added through this header belongs to one
     /// code object, so a correct library leaves this 0 here.
     pub refused_copies: usize,
+    /// `device_free_bytes` calls, failed ones included.
+    pub device_free_queries: usize,
 }
 
 fn sim() -> &'static SimDevice {
@@ -275,9 +284,23 @@ unsafe extern "C" fn sim_digest(
     unsafe { on_list(jobs, count, digest) }
 }
 
-/// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the version-2 ops
-/// (`copy_batch`, `device_alloc`/`device_free`, `digest`) that `kreplay_sim_set_options` turned on (none by
-/// default). `release` stays NULL: the simulated device lives as long as the process. Ready for
+unsafe extern "C" fn sim_device_free_bytes(_: *mut c_void, agent: kreplay_agent_t, bytes_out: *mut usize) -> RawStatus {
+    if bytes_out.is_null() {
+        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
+    }
+    match sim().device_free_bytes(agent.into()) {
+        Ok(bytes) => {
+            // SAFETY: non-null and writable by the op's contract.
+            unsafe { bytes_out.write(bytes) };
+            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
+        }
+        Err(error) => raw(Err(error)),
+    }
+}
+
+/// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops
+/// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`) that `kreplay_sim_set_options`
+/// turned on (none by default). `release` stays NULL: the simulated device lives as long as the process. Ready for
 /// `kreplay_configure`.
 ///
 /// # Safety
@@ -288,9 +311,9 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
     if ops_out.is_null() {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
-    let (batch, device, digest) = {
+    let (batch, device, digest, free_bytes) = {
         let state = sim().state();
-        (state.offer_copy_batch, state.offer_device, state.offer_digest)
+        (state.offer_copy_batch, state.offer_device, state.offer_digest, state.offer_free_bytes)
     };
     let ops = kreplay_device_ops_t {
         struct_size: size_of::<kreplay_device_ops_t>(),
@@ -305,6 +328,7 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
         device_free: device.then_some(sim_device_free as _),
         digest: digest.then_some(sim_digest as _),
         release: None,
+        device_free_bytes: free_bytes.then_some(sim_device_free_bytes as _),
     };
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { ops_out.write(ops) };
@@ -328,6 +352,8 @@ pub unsafe extern "C" fn kreplay_sim_set_options(options: *const kreplay_sim_opt
     state.device_capacity = options.device_capacity;
     state.sleep_in_copy_ns = options.sleep_in_copy_ns;
     state.constant_digest = options.constant_digest;
+    state.offer_free_bytes = options.device_free_bytes;
+    state.free_bytes = options.free_bytes;
 }
 
 fn alloc_common(
@@ -442,6 +468,7 @@ pub unsafe extern "C" fn kreplay_sim_set_faults(faults: *const kreplay_sim_fault
     state.fail_device_alloc_at = from(state.device_allocs, faults.fail_device_alloc_at);
     state.fail_digest_at = from(state.digests, faults.fail_digest_at);
     state.fail_digests_from = from(state.digests, faults.fail_digests_from);
+    state.fail_free_bytes = faults.fail_device_free_bytes;
     host_memory::fault::fail_map_at(faults.fail_host_map_at);
 }
 
@@ -477,6 +504,7 @@ pub unsafe extern "C" fn kreplay_sim_counters(counters_out: *mut kreplay_sim_cou
         digests: state.digests,
         digest_blocks: state.digest_blocks,
         refused_copies: state.refused_copies,
+        device_free_queries: state.free_bytes_queries,
     };
     drop(state);
     // SAFETY: non-null and writable by the caller's contract.
@@ -504,6 +532,7 @@ pub extern "C" fn kreplay_sim_reset() {
     state.offer_copy_batch = false;
     state.offer_device = false;
     state.offer_digest = false;
+    state.offer_free_bytes = false;
     drop(state);
     host_memory::fault::fail_map_at(0);
 }

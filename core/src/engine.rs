@@ -318,6 +318,14 @@ impl<O: DeviceOps> Engine<O> {
     /// Replaces the policy; `InvalidArgument` when a field is out of range.
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
         let _call = self.enter()?;
+        if policy.device_budget_percent > crate::policy::MAX_DEVICE_BUDGET_PERCENT {
+            crate::log!(
+                Level::Warning,
+                "set_policy: device_budget_percent = {} is above 100",
+                policy.device_budget_percent
+            );
+            return Err(Error::InvalidArgument);
+        }
         if !policy.is_valid() {
             crate::log!(
                 Level::Warning,

@@ -22,6 +22,8 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering
 use crate::lock::{Backoff, RwLock};
 use crate::types::Agent;
 
+mod introspection;
+
 /// Default number of live allocations the inventory holds, process-wide.
 pub const DEFAULT_CAPACITY: usize = 65_536;
 

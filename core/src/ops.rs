@@ -124,4 +124,14 @@ pub trait DeviceOps: Send + Sync {
     unsafe fn digest(&self, _agent: Agent, _jobs: &[DigestJob], _block_bytes: usize) -> Result<()> {
         Err(Error::NotConfigured)
     }
+
+    /// Whether [`DeviceOps::device_free_bytes`] is available.
+    fn can_query_free_memory(&self) -> bool {
+        false
+    }
+
+    /// Device memory of `agent` free now, in bytes (for `device_budget_percent`).
+    fn device_free_bytes(&self, _agent: Agent) -> Result<usize> {
+        Err(Error::NotConfigured)
+    }
 }

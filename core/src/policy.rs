@@ -8,6 +8,8 @@ pub const MIN_DIGEST_BLOCK: usize = 4096;
 pub const MAX_DIGEST_BLOCK: usize = 16 << 20;
 /// Digest block when the host leaves it at 0.
 pub const DEFAULT_DIGEST_BLOCK: usize = 64 << 10;
+/// Largest `device_budget_percent`.
+pub const MAX_DEVICE_BUDGET_PERCENT: u32 = 100;
 
 /// The host's choices for snapshots.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,16 @@ pub struct Policy {
     pub digest_block_bytes: usize,
     /// Reuse an agent's last complete module scan until [`crate::Engine::modules_changed`].
     pub cache_module_scan: bool,
+    /// Bit k: decline a window while untracked memory of kind k is live.
+    pub untracked_decline_mask: u32,
+    /// A window projected above this many nanoseconds logs one warning; 0 means 10 s.
+    pub warn_window_ns: u64,
+    /// A window projected above this many nanoseconds is declined; 0 means no limit.
+    pub max_window_ns: u64,
+    /// With [`crate::DeviceOps::device_free_bytes`]: each capture's device budget is this percent (1 to 100)
+    /// of the agent's free device memory at that moment, and the smaller of that and `device_budget_bytes`
+    /// when both are set; 0 leaves `device_budget_bytes` alone in charge.
+    pub device_budget_percent: u32,
 }
 
 impl Default for Policy {
@@ -41,12 +53,17 @@ impl Policy {
         dirty_only: false,
         digest_block_bytes: DEFAULT_DIGEST_BLOCK,
         cache_module_scan: false,
+        untracked_decline_mask: 0,
+        warn_window_ns: 0,
+        max_window_ns: 0,
+        device_budget_percent: 0,
     };
 
     /// Whether every field is within its range.
     pub fn is_valid(&self) -> bool {
         self.digest_block_bytes.is_power_of_two()
             && (MIN_DIGEST_BLOCK..=MAX_DIGEST_BLOCK).contains(&self.digest_block_bytes)
+            && self.device_budget_percent <= MAX_DEVICE_BUDGET_PERCENT
     }
 }
 

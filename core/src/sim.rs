@@ -28,6 +28,9 @@
 //!   - device storage: `device_allocs` (calls), `device_frees`, `device_bytes` (held now, all agents),
 //!     `device_peak_bytes`, `device_capacity` (bytes per agent, 0 = unlimited; beyond it `device_alloc` fails
 //!     with `DeviceError`), fault `fail_device_alloc_at` (once);
+//!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `free_bytes` is what each
+//!     agent has free besides its storage, so the op answers `free_bytes` less the storage the agent holds
+//!     now; `free_bytes_queries` (calls), fault `fail_free_bytes` (every query fails);
 //!   - digests: `digests` (calls), `digest_blocks`, `digest_bytes`, `constant_digest` (every block digests
 //!     the same, to prove a digest that cannot tell contents apart is never trusted for a reallocated region),
 //!     `digest_seed`, fault `fail_digest_at` (once), `fail_digests_from`;
@@ -96,6 +99,8 @@ pub enum SimOp {
     DeviceFree { agent: Agent, ptr: usize, bytes: usize },
     /// `digest` with this many jobs.
     Digest { agent: Agent, jobs: usize, block_bytes: usize },
+    /// `device_free_bytes`.
+    DeviceFreeBytes { agent: Agent },
 }
 
 /// A callback run at the start of every op.
@@ -176,6 +181,11 @@ pub struct State {
     pub device_capacity: usize,
     pub fail_device_alloc_at: usize,
     held: BTreeMap<u64, usize>,
+
+    pub offer_free_bytes: bool,
+    pub free_bytes: usize,
+    pub free_bytes_queries: usize,
+    pub fail_free_bytes: bool,
 
     pub digests: usize,
     pub digest_blocks: usize,
@@ -663,6 +673,7 @@ impl SimDevice {
             offer_copy_batch: state.offer_copy_batch,
             offer_device: state.offer_device,
             offer_digest: state.offer_digest,
+            offer_free_bytes: state.offer_free_bytes,
             locked: std::mem::take(&mut state.locked),
             locked_bytes: state.locked_bytes,
             ..State::default()
@@ -918,6 +929,21 @@ impl DeviceOps for SimDevice {
         }
         Ok(())
     }
+
+    fn can_query_free_memory(&self) -> bool {
+        self.state().offer_free_bytes
+    }
+
+    fn device_free_bytes(&self, agent: Agent) -> Result<usize> {
+        self.run_hook(SimOp::DeviceFreeBytes { agent });
+        let mut state = self.state();
+        state.free_bytes_queries += 1;
+        if state.fail_free_bytes {
+            return Err(Error::DeviceError);
+        }
+        let held = state.held.get(&agent.0).copied().unwrap_or(0);
+        Ok(state.free_bytes.saturating_sub(held))
+    }
 }
 
 #[cfg(test)]
@@ -1022,6 +1048,22 @@ mod tests {
             (state.device_bytes, state.device_allocs, state.device_frees, state.violations),
             (512 << 10, 4, 1, 1)
         );
+    }
+
+    #[test]
+    fn free_device_memory_is_the_set_amount_less_the_storage_held() {
+        let device = SimDevice::with_v2();
+        device.state().free_bytes = 1 << 20;
+        let a = device.device_alloc(A, 256 << 10).unwrap();
+        assert_eq!(device.device_free_bytes(A), Ok(768 << 10));
+        assert_eq!(device.device_free_bytes(Agent(2)), Ok(1 << 20));
+        device.state().fail_free_bytes = true;
+        assert_eq!(device.device_free_bytes(A), Err(Error::DeviceError));
+        // SAFETY: `a` came from `device_alloc` with this size.
+        unsafe { device.device_free(A, a, 256 << 10) }.unwrap();
+        device.state().fail_free_bytes = false;
+        assert_eq!(device.device_free_bytes(A), Ok(1 << 20));
+        assert_eq!(device.state().free_bytes_queries, 4);
     }
 
     #[test]

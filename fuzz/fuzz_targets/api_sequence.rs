@@ -228,6 +228,7 @@ impl Config {
             device_capacity: self.device_capacity as usize * 4096,
             sleep_in_copy_ns: if self.slow_copies { 2000 } else { 0 },
             constant_digest: false,
+            ..Default::default()
         }
     }
 
@@ -246,6 +247,7 @@ impl Config {
             dirty_only: self.dirty_only,
             digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
             cache_module_scan: self.cache_module_scan,
+            ..Default::default()
         }
     }
 }

@@ -674,6 +674,27 @@ kreplay_status_t op_device_free(void* user_data, kreplay_agent_t agent, void* pt
   return KREPLAY_STATUS_SUCCESS;
 }
 
+kreplay_status_t op_device_free_bytes(void* user_data, kreplay_agent_t agent, size_t* bytes_out) {
+  context& ctx = *context_of(user_data);
+  const int device = device_in(ctx, agent);
+  if (bytes_out == nullptr || device < 0) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  // cudaMemGetInfo answers for the current device: switch to the agent's for the call.
+  device_switch on_device(device);
+  if (on_device.error() != cudaSuccess) {
+    return fail(on_device.error());
+  }
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  cudaError_t error = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (error != cudaSuccess) {
+    return fail(error);
+  }
+  *bytes_out = free_bytes;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
 kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs, size_t count,
                            size_t block_bytes) {
   if (count == 0) {
@@ -870,6 +891,7 @@ kreplay_status_t make_ops(kreplay_device_ops_t* ops_out) {
   ops.device_free = op_device_free;
   ops.digest = op_digest;
   ops.release = op_release;
+  ops.device_free_bytes = op_device_free_bytes;
   *ops_out = ops;
   return KREPLAY_STATUS_SUCCESS;
 }

@@ -251,6 +251,27 @@ kreplay_status_t op_device_free(void* user_data, kreplay_agent_t agent, void* pt
   return KREPLAY_STATUS_DEVICE_ERROR;
 }
 
+// HSA_AMD_AGENT_INFO_MEMORY_AVAIL (uint64_t): the bytes free across the global pools the agent owns. ROCr
+// headers before 5.x (Debian's 5.2.3 among them) stop before it, so its value is spelled out; it is part of
+// ROCr's ABI and passed through hsa_agent_get_info the way every extension attribute is. A runtime that does
+// not know it refuses the query, which kreplay takes as "no device storage for this capture".
+constexpr unsigned agent_info_memory_avail = 0xA015;
+
+kreplay_status_t op_device_free_bytes(void* user_data, kreplay_agent_t agent, std::size_t* bytes_out) {
+  const auto* ctx = static_cast<const context*>(user_data);
+  if (ctx == nullptr || bytes_out == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
+  std::uint64_t avail = 0;
+  const hsa_status_t status =
+      ctx->agent_get_info(to_hsa(agent), static_cast<hsa_agent_info_t>(agent_info_memory_avail), &avail);
+  if (status != HSA_STATUS_SUCCESS) {
+    logf(KREPLAY_LOG_TRACE, "agent %#llx: hsa_agent_get_info(MEMORY_AVAIL) failed (status %#x)",
+         static_cast<unsigned long long>(agent.handle), static_cast<unsigned>(status));
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
+  *bytes_out = avail > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(avail);
+  return KREPLAY_STATUS_SUCCESS;
+}
+
 kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs, std::size_t count,
                            std::size_t block_bytes) {
   const auto* ctx = static_cast<const context*>(user_data);
@@ -355,6 +376,8 @@ kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* am
   ops.device_free = can_store ? &detail::op_device_free : nullptr;
   ops.digest = ctx->digest != nullptr ? &detail::op_digest : nullptr;
   ops.release = &detail::op_release;
+  // Only where there is device storage to size: the answer sizes nothing else.
+  ops.device_free_bytes = can_store ? &detail::op_device_free_bytes : nullptr;
   *ops_out = ops;
   return KREPLAY_STATUS_SUCCESS;
 }

@@ -25,6 +25,9 @@
 //                                         it back;
 //   device_tier_spill                    a budget of half the footprint: part on the device, within the budget,
 //                                         the rest in host staging, restores exact;
+//   live_budget_whole_footprint          device_budget_percent = 100 and no fixed budget: the adapter's
+//                                         device_free_bytes (cudaMemGetInfo) leaves room for the whole footprint;
+//   live_budget_fixed_wins               the same with a fixed budget of half the footprint: that one holds;
 //   dirty_only_restores_exactly          dirty_only with the digest op, host tier and device tier: a kernel
 //                                         writes 1 % of the 64 KiB blocks at random before every restore; after
 //                                         each, memory equals the original byte for byte and clean_bytes > 0; a
@@ -877,6 +880,24 @@ int main() {
       totals.add(t);
     }
   }
+  // Live budgets: the adapter's device_free_bytes (cudaMemGetInfo) sizes the device tier. 100 percent of a
+  // mostly free GPU holds the whole footprint; with a fixed budget of half the footprint, the fixed one wins.
+  for (bool whole : {true, false}) {
+    kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+    policy.device_budget_bytes = whole ? 0 : footprint / 2;
+    policy.device_budget_percent = 100;
+    KREPLAY_CHECK(kreplay_set_policy(&policy));
+    std::vector<test_case> live(devices);
+    on_every_device(devices, [&](int d) {
+      live[d].name =
+          "device " + std::to_string(d) + (whole ? ": live_budget_whole_footprint" : ": live_budget_fixed_wins");
+      harness[d].device_tier(live[d], whole ? SIZE_MAX : footprint / 2, whole);
+    });
+    for (const test_case& t : live) {
+      totals.add(t);
+    }
+  }
+  set_v2_policy(0, false);
   {
     test_case given_back{"device_storage_given_back_by_trim"};
     given_back.expect(kreplay::cuda::stats().device_bytes == 0, "%" PRIu64 " bytes of device storage still allocated",

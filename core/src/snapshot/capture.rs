@@ -154,13 +154,7 @@ impl<O: DeviceOps> Engine<O> {
     ) -> core::result::Result<Reused, DeclineReason> {
         let mut reused = Reused::default();
         let stash_device = stash.as_ref().and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
-        let device_limit = if policy.device_budget_bytes > 0 && ops.can_alloc_device() {
-            // Device memory lent to other live snapshots of this agent counts against the budget.
-            let lent = self.device.held_bytes(agent).saturating_sub(self.device.idle_bytes(agent) + stash_device);
-            policy.device_budget_bytes.saturating_sub(lent)
-        } else {
-            0
-        };
+        let device_limit = self.device_budget(ops, agent, policy, stash_device);
         let mut placement = place(&mut snapshot.ranges, device_limit).ok_or(DeclineReason::HostBudget)?;
 
         if placement.device > 0 {
