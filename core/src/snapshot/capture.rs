@@ -45,18 +45,19 @@ pub(super) struct Capture<'a, 'e, O: DeviceOps> {
 /// between dispatches is bounded by the last snapshot's footprint.
 pub(crate) fn capture<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Snapshot<'e, O>>> {
     let result = take(parts, agent);
-    match &result {
-        Ok(snapshot) => report::captured(&snapshot.info),
-        Err(reason) => {
-            // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture
-            // (the capture may have declined before taking it).
-            parts.retained.drop_agent(&parts, agent, Tier::Host);
-            parts.retained.drop_agent(&parts, agent, Tier::Device);
-            report::declined(agent, *reason);
-        }
+    if result.is_err() {
+        // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture (the
+        // capture may have declined before taking it).
+        parts.retained.drop_agent(&parts, agent, Tier::Host);
+        parts.retained.drop_agent(&parts, agent, Tier::Device);
     }
     parts.trim_host(agent);
     parts.trim_device(agent);
+    // Report.
+    match &result {
+        Ok(snapshot) => report::captured(&snapshot.info),
+        Err(reason) => report::declined(agent, *reason),
+    }
     result
 }
 

@@ -5,7 +5,7 @@
 
 use core::ptr::NonNull;
 
-use super::Storage;
+use super::{Retained, Storage, Tier};
 use crate::activity::Activity;
 use crate::inventory::Inventory;
 use crate::log::Level;
@@ -16,8 +16,6 @@ use crate::policy::AtomicPolicy;
 use crate::storage::device::DevicePools;
 use crate::storage::host::Pools;
 use crate::types::Agent;
-
-use super::{Retained, Tier};
 
 /// Borrowed parts of one engine.
 pub(crate) struct Parts<'e, O: DeviceOps> {

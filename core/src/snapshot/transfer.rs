@@ -91,8 +91,8 @@ struct Known<'d> {
     reference: &'d [Digest],
 }
 
-/// What became of a copy of a failed batch, redone on its own.
-enum Redone {
+/// What became of one copy run on its own.
+enum Single {
     Copied,
     Failed,
     /// A span of module variables copied variable by variable: how many failed, and the bytes they leave unmoved.
@@ -400,25 +400,27 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
             unsafe { self.ops.copy_batch(self.agent, &batch.copies) }.is_ok()
         };
         let mut failed_bytes = 0;
-        // Else one at a time, so exactly the copies that fail are known.
-        for (job, &owner) in batch.copies.iter().zip(&batch.owners).filter(|_| !whole) {
-            let (lost, bytes) = match self.redo(&chunk.ranges[owner as usize], job) {
-                Redone::Copied => continue,
-                Redone::Failed => (1, job.bytes),
-                Redone::Split { lost, bytes } => {
-                    // In order of the chunk's ranges, for the binary search that reads the notes. Without memory
-                    // for the note, a span copied whole one by one still counts as done, and one that failed in
-                    // part counts every variable as failed.
-                    debug_assert!(batch.split.last().is_none_or(|&(at, _)| at < owner));
-                    if batch.split.try_reserve(1).is_ok() {
-                        batch.split.push((owner, lost));
+        if !whole {
+            // One at a time, so exactly the copies that fail are known.
+            for (job, &owner) in batch.copies.iter().zip(&batch.owners) {
+                let (lost, bytes) = match self.copy_one(&chunk.ranges[owner as usize], job) {
+                    Single::Copied => continue,
+                    Single::Failed => (1, job.bytes),
+                    Single::Split { lost, bytes } => {
+                        // In order of the chunk's ranges, for the binary search that reads the notes. Without
+                        // memory for the note, a span copied whole one by one still counts as done, and one that
+                        // failed in part counts every variable as failed.
+                        debug_assert!(batch.split.last().is_none_or(|&(at, _)| at < owner));
+                        if batch.split.try_reserve(1).is_ok() {
+                            batch.split.push((owner, lost));
+                        }
+                        (lost, bytes)
                     }
-                    (lost, bytes)
+                };
+                if lost > 0 {
+                    failed_bytes += bytes;
+                    batch.failed[owner as usize / 64] |= 1 << (owner % 64);
                 }
-            };
-            if lost > 0 {
-                failed_bytes += bytes;
-                batch.failed[owner as usize / 64] |= 1 << (owner % 64);
             }
         }
         batch.copies.clear();
@@ -426,19 +428,19 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
         failed_bytes
     }
 
-    /// Redoes one copy of a batch on its own; a span of module variables whose copy fails is redone variable by
-    /// variable.
-    fn redo(&self, range: &Range, job: &CopyJob) -> Redone {
+    /// Runs one copy of the batch on its own (the ops have no `copy_batch`, or the batch failed); a span of
+    /// module variables whose copy fails is copied again variable by variable.
+    fn copy_one(&self, range: &Range, job: &CopyJob) -> Single {
         // SAFETY: the copy is between a pinned live region (or module variables) and storage this snapshot owns,
         // within both.
-        let Err(error) = (unsafe { self.ops.copy(job.dst, job.src, job.bytes) }) else { return Redone::Copied };
+        let Err(error) = (unsafe { self.ops.copy(job.dst, job.src, job.bytes) }) else { return Single::Copied };
         match range.source {
             Source::ModuleVariables { first, count } if count > 1 => {
                 // The span may cross from one code object's memory into another's, which a device may refuse as
                 // one copy: copy its variables one by one.
                 let members = &self.variables[first as usize..][..count as usize];
                 let (lost, bytes) = self.copy_variables(range, members, job);
-                Redone::Split { lost, bytes }
+                Single::Split { lost, bytes }
             }
             _ => {
                 crate::log!(
@@ -449,7 +451,7 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
                     job.src as usize,
                     job.dst as usize
                 );
-                Redone::Failed
+                Single::Failed
             }
         }
     }
