@@ -4,7 +4,7 @@ use alloc::boxed::Box;
 use core::alloc::Layout;
 
 /// Allocates a box, or `None` when the global allocator fails.
-pub(crate) fn try_box<T>(value: T) -> Option<Box<T>> {
+pub fn try_box<T>(value: T) -> Option<Box<T>> {
     let layout = Layout::new::<T>();
     if layout.size() == 0 {
         return Some(Box::new(value));

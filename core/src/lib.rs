@@ -1,13 +1,13 @@
 //! kreplay's engine: everything a kernel-replay profiler needs to give every pass of a dispatch the same
 //! device-memory inputs. A C host uses exactly one [`Engine`], through `kreplay-capi`.
 //!
-//! The modules, each on the floor of those listed before it (none imports one listed after it):
+//! The modules, from the floor up: none uses a module listed after it.
 //!
 //! - [`types`]: agents, pointer types and info, flags, module variables.
 //! - [`error`]: `Error` (the C status values) and `DeclineReason`.
 //! - [`clock`]: the monotonic clock that times each phase.
-//! - [`log`]: messages formatted into a stack buffer and handed to one sink.
 //! - [`lock`]: the spin reader-writer lock and mutex.
+//! - [`log`]: messages formatted into a stack buffer and handed to one sink.
 //! - [`fallible`]: allocations that report failure instead of aborting.
 //! - [`host_memory`]: anonymous mappings and their counters.
 //! - [`ops`]: the device operations the host supplies (copy, pointer query, module scan, page-locking).

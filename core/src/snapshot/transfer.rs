@@ -1,13 +1,12 @@
 //! Transfer: moves a list of ranges between device memory and storage, in chunks and batches.
 //!
-//! A [`Transfer`] names what moves (ranges between device memory and a snapshot's storage) and which way. It runs
+//! A [`Transfer`] says what moves (ranges between device memory and a snapshot's storage) and which way. It runs
 //! chunk by chunk, in four steps: *pin* the chunk's tracked ranges (one pass under the inventory's read lock
 //! that also re-validates them: same base, generation and at least the captured size), *digest* them (dirty-only
-//! passes), *copy* in batches through `copy_batch` (or one `copy` at a time without it), and *record*: unpin,
-//! and write each range's outcome. A free of a
-//! region in the chunk waits for the chunk; a free of any other region never waits. A batch that fails is
-//! redone copy by copy, and a span of module variables whose copy fails is redone variable by variable, so
-//! exactly the regions and variables that fail are counted.
+//! passes), *copy* in batches through `copy_batch` (or one `copy` at a time without it), and *record*: unpin, and
+//! write each range's outcome. A free of a region in the chunk waits for the chunk; a free of any other region
+//! never waits. A batch that fails is redone copy by copy, and a span of module variables whose copy fails is
+//! redone variable by variable, so exactly the regions and variables that fail are counted.
 //!
 //! With digests, a tracked range whose storage holds a known earlier state (the snapshot itself for a restore,
 //! the previous snapshot for a re-capture) is copied block by block: only blocks whose digest differs, merged
