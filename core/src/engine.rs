@@ -162,7 +162,7 @@ impl<O: DeviceOps> Engine<O> {
         // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
         // runs, the insert is refused.
         let epoch = self.inventory.epoch();
-        let info = self.classify(ptr, size).inspect_err(|_| self.inventory.insert_unknown(ptr, epoch))?;
+        let info = self.classify(ptr, size, epoch)?;
         if !info.is_snapshottable() {
             return Ok(());
         }
@@ -193,11 +193,12 @@ impl<O: DeviceOps> Engine<O> {
         }
     }
 
-    /// The pointer query's answer for an allocation being recorded. When there is none, whether it is device
-    /// memory, and whose, is unknown: the caller records it as unknown, which declines every agent until it is
-    /// freed, so it does not vanish silently.
-    fn classify(&self, ptr: usize, size: usize) -> Result<PointerInfo> {
+    /// The pointer query's answer for an allocation being recorded in `epoch`. Without one, whether it is device
+    /// memory, and whose, is unknown: it is recorded as unknown, which declines every agent until it is freed, so
+    /// that it does not vanish silently.
+    fn classify(&self, ptr: usize, size: usize, epoch: u64) -> Result<PointerInfo> {
         let Ok(ops) = self.ops() else {
+            self.inventory.insert_unknown(ptr, epoch);
             crate::log!(
                 Level::Warning,
                 "record_alloc: no device ops are configured to classify {ptr:#x} ({size} bytes); snapshots of every \
@@ -205,7 +206,10 @@ impl<O: DeviceOps> Engine<O> {
             );
             return Err(Error::NotConfigured);
         };
-        ops.pointer_info(ptr as *const u8).map_err(|error| {
+        let info = ops.pointer_info(ptr as *const u8);
+        drop(ops);
+        info.map_err(|error| {
+            self.inventory.insert_unknown(ptr, epoch);
             crate::log!(
                 Level::Warning,
                 "record_alloc: the pointer query for {ptr:#x} ({size} bytes) failed ({error:?}); snapshots of every \
