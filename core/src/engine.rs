@@ -5,34 +5,38 @@
 //! Every public call enters [`Activity`] first: `finalize` waits for calls in flight to leave, and a call made
 //! from inside a device op or logger on the same thread is recognised as nested, so it never waits for work
 //! its own thread is in the middle of (re-entry returns an error instead of deadlocking).
+//!
+//! Capture and restore live in [`crate::snapshot`], below the engine: `snap` and `restore` enter the call and
+//! lend the snapshot module the engine's [`Parts`].
 
+use alloc::boxed::Box;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::activity::{Activity, Call};
-use crate::error::{Error, Result};
+use crate::error::{DeclineReason, Error, Result};
 use crate::gate::{self, Gate};
-use crate::inventory::{self, AgentStats, InsertError, Inventory, RemoveError};
+use crate::inventory::{self, AgentStats, InsertError, Inventory, Region, RemoveError};
 use crate::log::Level;
 use crate::modules::ModuleCache;
 use crate::ops::DeviceOps;
-use crate::opsets::{OpsHold, OpsRef, OpsTable};
+use crate::opsets::{OpsRef, OpsTable};
 use crate::policy::{AtomicPolicy, Policy};
-use crate::snapshot::Retained;
+use crate::snapshot::{Parts, RestoreReport, Retained, Snapshot, Tier};
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
-use crate::types::{Agent, AllocFlags};
+use crate::types::{Agent, AllocFlags, PointerInfo};
 
 /// Everything kreplay keeps, for one set of device ops at a time.
 pub struct Engine<O: DeviceOps> {
-    pub(crate) ops: OpsTable<O>,
-    pub(crate) activity: Activity,
-    pub(crate) inventory: Inventory,
-    pub(crate) pools: Pools,
-    pub(crate) device: DevicePools,
-    pub(crate) policy: AtomicPolicy,
-    pub(crate) modules: ModuleCache,
-    pub(crate) retained: Retained,
+    ops: OpsTable<O>,
+    activity: Activity,
+    inventory: Inventory,
+    pools: Pools,
+    device: DevicePools,
+    policy: AtomicPolicy,
+    modules: ModuleCache,
+    retained: Retained,
     graph_warned: AtomicBool,
 }
 
@@ -59,8 +63,22 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// Enters the library for one call; `Finalized` once finalize has begun.
-    pub(crate) fn enter(&self) -> Result<Call<'_>> {
+    fn enter(&self) -> Result<Call<'_>> {
         self.activity.enter().ok_or(Error::Finalized)
+    }
+
+    /// The parts a capture or restore works with, lent to the snapshot module.
+    fn parts(&self) -> Parts<'_, O> {
+        Parts {
+            ops: &self.ops,
+            activity: &self.activity,
+            inventory: &self.inventory,
+            pools: &self.pools,
+            device: &self.device,
+            policy: &self.policy,
+            modules: &self.modules,
+            retained: &self.retained,
+        }
     }
 
     /// Installs the device ops. The previous set stays in use by calls in flight and by storage locked or
@@ -78,7 +96,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// A use of the current ops for the length of a call.
-    pub(crate) fn ops(&self) -> Result<OpsRef<'_, O>> {
+    fn ops(&self) -> Result<OpsRef<'_, O>> {
         self.ops.get()
     }
 
@@ -144,31 +162,7 @@ impl<O: DeviceOps> Engine<O> {
         // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
         // runs, the insert is refused.
         let epoch = self.inventory.epoch();
-        let Ok(ops) = self.ops() else {
-            // Tracking is on but nothing can classify the allocation: it must not vanish silently.
-            self.inventory.insert_unknown(ptr, epoch);
-            crate::log!(
-                Level::Warning,
-                "record_alloc: no device ops are configured to classify {ptr:#x} ({size} bytes); snapshots of every \
-                 agent are declined until it is freed"
-            );
-            return Err(Error::NotConfigured);
-        };
-        let info = ops.pointer_info(ptr as *const u8);
-        drop(ops);
-        let info = match info {
-            Ok(info) => info,
-            Err(error) => {
-                // Whether this is device memory, and whose, is unknown: decline every agent until it is freed.
-                self.inventory.insert_unknown(ptr, epoch);
-                crate::log!(
-                    Level::Warning,
-                    "record_alloc: the pointer query for {ptr:#x} ({size} bytes) failed ({error:?}); snapshots of \
-                     every agent are declined until it is freed"
-                );
-                return Err(Error::DeviceError);
-            }
-        };
+        let info = self.classify(ptr, size, epoch)?;
         if !info.is_snapshottable() {
             return Ok(());
         }
@@ -197,6 +191,32 @@ impl<O: DeviceOps> Engine<O> {
                 Err(Error::CapacityExceeded)
             }
         }
+    }
+
+    /// The pointer query's answer for an allocation being recorded in `epoch`. Without one, whether it is device
+    /// memory, and whose, is unknown: it is recorded as unknown, which declines every agent until it is freed, so
+    /// that it does not vanish silently.
+    fn classify(&self, ptr: usize, size: usize, epoch: u64) -> Result<PointerInfo> {
+        let Ok(ops) = self.ops() else {
+            self.inventory.insert_unknown(ptr, epoch);
+            crate::log!(
+                Level::Warning,
+                "record_alloc: no device ops are configured to classify {ptr:#x} ({size} bytes); snapshots of every \
+                 agent are declined until it is freed"
+            );
+            return Err(Error::NotConfigured);
+        };
+        let info = ops.pointer_info(ptr as *const u8);
+        drop(ops);
+        info.map_err(|error| {
+            self.inventory.insert_unknown(ptr, epoch);
+            crate::log!(
+                Level::Warning,
+                "record_alloc: the pointer query for {ptr:#x} ({size} bytes) failed ({error:?}); snapshots of every \
+                 agent are declined until it is freed"
+            );
+            Error::DeviceError
+        })
     }
 
     /// Takes an allocation out before the runtime frees it, waiting only for a copy in flight that touches it.
@@ -367,70 +387,49 @@ impl<O: DeviceOps> Engine<O> {
     /// locked it), including storage kept for dirty-only re-capture.
     pub fn staging_trim(&self, agent: Agent) {
         let Ok(_call) = self.enter() else { return };
-        self.retained.drop_agent(self, agent, crate::snapshot::Tier::Host);
-        self.trim_host(agent);
-    }
-
-    pub(crate) fn trim_host(&self, agent: Agent) {
-        self.pools.trim(agent, &mut |ptr, len, hold| {
-            let result = self.ops.held(hold).host_unlock(ptr.as_ptr(), len);
-            self.ops.release_hold(hold);
-            if let Err(error) = result {
-                crate::log!(
-                    Level::Warning,
-                    "agent {:#x}: unlocking staging at {:#x} ({len} bytes) failed ({error:?}) before unmapping it",
-                    agent.0,
-                    ptr.as_ptr() as usize
-                );
-            }
-        });
+        self.parts().trim(agent, Tier::Host);
     }
 
     /// Bytes of idle host storage held for `agent`.
     pub fn retained_staging_bytes(&self, agent: Agent) -> usize {
         let Ok(_call) = self.enter() else { return 0 };
-        self.pools.retained_bytes(agent) + self.retained.bytes(agent, crate::snapshot::Tier::Host)
+        self.pools.retained_bytes(agent) + self.retained.bytes(agent, Tier::Host)
     }
 
     /// Bytes of idle device storage held for `agent`.
     pub fn retained_device_bytes(&self, agent: Agent) -> usize {
         let Ok(_call) = self.enter() else { return 0 };
-        self.device.idle_bytes(agent) + self.retained.bytes(agent, crate::snapshot::Tier::Device)
+        self.device.idle_bytes(agent) + self.retained.bytes(agent, Tier::Device)
     }
 
     /// Gives all of `agent`'s idle device storage back.
     pub fn device_trim(&self, agent: Agent) {
         let Ok(_call) = self.enter() else { return };
-        self.retained.drop_agent(self, agent, crate::snapshot::Tier::Device);
-        self.trim_device(agent);
+        self.parts().trim(agent, Tier::Device);
     }
 
     /// Gives every agent's idle device storage back (a host allocation failed for lack of device memory).
     pub fn device_trim_all(&self) {
         let Ok(_call) = self.enter() else { return };
-        self.device.agents(|agent| {
-            self.retained.drop_agent(self, agent, crate::snapshot::Tier::Device);
-            self.trim_device(agent);
-        });
+        let parts = self.parts();
+        self.device.agents(|agent| parts.trim(agent, Tier::Device));
     }
 
-    pub(crate) fn trim_device(&self, agent: Agent) {
-        self.device.trim(agent, &mut |ptr, len, hold| self.free_device(agent, ptr, len, hold));
+    /// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture
+    /// ends, the agent's idle storage (host and device) that this snapshot did not take is given back, so
+    /// memory held between dispatches is bounded by the last snapshot's footprint.
+    pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
+        let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
+        crate::snapshot::capture(self.parts(), agent)
     }
 
-    /// Frees device storage through the ops it was allocated with, then gives that hold back.
-    pub(crate) fn free_device(&self, agent: Agent, ptr: NonNull<u8>, len: usize, hold: OpsHold) {
-        // SAFETY: `ptr`/`len` are a block this set of ops allocated for `agent`, taken out of its pool (or never
-        // added to it), so nothing uses it any more.
-        let result = unsafe { self.ops.held(hold).device_free(agent, ptr, len) };
-        self.ops.release_hold(hold);
-        if let Err(error) = result {
-            crate::log!(
-                Level::Warning,
-                "agent {:#x}: freeing {len} bytes of device storage at {:#x} failed ({error:?})",
-                agent.0,
-                ptr.as_ptr() as usize
-            );
+    /// Writes every captured range back. Tracked regions freed, shrunk or reallocated since the snapshot are
+    /// skipped; module variables are always written; every range is attempted. `PartialRestore` when any copy
+    /// failed (or a finalize stopped the restore): the host must not run another pass.
+    pub fn restore(&self, snapshot: &Snapshot<'_, O>) -> (RestoreReport, Result<()>) {
+        match self.enter() {
+            Ok(_call) => crate::snapshot::restore(self.parts(), snapshot),
+            Err(error) => (RestoreReport::default(), Err(error)),
         }
     }
 
@@ -447,6 +446,19 @@ impl<O: DeviceOps> Engine<O> {
             }
         }
         verdict
+    }
+
+    /// Calls `visit` for each of `agent`'s tracked regions, under the inventory's read lock (see
+    /// [`Inventory::for_each`]): `visit` must not call into the engine. Returns how many regions it visited.
+    pub fn inventory_foreach(&self, agent: Agent, visit: impl FnMut(&Region)) -> Result<usize> {
+        let _call = self.enter()?;
+        Ok(self.inventory.for_each(agent, visit))
+    }
+
+    /// The generation of the region tracked at exactly `base`; `NotFound` when none is.
+    pub fn generation_of(&self, base: usize) -> Result<u64> {
+        let _call = self.enter()?;
+        self.inventory.generation_of(base).ok_or(Error::NotFound)
     }
 }
 

@@ -848,8 +848,15 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
             }
             i += 1;
         }
-        // Lost mappings end the same way: an unmap covering one entirely forgets it, one covering its head or tail
-        // trims it. One that only punches a hole keeps it whole, which declines at worst too long, never too short.
+        outcome.touched += self.unmap_lost(base, end);
+        outcome
+    }
+
+    /// Lost mappings end the same way as tracked ones: an unmap covering one entirely forgets it, one covering
+    /// its head or tail trims it. One that only punches a hole keeps it whole, which declines at worst too long,
+    /// never too short. Returns how many it touched.
+    fn unmap_lost(&mut self, base: usize, end: usize) -> usize {
+        let mut touched = 0;
         let mut i = 0;
         while i < self.lost.len() {
             let lost = self.lost[i];
@@ -858,7 +865,7 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
                 i += 1;
                 continue;
             }
-            outcome.touched += 1;
+            touched += 1;
             match (lost.base < base, lost_end > end) {
                 (false, false) => {
                     self.lost.swap_remove(i);
@@ -873,7 +880,7 @@ impl<const CAP: usize, const SLOTS: usize> State<CAP, SLOTS> {
             }
             i += 1;
         }
-        outcome
+        touched
     }
 }
 

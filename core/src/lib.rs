@@ -1,13 +1,26 @@
 //! kreplay's engine: everything a kernel-replay profiler needs to give every pass of a dispatch the same
-//! device-memory inputs.
+//! device-memory inputs. A C host uses exactly one [`Engine`], through `kreplay-capi`.
 //!
-//! - [`inventory`]: the live device allocations and virtual-memory mappings, fed by the host's wrappers around
-//!   the runtime's allocate and free entry points, classified and tagged by owning agent.
-//! - [`staging`]: per-agent pools of retained host memory (mmap'd, never zero-filled) that hold snapshots.
-//! - [`snapshot`]: capture (device to host) of an agent's tracked regions and module-scope variables, and
-//!   restore (host to device) that never writes into memory freed or reused since the capture.
+//! The modules, from the floor up: none uses a module listed after it.
+//!
+//! - [`types`]: agents, pointer types and info, flags, module variables.
+//! - [`error`]: `Error` (the C status values) and `DeclineReason`.
+//! - [`clock`]: the monotonic clock that times each phase.
+//! - [`lock`]: the spin reader-writer lock and mutex.
+//! - [`log`]: messages formatted into a stack buffer and handed to one sink.
+//! - [`fallible`]: allocations that report failure instead of aborting.
+//! - [`host_memory`]: anonymous mappings and their counters.
 //! - [`ops`]: the device operations the host supplies (copy, pointer query, module scan, page-locking).
-//! - [`engine`]: the state that ties these together; a C host uses exactly one, through `kreplay-capi`.
+//! - [`opsets`]: the installed sets of device ops, kept while calls or storage still use them.
+//! - [`activity`]: calls in flight, which `finalize` waits for.
+//! - [`policy`]: what a capture may take and how (budgets, page-locking, dirty-only, module cache).
+//! - [`gate`]: whether a dispatch is replayed.
+//! - [`inventory`]: the live device allocations and mappings, classified, tagged by agent, pinned while copied.
+//! - [`storage`]: per-agent pools of retained host staging and device storage that hold snapshots.
+//! - [`modules`]: module-variable lists cut into spans, and the per-agent cache of the last scan.
+//! - [`snapshot`]: capture (plan, stage, transfer, report) and restore (transfer, report) of one agent.
+//! - [`engine`]: the state that ties these together, and every call's entry.
+//! - `sim`: (feature `sim`, and tests) the simulated device.
 //!
 //! The crate is `no_std`. It allocates from the global allocator only for a snapshot's bookkeeping, and only
 //! fallibly; every table elsewhere has a fixed capacity and reports when it is full.
@@ -19,6 +32,7 @@ pub mod activity;
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod fallible;
 pub mod gate;
 pub mod host_memory;
 pub mod inventory;

@@ -40,9 +40,12 @@ pub(crate) struct Span {
     pub count: u32,
 }
 
+/// Module variables above this size are not captured (their writes leak across passes, with a warning).
+pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
+
 /// Spans of variables that only touch are cut at this size, the largest variable captured, so no one copy grows
 /// without bound (variables that overlap are never cut apart: at most the bytes they cover).
-const MAX_SPAN_BYTES: usize = crate::snapshot::MAX_MODULE_VARIABLE_BYTES;
+const MAX_SPAN_BYTES: usize = MAX_MODULE_VARIABLE_BYTES;
 
 /// An agent's module variables, sorted by address, and the spans they form.
 #[derive(Debug, Default)]
@@ -116,7 +119,7 @@ unsafe impl Sync for SharedList {}
 impl SharedList {
     /// Shares `list`; `None` without host memory for the one allocation.
     pub(crate) fn new(list: ModuleList) -> Option<SharedList> {
-        let shared = crate::snapshot::try_box(Shared { holders: AtomicUsize::new(1), list })?;
+        let shared = crate::fallible::try_box(Shared { holders: AtomicUsize::new(1), list })?;
         Some(SharedList(NonNull::from(Box::leak(shared))))
     }
 

@@ -2,9 +2,6 @@
 //! tracker tests ask the same two questions: what is tracked for an agent, and under which generation).
 
 use super::{Inventory, Region};
-use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::ops::DeviceOps;
 use crate::types::Agent;
 
 impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
@@ -26,21 +23,6 @@ impl<const CAP: usize, const SLOTS: usize> Inventory<CAP, SLOTS> {
         let state = self.state.read();
         let found = state.allocations.get(base).or_else(|| state.mappings.iter().find(|r| r.base == base));
         found.map(|region| region.generation)
-    }
-}
-
-impl<O: DeviceOps> Engine<O> {
-    /// Calls `visit` for each of `agent`'s tracked regions, under the inventory's read lock (see
-    /// [`Inventory::for_each`]): `visit` must not call into the engine. Returns how many regions it visited.
-    pub fn inventory_foreach(&self, agent: Agent, visit: impl FnMut(&Region)) -> Result<usize> {
-        let _call = self.enter()?;
-        Ok(self.inventory.for_each(agent, visit))
-    }
-
-    /// The generation of the region tracked at exactly `base`; `NotFound` when none is.
-    pub fn generation_of(&self, base: usize) -> Result<u64> {
-        let _call = self.enter()?;
-        self.inventory.generation_of(base).ok_or(Error::NotFound)
     }
 }
 

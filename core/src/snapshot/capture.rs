@@ -4,21 +4,25 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use super::plan::place;
-use super::transfer::{Direction, Dirty, Outcome, Ranges};
-use super::{Digests, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, gigabytes_per_second, try_box};
+use super::transfer::{Direction, Dirty, Outcome, Transfer};
+use super::{Digests, Parts, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, report};
 use crate::clock;
-use crate::engine::Engine;
 use crate::error::DeclineReason;
+use crate::fallible::try_box;
 use crate::log::Level;
 use crate::modules::{CachedVariable, ModuleList, SharedList, Span};
 use crate::ops::{DeviceOps, Digest};
 use crate::opsets::OpsRef;
 use crate::policy::Policy;
+use crate::storage::budget::{Held, capture_budget};
 use crate::storage::device::DeviceLease;
+use crate::storage::host::Lease;
 use crate::types::Agent;
 
 /// New storage gets this much headroom (1/8), so a footprint that grows a little reuses its block.
 const HEADROOM_DIVISOR: usize = 8;
+
+type Declined<T> = core::result::Result<T, DeclineReason>;
 
 /// Which tiers of the previous snapshot's storage a capture took over (their ranges may be re-copied dirty-only).
 #[derive(Copy, Clone, Debug, Default)]
@@ -27,138 +31,112 @@ struct Reused {
     device: bool,
 }
 
-impl<O: DeviceOps> Engine<O> {
-    /// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture
-    /// ends, the agent's idle storage (host and device) that this snapshot did not take is given back, so
-    /// memory held between dispatches is bounded by the last snapshot's footprint.
-    pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
-        let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
-        let result = self.capture(agent);
-        if result.is_err() {
-            // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture
-            // (the capture may have declined before taking it).
-            self.retained.drop_agent(self, agent, Tier::Host);
-            self.retained.drop_agent(self, agent, Tier::Device);
-        }
-        self.trim_host(agent);
-        self.trim_device(agent);
-        if let Err(reason) = result {
-            crate::log!(
-                Level::Warning,
-                "agent {:#x}: snapshot declined: {}; the dispatch runs once, unreplayed",
-                agent.0,
-                reason.describe()
-            );
-        }
-        result
+/// One capture of one agent: what its steps share.
+pub(super) struct Capture<'a, 'e, O: DeviceOps> {
+    pub parts: Parts<'e, O>,
+    pub ops: &'a OpsRef<'e, O>,
+    pub agent: Agent,
+    pub policy: Policy,
+    /// Whether the capture digests its ranges (the policy asks for dirty-only and the ops can digest).
+    pub dirty: bool,
+}
+
+/// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture ends,
+/// the agent's idle storage (host and device) that this snapshot did not take is given back, so memory held
+/// between dispatches is bounded by the last snapshot's footprint.
+pub(crate) fn capture<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Snapshot<'e, O>>> {
+    let result = take(parts, agent);
+    if result.is_err() {
+        // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture (the
+        // capture may have declined before taking it).
+        parts.retained.drop_agent(&parts, agent, Tier::Host);
+        parts.retained.drop_agent(&parts, agent, Tier::Device);
     }
+    parts.trim_host(agent);
+    parts.trim_device(agent);
+    // Report.
+    match &result {
+        Ok(snapshot) => report::captured(&snapshot.info),
+        Err(reason) => report::declined(agent, *reason),
+    }
+    result
+}
 
-    fn capture(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
-        let ops = self.ops().map_err(|_| DeclineReason::NotConfigured)?;
-        if !self.tracking_enabled() {
-            crate::log!(Level::Warning, "agent {:#x}: tracking is off, so allocations are not recorded", agent.0);
-            return Err(DeclineReason::NotConfigured);
-        }
-        let policy = self.policy();
-        let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
+/// Plan, stage, transfer; then the snapshot's sizes are tallied and it is boxed.
+fn take<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Snapshot<'e, O>>> {
+    let ops = parts.ops.get().map_err(|_| DeclineReason::NotConfigured)?;
+    if !parts.inventory.is_enabled() {
+        crate::log!(Level::Warning, "agent {:#x}: tracking is off, so allocations are not recorded", agent.0);
+        return Err(DeclineReason::NotConfigured);
+    }
+    let policy = parts.policy.get();
+    let dirty = policy.dirty_only && ops.can_digest();
+    let capture = Capture { parts, ops: &ops, agent, policy, dirty };
 
-        // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
-        let (ranges, modules) = self.plan(&ops, agent, &policy, &mut info)?;
-        let mut snapshot = Snapshot { engine: self, storage: Storage::default(), ranges, modules, digests: None, info };
+    // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
+    let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
+    let (ranges, modules) = capture.plan(&mut info)?;
+    let mut snapshot = Snapshot { parts, storage: Storage::default(), ranges, modules, digests: None, info };
+    capture.check_size(&snapshot)?;
+
+    // Stage and transfer. Whatever storage of the previous snapshot this one does not take over is given back.
+    let mut stash = capture.reusable_stash();
+    let moved = capture.stage_and_transfer(&mut snapshot, stash.as_mut());
+    if let Some(stash) = stash {
+        stash.release(&parts);
+    }
+    moved?;
+    report::tally(&mut snapshot.info, &snapshot.ranges);
+    try_box(snapshot).ok_or(DeclineReason::MetadataMemory)
+}
+
+impl<O: DeviceOps> Capture<'_, '_, O> {
+    /// Declines a snapshot larger than the policy's `max_snapshot_bytes`.
+    fn check_size(&self, snapshot: &Snapshot<'_, O>) -> Declined<()> {
         let total: usize = snapshot.ranges.iter().map(|r| r.size).sum();
-        if policy.max_snapshot_bytes != 0 && total > policy.max_snapshot_bytes {
+        let limit = self.policy.max_snapshot_bytes;
+        if limit != 0 && total > limit {
             crate::log!(
                 Level::Warning,
-                "agent {:#x}: the snapshot needs {total} bytes, above max_snapshot_bytes = {}",
-                agent.0,
-                policy.max_snapshot_bytes
+                "agent {:#x}: the snapshot needs {total} bytes, above max_snapshot_bytes = {limit}",
+                self.agent.0
             );
             return Err(DeclineReason::HostBudget);
         }
-        let dirty = policy.dirty_only && ops.can_digest();
-        let stash = self.retained.take(agent);
-        let stash = match stash {
-            Some(stash)
-                if dirty && stash.digests.as_ref().is_some_and(|d| d.block_bytes == policy.digest_block_bytes) =>
-            {
-                Some(stash)
-            }
-            other => {
-                if let Some(stash) = other {
-                    stash.release(self);
-                }
-                None
-            }
-        };
-        // Whatever storage of the previous snapshot this one does not take over is given back below.
-        let mut stash = stash;
-        let moved = (|| {
-            // Stage.
-            let start = clock::now_ns();
-            let reused = self.stage(&ops, agent, &policy, &mut snapshot, stash.as_mut())?;
-            snapshot.info.staging_ns = clock::since(start);
-            // Transfer.
-            let start = clock::now_ns();
-            self.capture_transfer(&ops, agent, &policy, &mut snapshot, dirty, reused, stash.as_ref())?;
-            snapshot.info.copy_ns = clock::since(start).saturating_sub(snapshot.info.digest_ns);
-            Ok(())
-        })();
-        if let Some(stash) = stash {
-            stash.release(self);
-        }
-        moved?;
-
-        // Report.
-        for range in &snapshot.ranges {
-            match range.source {
-                Source::Tracked { .. } => snapshot.info.regions += 1,
-                Source::ModuleVariables { count, .. } => snapshot.info.module_variables += count as usize,
-            }
-            snapshot.info.bytes += range.size;
-            if range.tier == Tier::Device {
-                snapshot.info.device_bytes += range.size;
-            }
-        }
-        let info = snapshot.info;
-        let boxed = try_box(snapshot).ok_or(DeclineReason::MetadataMemory)?;
-        crate::log!(
-            Level::Info,
-            "agent {:#x}: snapshot of {} regions and {} module variables, {} bytes ({} on the device, {} copied); \
-             inventory {} us, module scan {} us, staging {} us, digest {} us, copy {} us ({:.2} GB/s)",
-            agent.0,
-            info.regions,
-            info.module_variables,
-            info.bytes,
-            info.device_bytes,
-            info.copied_bytes,
-            info.inventory_ns / 1000,
-            info.module_scan_ns / 1000,
-            info.staging_ns / 1000,
-            info.digest_ns / 1000,
-            info.copy_ns / 1000,
-            gigabytes_per_second(info.copied_bytes, info.copy_ns)
-        );
-        Ok(boxed)
+        Ok(())
     }
 
-    /// Places the ranges and takes storage for them: device memory of the agent up to its budget (reusing the
-    /// previous snapshot's when it fits), host staging for the rest. Returns which tiers of `stash` were taken
-    /// over; the stash's other storage is given back.
-    fn stage(
-        &self,
-        ops: &OpsRef<'_, O>,
-        agent: Agent,
-        policy: &Policy,
-        snapshot: &mut Snapshot<'_, O>,
-        mut stash: Option<&mut Stash>,
-    ) -> core::result::Result<Reused, DeclineReason> {
-        let mut reused = Reused::default();
-        let stash_device = stash.as_ref().and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
-        let device_limit = self.device_budget(ops, agent, policy, stash_device);
-        let mut placement = place(&mut snapshot.ranges, device_limit).ok_or(DeclineReason::HostBudget)?;
+    /// The previous snapshot's storage kept for dirty-only re-capture, when this capture digests with the same
+    /// block size; otherwise it is given back.
+    fn reusable_stash(&self) -> Option<Stash> {
+        let stash = self.parts.retained.take(self.agent)?;
+        let block = self.policy.digest_block_bytes;
+        if self.dirty && stash.digests.as_ref().is_some_and(|d| d.block_bytes == block) {
+            return Some(stash);
+        }
+        stash.release(&self.parts);
+        None
+    }
 
+    fn stage_and_transfer(&self, snapshot: &mut Snapshot<'_, O>, mut stash: Option<&mut Stash>) -> Declined<()> {
+        let start = clock::now_ns();
+        let reused = self.stage(snapshot, stash.as_deref_mut())?;
+        snapshot.info.staging_ns = clock::since(start);
+        let start = clock::now_ns();
+        self.transfer(snapshot, reused, stash.as_deref())?;
+        snapshot.info.copy_ns = clock::since(start).saturating_sub(snapshot.info.digest_ns);
+        Ok(())
+    }
+
+    /// Stage: places the ranges and takes storage for them: device memory of the agent up to its budget (reusing
+    /// the previous snapshot's when it fits), host staging for the rest. Returns which tiers of `stash` were taken
+    /// over; the stash's other storage is given back.
+    fn stage(&self, snapshot: &mut Snapshot<'_, O>, mut stash: Option<&mut Stash>) -> Declined<Reused> {
+        let mut reused = Reused::default();
+        let device_limit = self.device_limit(stash.as_deref());
+        let mut placement = place(&mut snapshot.ranges, device_limit).ok_or(DeclineReason::HostBudget)?;
         if placement.device > 0 {
-            match self.take_device(ops, agent, placement.device, device_limit, stash.as_deref_mut()) {
+            match self.take_device(placement.device, device_limit, stash.as_deref_mut()) {
                 Ok((lease, from_stash)) => {
                     reused.device = from_stash;
                     snapshot.storage.device = Some(lease);
@@ -168,7 +146,7 @@ impl<O: DeviceOps> Engine<O> {
                         Level::Info,
                         "agent {:#x}: {} bytes of device storage could not be allocated ({error:?}); the snapshot is \
                          kept in host staging",
-                        agent.0,
+                        self.agent.0,
                         placement.device
                     );
                     placement = place(&mut snapshot.ranges, 0).ok_or(DeclineReason::HostBudget)?;
@@ -176,155 +154,143 @@ impl<O: DeviceOps> Engine<O> {
             }
         }
         if let Some(lease) = stash.as_deref_mut().and_then(|s| s.storage.device.take()) {
-            let _ = self.device.release(&lease);
+            let _ = self.parts.device.release(&lease);
         }
-
         if placement.host > 0 {
-            let from_stash = stash.as_deref_mut().and_then(|s| {
-                s.storage.host.take_if(|lease| lease.capacity >= placement.host && lease.capacity / 2 <= placement.host)
-            });
-            let mut lease = match from_stash {
-                Some(lease) => {
-                    reused.host = true;
-                    lease
-                }
-                None => {
-                    let reserve = placement.host.saturating_add(placement.host / HEADROOM_DIVISOR);
-                    self.pools.acquire_block(agent, placement.host, reserve).map_err(|error| {
-                        crate::log!(
-                            Level::Warning,
-                            "agent {:#x}: {} bytes of staging could not be mapped ({error:?})",
-                            agent.0,
-                            placement.host
-                        );
-                        DeclineReason::StagingMemory
-                    })?
-                }
-            };
-            if policy.pin_staging && !lease.is_locked() && ops.can_lock_host() {
-                // First dispatch of this footprint: the block is fresh, so the lock also faults every page in
-                // (adapters populate it in parallel first; see `DeviceOps::host_lock`).
-                let begun = clock::now_ns();
-                let locked = ops.host_lock(lease.data.as_ptr(), lease.capacity);
-                crate::log!(
-                    Level::Info,
-                    "agent {:#x}: new staging of {} bytes page-locked in {} us",
-                    agent.0,
-                    lease.capacity,
-                    clock::since(begun) / 1000
-                );
-                match locked {
-                    Ok(()) => {
-                        // Held through the set that locked it, so that set unlocks it, whatever is configured then.
-                        let hold = ops.hold();
-                        if !self.pools.set_hold(&mut lease, Some(hold)) {
-                            self.ops.release_hold(hold);
-                            let _ = ops.host_unlock(lease.data.as_ptr(), lease.capacity);
-                        }
-                    }
-                    Err(error) => crate::log!(
-                        Level::Warning,
-                        "agent {:#x}: page-locking {} bytes of staging failed ({error:?}); copies use pageable memory",
-                        agent.0,
-                        lease.capacity
-                    ),
-                }
-            }
+            let (lease, from_stash) = self.take_host(placement.host, stash.as_deref_mut())?;
+            reused.host = from_stash;
             snapshot.storage.host = Some(lease);
         }
         if let Some(lease) = stash.and_then(|s| s.storage.host.take()) {
-            let _ = self.pools.release(lease.agent, lease.data, lease.capacity, lease.loan);
+            let _ = self.parts.pools.release(lease.agent, lease.data, lease.capacity, lease.loan);
         }
         Ok(reused)
     }
 
+    /// The device storage this snapshot may take (`storage::budget`): the fixed budget less what the agent's
+    /// other live snapshots hold, the live budget, or the smaller of both (none without `device_alloc`).
+    fn device_limit(&self, stash: Option<&Stash>) -> usize {
+        if !self.ops.can_alloc_device() {
+            return 0;
+        }
+        let device = self.parts.device;
+        let taken_over = stash.and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
+        let reclaimable = device.idle_bytes(self.agent).saturating_add(taken_over);
+        let held = Held { lent: device.held_bytes(self.agent).saturating_sub(reclaimable), reclaimable };
+        capture_budget(&**self.ops, self.agent, &self.policy, held)
+    }
+
     /// Device storage of at least `size` bytes and at most `limit`: the previous snapshot's block if it fits,
     /// else the best idle block, else a new allocation (after giving idle blocks back, so that the budget holds).
-    fn take_device(
-        &self,
-        ops: &OpsRef<'_, O>,
-        agent: Agent,
-        size: usize,
-        limit: usize,
-        stash: Option<&mut Stash>,
-    ) -> crate::Result<(DeviceLease, bool)> {
+    /// Whether it is the stash's block.
+    fn take_device(&self, size: usize, limit: usize, stash: Option<&mut Stash>) -> crate::Result<(DeviceLease, bool)> {
+        let (parts, agent) = (self.parts, self.agent);
         if let Some(lease) = stash.and_then(|s| s.storage.device.take()) {
             if lease.capacity >= size && lease.capacity / 2 <= size && lease.capacity <= limit {
                 return Ok((lease, true));
             }
             // Give it back first: it may be the best fit, and otherwise the trim below frees it before any new
             // allocation, so the budget holds.
-            let _ = self.device.release(&lease);
+            let _ = parts.device.release(&lease);
         }
-        if let Some(lease) = self.device.take(agent, size, limit) {
+        if let Some(lease) = parts.device.take(agent, size, limit) {
             return Ok((lease, false));
         }
-        self.trim_device(agent);
+        parts.trim_device(agent);
         let len = size.saturating_add(size / HEADROOM_DIVISOR).min(limit).max(size);
-        let ptr = ops.device_alloc(agent, len)?;
+        let ptr = self.ops.device_alloc(agent, len)?;
         // Freed through the set that allocated it, whatever is configured then.
-        let hold = ops.hold();
-        match self.device.add(agent, ptr, len, hold) {
+        let hold = self.ops.hold();
+        match parts.device.add(agent, ptr, len, hold) {
             Ok(lease) => Ok((lease, false)),
             Err(error) => {
-                self.free_device(agent, ptr, len, hold);
+                parts.free_device(agent, ptr, len, hold);
                 Err(error)
             }
         }
     }
 
-    /// Copies every range into the snapshot's storage; with dirty-only, digests them first and re-copies only
-    /// the changed blocks of ranges whose previous contents are still in the reused storage.
-    #[allow(clippy::too_many_arguments)]
-    fn capture_transfer(
-        &self,
-        ops: &O,
-        agent: Agent,
-        policy: &Policy,
-        snapshot: &mut Snapshot<'_, O>,
-        dirty: bool,
-        reused: Reused,
-        stash: Option<&Stash>,
-    ) -> core::result::Result<(), DeclineReason> {
+    /// Host staging of at least `size` bytes: the previous snapshot's block if it fits, else one from the pool,
+    /// page-locked when the policy asks for it. Whether it is the stash's block.
+    fn take_host(&self, size: usize, stash: Option<&mut Stash>) -> Declined<(Lease, bool)> {
+        let fits = |lease: &mut Lease| lease.capacity >= size && lease.capacity / 2 <= size;
+        let (mut lease, from_stash) = match stash.and_then(|s| s.storage.host.take_if(fits)) {
+            Some(lease) => (lease, true),
+            None => {
+                let reserve = size.saturating_add(size / HEADROOM_DIVISOR);
+                let lease = self.parts.pools.acquire_block(self.agent, size, reserve).map_err(|error| {
+                    crate::log!(
+                        Level::Warning,
+                        "agent {:#x}: {size} bytes of staging could not be mapped ({error:?})",
+                        self.agent.0
+                    );
+                    DeclineReason::StagingMemory
+                })?;
+                (lease, false)
+            }
+        };
+        if self.policy.pin_staging && !lease.is_locked() && self.ops.can_lock_host() {
+            self.lock_staging(&mut lease);
+        }
+        Ok((lease, from_stash))
+    }
+
+    /// Page-locks a staging block that is not locked yet, held through the current ops so that they unlock it.
+    fn lock_staging(&self, lease: &mut Lease) {
+        // First dispatch of this footprint: the block is fresh, so the lock also faults every page in (adapters
+        // populate it in parallel first; see `DeviceOps::host_lock`).
+        let begun = clock::now_ns();
+        let locked = self.ops.host_lock(lease.data.as_ptr(), lease.capacity);
+        crate::log!(
+            Level::Info,
+            "agent {:#x}: new staging of {} bytes page-locked in {} us",
+            self.agent.0,
+            lease.capacity,
+            clock::since(begun) / 1000
+        );
+        match locked {
+            Ok(()) => {
+                // Held through the set that locked it, so that set unlocks it, whatever is configured then.
+                let hold = self.ops.hold();
+                if !self.parts.pools.set_hold(lease, Some(hold)) {
+                    self.parts.ops.release_hold(hold);
+                    let _ = self.ops.host_unlock(lease.data.as_ptr(), lease.capacity);
+                }
+            }
+            Err(error) => crate::log!(
+                Level::Warning,
+                "agent {:#x}: page-locking {} bytes of staging failed ({error:?}); copies use pageable memory",
+                self.agent.0,
+                lease.capacity
+            ),
+        }
+    }
+
+    /// Transfer: copies every range into the snapshot's storage; dirty-only, digests them first and re-copies
+    /// only the changed blocks of ranges whose previous contents are still in the storage taken over.
+    fn transfer(&self, snapshot: &mut Snapshot<'_, O>, reused: Reused, stash: Option<&Stash>) -> Declined<()> {
         let mut outcomes: Vec<Outcome> = Vec::new();
         outcomes.try_reserve_exact(snapshot.ranges.len()).map_err(|_| DeclineReason::MetadataMemory)?;
         outcomes.resize(snapshot.ranges.len(), Outcome::Pending);
-
-        let block = policy.digest_block_bytes;
-        let mut digests: Vec<Digest> = Vec::new();
-        // For each range, the index of its previous digests in the stash, where its storage holds them.
-        let mut known: Vec<Option<usize>> = Vec::new();
-        if dirty {
-            let blocks: usize =
-                snapshot.ranges.iter().filter(|r| r.pin_key().is_some()).map(|r| r.size.div_ceil(block)).sum();
-            if digests.try_reserve_exact(blocks).is_err() || known.try_reserve_exact(snapshot.ranges.len()).is_err() {
-                return Err(DeclineReason::MetadataMemory);
-            }
-            digests.resize(blocks, Digest::default());
-            let mut at = 0;
-            for range in snapshot.ranges.iter_mut().filter(|r| r.pin_key().is_some()) {
-                range.digest_at = at;
-                at += range.size.div_ceil(block);
-            }
-            // Where the footprint did not change, range i is the stash's range i; otherwise look it up by address.
-            let mut by_address: Vec<u32> = Vec::new();
-            for (i, range) in snapshot.ranges.iter().enumerate() {
-                let same_place = stash.and_then(|s| s.ranges.get(i)).filter(|old| old.address == range.address);
-                let old = match same_place {
-                    Some(old) => Some(old),
-                    None => stash.and_then(|s| lookup(s, &mut by_address, range.address)),
-                };
-                known.push(old.and_then(|old| previous(range, old, reused, stash)));
-            }
-        }
-
+        let (mut digests, known) =
+            if self.dirty { self.lay_out_digests(snapshot, reused, stash)? } else { Default::default() };
+        let block = self.policy.digest_block_bytes;
         let moved = {
             let known_at = |i: usize| known.get(i).copied().flatten();
             let empty: [Digest; 0] = [];
             let reference = stash.and_then(|s| s.digests.as_ref()).map_or(&empty[..], |d| &d.all[..]);
-            let rule = dirty.then(|| Dirty { block_bytes: block, live: &mut digests[..], known: &known_at, reference });
-            let ranges = Ranges { all: &snapshot.ranges, variables: &snapshot.modules.list.variables };
-            self.transfer(ops, agent, &snapshot.storage, ranges, Direction::Capture, rule, &mut outcomes)
+            let rule =
+                self.dirty.then(|| Dirty { block_bytes: block, live: &mut digests[..], known: &known_at, reference });
+            let pass = Transfer {
+                parts: self.parts,
+                ops: self.ops,
+                agent: self.agent,
+                storage: &snapshot.storage,
+                direction: Direction::Capture,
+                ranges: &snapshot.ranges,
+                variables: &snapshot.modules.list.variables,
+            };
+            pass.run(rule, &mut outcomes)
         };
         snapshot.info.copied_bytes = moved.copied_bytes;
         snapshot.info.digest_ns = moved.digest_ns;
@@ -334,24 +300,64 @@ impl<O: DeviceOps> Engine<O> {
         if outcomes.contains(&Outcome::Pending) {
             return Err(DeclineReason::Finalized);
         }
-        if dirty && !moved.digest_failed {
+        if self.dirty && !moved.digest_failed {
             snapshot.digests = Some(Digests { block_bytes: block, all: digests });
         }
-        let mut refused: Vec<u32> = Vec::new();
-        for (range, outcome) in snapshot.ranges.iter().zip(&outcomes) {
-            if let (Outcome::DoneOneByOne, Source::ModuleVariables { first, .. }) = (outcome, range.source) {
-                if refused.try_reserve(1).is_ok() {
-                    refused.push(first);
-                }
+        keep_captured(self.agent, snapshot, &outcomes);
+        Ok(())
+    }
+
+    /// Lays out one digest slot per block of each tracked range (its `digest_at`), and finds for each range where
+    /// the stash's digests of what its storage holds now are (`None`: unknown, copied whole).
+    fn lay_out_digests(
+        &self,
+        snapshot: &mut Snapshot<'_, O>,
+        reused: Reused,
+        stash: Option<&Stash>,
+    ) -> Declined<(Vec<Digest>, Vec<Option<usize>>)> {
+        let block = self.policy.digest_block_bytes;
+        let ranges = &mut snapshot.ranges;
+        let mut digests: Vec<Digest> = Vec::new();
+        let mut known: Vec<Option<usize>> = Vec::new();
+        let blocks: usize = ranges.iter().filter(|r| r.pin_key().is_some()).map(|r| r.size.div_ceil(block)).sum();
+        if digests.try_reserve_exact(blocks).is_err() || known.try_reserve_exact(ranges.len()).is_err() {
+            return Err(DeclineReason::MetadataMemory);
+        }
+        digests.resize(blocks, Digest::default());
+        let mut at = 0;
+        for range in ranges.iter_mut().filter(|r| r.pin_key().is_some()) {
+            range.digest_at = at;
+            at += range.size.div_ceil(block);
+        }
+        // Where the footprint did not change, range i is the stash's range i; otherwise look it up by address.
+        let mut by_address: Vec<u32> = Vec::new();
+        for (i, range) in ranges.iter().enumerate() {
+            let same_place = stash.and_then(|s| s.ranges.get(i)).filter(|old| old.address == range.address);
+            let old = match same_place {
+                Some(old) => Some(old),
+                None => stash.and_then(|s| lookup(s, &mut by_address, range.address)),
+            };
+            known.push(old.and_then(|old| previous(range, old, reused, stash)));
+        }
+        Ok((digests, known))
+    }
+}
+
+/// Keeps what a complete transfer captured: regions freed since the inventory was listed are left out, and
+/// spans of module variables that had to be copied variable by variable are split.
+fn keep_captured<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, outcomes: &[Outcome]) {
+    let mut refused: Vec<u32> = Vec::new();
+    for (range, outcome) in snapshot.ranges.iter().zip(outcomes) {
+        if let (Outcome::DoneOneByOne, Source::ModuleVariables { first, .. }) = (outcome, range.source) {
+            if refused.try_reserve(1).is_ok() {
+                refused.push(first);
             }
         }
-        // Regions freed since the inventory was listed are simply left out.
-        let mut outcome = outcomes.iter();
-        snapshot.ranges.retain(|_| outcome.next() != Some(&Outcome::Skipped));
-        if !refused.is_empty() {
-            split_spans(agent, snapshot, &refused);
-        }
-        Ok(())
+    }
+    let mut outcome = outcomes.iter();
+    snapshot.ranges.retain(|_| outcome.next() != Some(&Outcome::Skipped));
+    if !refused.is_empty() {
+        split_spans(agent, snapshot, &refused);
     }
 }
 
@@ -366,49 +372,10 @@ fn split_spans<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, refus
     let is_refused = |first: u32| refused.binary_search(&first).is_ok();
     let list = &*snapshot.modules.list;
     let extra: usize = list.spans.iter().filter(|s| is_refused(s.first)).map(|s| s.count as usize - 1).sum();
-    let mut ranges: Vec<Range> = Vec::new();
-    if ranges.try_reserve_exact(snapshot.ranges.len() + extra).is_err() {
-        return;
-    }
-    let singles = |first: u32, count: u32| {
-        (first..first + count).map(move |k| {
-            let variable = list.variables[k as usize];
-            (k, variable)
-        })
-    };
-    for range in &snapshot.ranges {
-        match range.source {
-            Source::ModuleVariables { first, count } if is_refused(first) => {
-                ranges.extend(singles(first, count).map(|(k, variable)| Range {
-                    address: variable.address,
-                    size: variable.size,
-                    offset: range.offset + (variable.address - range.address),
-                    source: Source::ModuleVariables { first: k, count: 1 },
-                    ..*range
-                }))
-            }
-            _ => ranges.push(*range),
-        }
-    }
+    let Some(ranges) = split_ranges(&snapshot.ranges, list, &is_refused, extra) else { return };
     let cached = snapshot.modules.cache_as.and_then(|generation| {
-        let mut spans: Vec<Span> = Vec::new();
-        let mut variables: Vec<CachedVariable> = Vec::new();
-        spans.try_reserve_exact(list.spans.len() + extra).ok()?;
-        variables.try_reserve_exact(list.variables.len()).ok()?;
-        variables.extend_from_slice(&list.variables);
-        for span in &list.spans {
-            if is_refused(span.first) {
-                spans.extend(singles(span.first, span.count).map(|(k, variable)| Span {
-                    address: variable.address,
-                    size: variable.size,
-                    first: k,
-                    count: 1,
-                }));
-            } else {
-                spans.push(*span);
-            }
-        }
-        Some((generation, SharedList::new(ModuleList { variables, spans })?))
+        let list = split_list(list, &is_refused, extra)?;
+        Some((generation, SharedList::new(list)?))
     });
     crate::log!(
         Level::Info,
@@ -421,8 +388,64 @@ fn split_spans<O: DeviceOps>(agent: Agent, snapshot: &mut Snapshot<'_, O>, refus
     );
     snapshot.ranges = ranges;
     if let Some((generation, list)) = cached {
-        snapshot.engine.modules.store(agent, generation, list);
+        snapshot.parts.modules.store(agent, generation, list);
     }
+}
+
+/// The variables `first..first + count` of `list`, each with its index.
+fn singles(list: &ModuleList, first: u32, count: u32) -> impl Iterator<Item = (u32, CachedVariable)> + '_ {
+    (first..first + count).map(move |k| (k, list.variables[k as usize]))
+}
+
+/// `ranges` with each refused span replaced by one range per variable (`extra` more in all), where the span put
+/// them in its storage; `None` without host memory.
+fn split_ranges(
+    ranges: &[Range],
+    list: &ModuleList,
+    is_refused: &dyn Fn(u32) -> bool,
+    extra: usize,
+) -> Option<Vec<Range>> {
+    let mut split: Vec<Range> = Vec::new();
+    split.try_reserve_exact(ranges.len() + extra).ok()?;
+    for range in ranges {
+        match range.source {
+            Source::ModuleVariables { first, count } if is_refused(first) => {
+                split.extend(singles(list, first, count).map(|(k, variable)| Range {
+                    address: variable.address,
+                    size: variable.size,
+                    offset: range.offset + (variable.address - range.address),
+                    source: Source::ModuleVariables { first: k, count: 1 },
+                    ..*range
+                }))
+            }
+            _ => split.push(*range),
+        }
+    }
+    Some(split)
+}
+
+/// A copy of `list` with each refused span cut into one span per variable (`extra` more in all); `None` without
+/// host memory.
+fn split_list(list: &ModuleList, is_refused: &dyn Fn(u32) -> bool, extra: usize) -> Option<ModuleList> {
+    let mut spans: Vec<Span> = Vec::new();
+    let mut variables: Vec<CachedVariable> = Vec::new();
+    spans.try_reserve_exact(list.spans.len() + extra).ok()?;
+    variables.try_reserve_exact(list.variables.len()).ok()?;
+    variables.extend_from_slice(&list.variables);
+    for span in &list.spans {
+        if is_refused(span.first) {
+            let single = |(k, variable): (u32, CachedVariable)| Span {
+                address: variable.address,
+                size: variable.size,
+                first: k,
+                count: 1,
+            };
+            spans.extend(singles(list, span.first, span.count).map(single));
+        } else {
+            spans.push(*span);
+        }
+    }
+    Some(ModuleList { variables, spans })
 }
 
 /// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,

@@ -2,8 +2,12 @@
 //!
 //! A capture is a short sequence of steps ([`capture`]): *plan* the ranges (the agent's tracked regions and its
 //! module variables, [`plan`]), *stage* storage for them (device memory up to the agent's budget, host staging
-//! for the rest), then *transfer* in batches ([`transfer`]) and *report*. A restore plans nothing: it transfers
-//! the snapshot's ranges back, re-validating each tracked region as its batch is pinned.
+//! for the rest), then *transfer* in batches ([`transfer`]) and *report* ([`report`]). A restore plans nothing:
+//! it transfers the snapshot's ranges back, re-validating each tracked region as its batch is pinned, and
+//! reports.
+//!
+//! This module lies below the engine: it works on the engine's [`Parts`], lent by the engine's `snap` and
+//! `restore`, and never names `Engine` itself.
 //!
 //! With the digest op and `dirty_only`, both directions copy only what changed: the live ranges are digested
 //! block by block, and only blocks whose digest differs from the snapshot's are written back; a capture that
@@ -13,14 +17,10 @@
 //! A snapshot is complete or it is declined: any failure releases what was taken and leaves device memory
 //! untouched.
 
-use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::alloc::Layout;
 
-use crate::engine::Engine;
 use crate::inventory::{PinKey, RegionKind};
 use crate::lock::Mutex;
-use crate::log::Level;
 use crate::modules::CapturedModules;
 use crate::ops::{DeviceOps, Digest};
 use crate::storage::device::DeviceLease;
@@ -29,9 +29,15 @@ use crate::storage::slots::MAX_AGENTS;
 use crate::types::Agent;
 
 mod capture;
+mod parts;
 mod plan;
+mod report;
 mod restore;
 mod transfer;
+
+pub(crate) use capture::capture;
+pub(crate) use parts::Parts;
+pub(crate) use restore::restore;
 
 #[cfg(test)]
 mod tests;
@@ -41,8 +47,7 @@ mod v2_tests;
 /// Captured ranges are placed at multiples of this many bytes in their storage (the variables of a span that had
 /// to be split stay where the span put them).
 pub const STAGING_ALIGN: usize = 64;
-/// Module variables above this size are not captured (their writes leak across passes, with a warning).
-pub const MAX_MODULE_VARIABLE_BYTES: usize = 1 << 30;
+pub use crate::modules::MAX_MODULE_VARIABLE_BYTES;
 
 /// Where a captured range came from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -173,7 +178,8 @@ pub(crate) struct Digests {
 /// A complete capture of one agent's device memory. Dropping it returns its storage to the agent's pools (or,
 /// with digests, keeps it for the next capture of the agent to re-copy only what changed).
 pub struct Snapshot<'e, O: DeviceOps> {
-    pub(crate) engine: &'e Engine<O>,
+    /// The engine it was captured from, which gets its storage back.
+    pub(crate) parts: Parts<'e, O>,
     pub(crate) storage: Storage,
     pub(crate) ranges: Vec<Range>,
     /// The module list its spans index into (shared with the module cache).
@@ -184,7 +190,7 @@ pub struct Snapshot<'e, O: DeviceOps> {
 
 // SAFETY: a snapshot's storage is written only by its capture, before the snapshot exists; afterwards shared
 // access (`info`, `restore`) only reads the ranges, the digests and the storage behind the leases, and the one
-// owner that drops it gives the storage back. The engine it refers to is `Sync`.
+// owner that drops it gives the storage back. The engine parts it refers to are `Sync`.
 unsafe impl<O: DeviceOps> Sync for Snapshot<'_, O> {}
 // SAFETY: as above; nothing in a snapshot is tied to the thread that made it.
 unsafe impl<O: DeviceOps> Send for Snapshot<'_, O> {}
@@ -204,10 +210,11 @@ impl<O: DeviceOps> Drop for Snapshot<'_, O> {
             ranges: core::mem::take(&mut self.ranges),
             digests: self.digests.take(),
         };
-        if stash.digests.is_some() && self.engine.policy().dirty_only && !self.engine.is_finalized() {
-            self.engine.retained.put(self.engine, stash);
+        let parts = self.parts;
+        if stash.digests.is_some() && parts.policy.get().dirty_only && !parts.is_finalized() {
+            parts.retained.put(&parts, stash);
         } else {
-            stash.release(self.engine);
+            stash.release(&parts);
         }
     }
 }
@@ -223,21 +230,8 @@ pub(crate) struct Stash {
 
 impl Stash {
     /// Gives the storage back to the agent's pools.
-    pub(crate) fn release<O: DeviceOps>(self, engine: &Engine<O>) {
-        release_storage(engine, self.agent, self.storage);
-    }
-}
-
-pub(crate) fn release_storage<O: DeviceOps>(engine: &Engine<O>, agent: Agent, storage: Storage) {
-    if let Some(lease) = storage.host {
-        if engine.pools.release(lease.agent, lease.data, lease.capacity, lease.loan).is_err() {
-            crate::log!(Level::Error, "agent {:#x}: a snapshot's staging was not lent by its pool", agent.0);
-        }
-    }
-    if let Some(lease) = storage.device {
-        if engine.device.release(&lease).is_err() {
-            crate::log!(Level::Error, "agent {:#x}: a snapshot's device storage was not lent by its pool", agent.0);
-        }
+    pub(crate) fn release<O: DeviceOps>(self, parts: &Parts<'_, O>) {
+        parts.release(self.agent, self.storage);
     }
 }
 
@@ -256,7 +250,7 @@ impl Retained {
     }
 
     /// Keeps `stash` as its agent's, releasing the one it replaces (and `stash` itself if none can be kept).
-    pub(crate) fn put<O: DeviceOps>(&self, engine: &Engine<O>, stash: Stash) {
+    pub(crate) fn put<O: DeviceOps>(&self, parts: &Parts<'_, O>, stash: Stash) {
         let evicted = {
             let mut stashes = self.stashes.lock();
             match stashes.iter().position(|s| s.agent == stash.agent) {
@@ -265,7 +259,7 @@ impl Retained {
             }
         };
         if let Some(evicted) = evicted {
-            evicted.release(engine);
+            evicted.release(parts);
         }
     }
 
@@ -277,13 +271,13 @@ impl Retained {
     }
 
     /// Releases `agent`'s stash if it holds storage of `tier` (a trim of that tier).
-    pub(crate) fn drop_agent<O: DeviceOps>(&self, engine: &Engine<O>, agent: Agent, tier: Tier) {
+    pub(crate) fn drop_agent<O: DeviceOps>(&self, parts: &Parts<'_, O>, agent: Agent, tier: Tier) {
         let taken = {
             let mut stashes = self.stashes.lock();
             stashes.iter().position(|s| s.agent == agent && s.storage.bytes(tier) > 0).map(|at| stashes.swap_remove(at))
         };
         if let Some(stash) = taken {
-            stash.release(engine);
+            stash.release(parts);
         }
     }
 
@@ -291,27 +285,4 @@ impl Retained {
     pub(crate) fn bytes(&self, agent: Agent, tier: Tier) -> usize {
         self.stashes.lock().iter().filter(|s| s.agent == agent).map(|s| s.storage.bytes(tier)).sum()
     }
-}
-
-/// Allocates a box without aborting when the allocator fails (stable Rust has no `Box::try_new`).
-pub(crate) fn try_box<T>(value: T) -> Option<Box<T>> {
-    let layout = Layout::new::<T>();
-    if layout.size() == 0 {
-        return Some(Box::new(value));
-    }
-    // SAFETY: the layout has a non-zero size.
-    let ptr = unsafe { alloc::alloc::alloc(layout) }.cast::<T>();
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: 1. `ptr` is a fresh allocation of `T`'s layout from the global allocator, so writing a `T` there is
-    // valid; 2. `Box::from_raw` then owns memory allocated exactly as `Box` itself would allocate it.
-    unsafe {
-        ptr.write(value);
-        Some(Box::from_raw(ptr))
-    }
-}
-
-pub(crate) fn gigabytes_per_second(bytes: usize, ns: u64) -> f64 {
-    if ns == 0 { 0.0 } else { bytes as f64 / ns as f64 }
 }

@@ -3,15 +3,14 @@
 
 use alloc::vec::Vec;
 
+use super::capture::Capture;
 use super::{MAX_MODULE_VARIABLE_BYTES, Range, STAGING_ALIGN, SnapshotInfo, Source, Tier};
 use crate::clock;
-use crate::engine::Engine;
 use crate::error::DeclineReason;
 use crate::inventory::{CAPACITY_SETTING, GatherError};
 use crate::log::Level;
 use crate::modules::{CachedVariable, CapturedModules, ModuleList, SharedList};
 use crate::ops::DeviceOps;
-use crate::policy::Policy;
 use crate::types::{Agent, DisplayName, ModuleVariable};
 
 /// Bytes each tier needs for a placement.
@@ -21,19 +20,14 @@ pub(crate) struct Placement {
     pub device: usize,
 }
 
-impl<O: DeviceOps> Engine<O> {
-    /// Lists the ranges to capture: tracked regions first, then module variables in spans (from the cache when
-    /// the policy allows and it is current). Also returns the module list the spans index into.
-    pub(crate) fn plan(
-        &self,
-        ops: &O,
-        agent: Agent,
-        policy: &Policy,
-        info: &mut SnapshotInfo,
-    ) -> Result<(Vec<Range>, CapturedModules), DeclineReason> {
+impl<O: DeviceOps> Capture<'_, '_, O> {
+    /// Plan: lists the ranges to capture: tracked regions first, then module variables in spans (from the cache
+    /// when the policy allows and it is current). Also returns the module list the spans index into.
+    pub(super) fn plan(&self, info: &mut SnapshotInfo) -> Result<(Vec<Range>, CapturedModules), DeclineReason> {
+        let agent = self.agent;
         let start = clock::now_ns();
         let mut ranges: Vec<Range> = Vec::new();
-        let listed = self.inventory.gather_with(agent, &mut ranges, |region, hint| Range {
+        let listed = self.parts.inventory.gather_with(agent, &mut ranges, |region, hint| Range {
             address: region.base,
             size: region.size,
             tier: Tier::Host,
@@ -62,7 +56,7 @@ impl<O: DeviceOps> Engine<O> {
         info.inventory_ns = clock::since(start);
 
         let start = clock::now_ns();
-        let modules = self.module_list(ops, agent, policy)?;
+        let modules = self.module_list()?;
         info.module_scan_ns = clock::since(start);
         let spans = &modules.list.spans;
         if ranges.try_reserve_exact(spans.len()).is_err() {
@@ -82,17 +76,18 @@ impl<O: DeviceOps> Engine<O> {
 
     /// The agent's module variables: the cached list when the policy allows and it is current, else a scan (made
     /// at capture time, since constant memory may be filled after the executable loads).
-    fn module_list(&self, ops: &O, agent: Agent, policy: &Policy) -> Result<CapturedModules, DeclineReason> {
+    fn module_list(&self) -> Result<CapturedModules, DeclineReason> {
+        let (agent, policy, cache) = (self.agent, &self.policy, self.parts.modules);
         if policy.cache_module_scan {
-            if let Some((list, generation)) = self.modules.get(agent) {
+            if let Some((list, generation)) = cache.get(agent) {
                 return Ok(CapturedModules { list, cache_as: Some(generation) });
             }
         }
-        let generation = self.modules.generation();
+        let generation = cache.generation();
         let mut variables: Vec<CachedVariable> = Vec::new();
         let mut out_of_memory = false;
         let mut wraps = false;
-        let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
+        let scan = self.ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
             if variable.address.checked_add(variable.size).is_none() {
                 wraps = true;
                 crate::log!(
@@ -129,7 +124,7 @@ impl<O: DeviceOps> Engine<O> {
         let cache_as = policy.cache_module_scan.then_some(generation);
         if let Some(generation) = cache_as {
             // Complete: cached now, so that captures of the agent share it from here on.
-            self.modules.store(agent, generation, list.clone());
+            cache.store(agent, generation, list.clone());
         }
         Ok(CapturedModules { list, cache_as })
     }

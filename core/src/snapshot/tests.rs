@@ -2,6 +2,7 @@
 
 use super::plan::align_after;
 use super::*;
+use crate::engine::Engine;
 use crate::error::{DeclineReason, Error};
 use crate::policy::Policy;
 use crate::sim::SimDevice;

@@ -1,11 +1,12 @@
 //! Transfer: moves a list of ranges between device memory and storage, in chunks and batches.
 //!
-//! Each chunk of ranges is *pinned* first (one pass under the inventory's read lock that also re-validates the
-//! tracked regions: same base, generation and at least the captured size), then optionally digested, then
-//! copied in batches through `copy_batch` (or one `copy` at a time without it), then unpinned. A free of a
-//! region in the chunk waits for the chunk; a free of any other region never waits. A batch that fails is
-//! redone copy by copy, and a span of module variables whose copy fails is redone variable by variable, so
-//! exactly the regions and variables that fail are counted.
+//! A [`Transfer`] says what moves (ranges between device memory and a snapshot's storage) and which way. It runs
+//! chunk by chunk, in four steps: *pin* the chunk's tracked ranges (one pass under the inventory's read lock
+//! that also re-validates them: same base, generation and at least the captured size), *digest* them (dirty-only
+//! passes), *copy* in batches through `copy_batch` (or one `copy` at a time without it), and *record*: unpin, and
+//! write each range's outcome. A free of a region in the chunk waits for the chunk; a free of any other region
+//! never waits. A batch that fails is redone copy by copy, and a span of module variables whose copy fails is
+//! redone variable by variable, so exactly the regions and variables that fail are counted.
 //!
 //! With digests, a tracked range whose storage holds a known earlier state (the snapshot itself for a restore,
 //! the previous snapshot for a re-capture) is copied block by block: only blocks whose digest differs, merged
@@ -13,9 +14,8 @@
 
 use alloc::vec::Vec;
 
-use super::{Range, Source, Storage};
+use super::{Parts, Range, Source, Storage};
 use crate::clock;
-use crate::engine::Engine;
 use crate::log::Level;
 use crate::modules::CachedVariable;
 use crate::ops::{CopyJob, DeviceOps, Digest, DigestJob};
@@ -55,11 +55,50 @@ pub(crate) enum Outcome {
     Failed(u32),
 }
 
-/// The ranges of a pass, and the module list their spans index into.
-#[derive(Copy, Clone)]
-pub(crate) struct Ranges<'a> {
-    pub all: &'a [Range],
+/// One pass: which ranges move between device memory and which storage, and which way.
+pub(crate) struct Transfer<'a, O: DeviceOps> {
+    /// The engine's parts: its inventory pins the tracked ranges, and a finalize stops the pass.
+    pub parts: Parts<'a, O>,
+    pub ops: &'a O,
+    pub agent: Agent,
+    pub storage: &'a Storage,
+    pub direction: Direction,
+    pub ranges: &'a [Range],
+    /// The module list the ranges' spans index into.
     pub variables: &'a [CachedVariable],
+}
+
+/// The ranges `start..start + ranges.len()` of a pass, pinned together.
+#[derive(Copy, Clone)]
+struct Chunk<'a> {
+    start: usize,
+    ranges: &'a [Range],
+}
+
+/// How large a chunk may grow: ranges and bytes.
+#[derive(Copy, Clone)]
+struct Limits {
+    ranges: usize,
+    bytes: usize,
+}
+
+/// Where a range's storage holds a known earlier state: the block digests of the range as it is now (`live`)
+/// and of what its storage holds (`reference`), from its first block on.
+struct Known<'d> {
+    block_bytes: usize,
+    live: &'d [Digest],
+    reference: &'d [Digest],
+}
+
+/// What became of one copy run on its own.
+enum Single {
+    Copied,
+    Failed,
+    /// A span of module variables copied variable by variable: how many failed, and the bytes they leave unmoved.
+    Split {
+        lost: u32,
+        bytes: usize,
+    },
 }
 
 /// Digests for a dirty-only pass.
@@ -131,153 +170,43 @@ impl Scratch {
     fn has_failed(&self, i: usize) -> bool {
         self.failed[i / 64] & (1 << (i % 64)) != 0
     }
+
+    /// What happened to the chunk's range `i`, once its copies ran.
+    fn outcome(&self, i: usize, range: &Range) -> Outcome {
+        if !self.is_pinned(i) {
+            return Outcome::Skipped;
+        }
+        let split = self.split.binary_search_by_key(&(i as u32), |&(at, _)| at).ok().map(|at| self.split[at].1);
+        match (self.has_failed(i), split) {
+            (false, None) => Outcome::Done,
+            (false, Some(_)) => Outcome::DoneOneByOne,
+            (true, lost) => Outcome::Failed(lost.unwrap_or(range.units() as u32)),
+        }
+    }
 }
 
-impl<O: DeviceOps> Engine<O> {
-    /// Moves every range of `ranges` in `direction`, writing each range's outcome. With `dirty`, tracked ranges
-    /// are digested and only changed blocks move where the storage's contents are known.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn transfer(
-        &self,
-        ops: &O,
-        agent: Agent,
-        storage: &Storage,
-        ranges: Ranges<'_>,
-        direction: Direction,
-        mut dirty: Option<Dirty<'_>>,
-        outcomes: &mut [Outcome],
-    ) -> Moved {
-        let Ranges { all: ranges, variables } = ranges;
+impl<'a, O: DeviceOps> Transfer<'a, O> {
+    /// Moves every range, writing each one's outcome. With `dirty`, tracked ranges are digested and only changed
+    /// blocks move where the storage's contents are known.
+    pub(crate) fn run(&self, mut dirty: Option<Dirty<'_>>, outcomes: &mut [Outcome]) -> Moved {
         let mut moved = Moved::default();
-        let batching = ops.can_copy_batch();
-        // Without batches or digests, one range at a time: each is validated right before its copy, as in
-        // version 1.
-        let (chunk_ranges, chunk_bytes) =
-            if batching || dirty.is_some() { (CHUNK_RANGES.min(ranges.len().max(1)), CHUNK_BYTES) } else { (1, 0) };
-        let copies = if batching { BATCH_COPIES } else { 1 };
-        let scratch =
-            Scratch::new(chunk_ranges, copies, dirty.is_some()).or_else(|| Scratch::new(1, 1, dirty.is_some()));
-        let Some(mut scratch) = scratch else {
-            crate::log!(Level::Error, "agent {:#x}: no host memory for the copy list", agent.0);
-            for (outcome, range) in outcomes.iter_mut().zip(ranges) {
+        let Some((mut scratch, limits)) = self.scratch(dirty.is_some()) else {
+            crate::log!(Level::Error, "agent {:#x}: no host memory for the copy list", self.agent.0);
+            for (outcome, range) in outcomes.iter_mut().zip(self.ranges) {
                 *outcome = Outcome::Failed(range.units() as u32);
             }
             return moved;
         };
-        let chunk_ranges = chunk_ranges.min(scratch.tracked.capacity()).max(1);
         let mut start = 0;
-        while start < ranges.len() {
-            if self.is_finalized() {
-                // Told to stop: what was not reached stays Pending.
-                break;
-            }
-            let mut end = start + 1;
-            let mut bytes = ranges[start].size;
-            while end < ranges.len() && end - start < chunk_ranges && bytes + ranges[end].size <= chunk_bytes {
-                bytes += ranges[end].size;
-                end += 1;
-            }
-            let chunk = &ranges[start..end];
-            self.pin_chunk(chunk, &mut scratch);
-
-            // Digest the pinned tracked ranges.
-            let mut digested = false;
-            if let Some(dirty) = dirty.as_mut().filter(|_| !moved.digest_failed) {
-                let begun = clock::now_ns();
-                let result = self.digest_chunk(ops, agent, chunk, &mut scratch, dirty);
-                moved.digest_ns += clock::since(begun);
-                match result {
-                    Ok(()) => digested = true,
-                    Err(error) => {
-                        moved.digest_failed = true;
-                        crate::log!(
-                            Level::Warning,
-                            "agent {:#x}: digesting failed ({error:?}); this call copies whole ranges instead",
-                            agent.0
-                        );
-                    }
-                }
-            }
-
-            // Copy.
-            scratch.failed.fill(0);
-            scratch.split.clear();
-            for (i, range) in chunk.iter().enumerate() {
-                if !scratch.is_pinned(i) {
-                    continue;
-                }
-                let known = dirty.as_ref().filter(|_| digested && range.pin_key().is_some()).and_then(|dirty| {
-                    (dirty.known)(start + i)
-                        .map(|at| (dirty.block_bytes, &dirty.live[range.digest_at..], &dirty.reference[at..]))
-                });
-                match known {
-                    Some((block, live, reference)) => {
-                        let blocks = range.size.div_ceil(block);
-                        let mut run: Option<usize> = None;
-                        for b in 0..=blocks {
-                            let changed = b < blocks && live[b] != reference[b];
-                            match (changed, run) {
-                                (true, None) => run = Some(b),
-                                (false, Some(first)) => {
-                                    let from = first * block;
-                                    let to = (b * block).min(range.size);
-                                    let at = (i, from, to - from);
-                                    self.push(
-                                        ops,
-                                        agent,
-                                        storage,
-                                        chunk,
-                                        variables,
-                                        at,
-                                        direction,
-                                        &mut scratch,
-                                        &mut moved,
-                                    );
-                                    run = None;
-                                }
-                                _ => {}
-                            }
-                            if b < blocks && !changed {
-                                moved.clean_bytes += block.min(range.size - b * block);
-                            }
-                        }
-                    }
-                    None => {
-                        let at = (i, 0, range.size);
-                        self.push(ops, agent, storage, chunk, variables, at, direction, &mut scratch, &mut moved)
-                    }
-                }
-            }
-            moved.copied_bytes -= self.submit(ops, agent, chunk, variables, &mut scratch);
-            let pinned_keys = scratch
-                .tracked
-                .iter()
-                .map(|&i| i as usize)
-                .filter(|&i| scratch.is_pinned(i))
-                .filter_map(|i| chunk[i].pin_key());
-            self.inventory.unpin_each(pinned_keys);
-            let mut any_failed = false;
-            for i in 0..chunk.len() {
-                outcomes[start + i] = if !scratch.is_pinned(i) {
-                    Outcome::Skipped
-                } else {
-                    let split = scratch
-                        .split
-                        .binary_search_by_key(&(i as u32), |&(at, _)| at)
-                        .ok()
-                        .map(|at| scratch.split[at].1);
-                    match (scratch.has_failed(i), split) {
-                        (false, None) => Outcome::Done,
-                        (false, Some(_)) => Outcome::DoneOneByOne,
-                        (true, lost) => {
-                            any_failed = true;
-                            Outcome::Failed(lost.unwrap_or(chunk[i].units() as u32))
-                        }
-                    }
-                };
-            }
-            start = end;
-            if direction == Direction::Capture && any_failed {
+        // Told to stop by a finalize: what was not reached stays Pending.
+        while start < self.ranges.len() && !self.parts.is_finalized() {
+            let chunk = self.chunk(start, limits);
+            self.pin(chunk, &mut scratch);
+            let digested = self.digest(chunk, &mut scratch, dirty.as_mut(), &mut moved);
+            self.copy(chunk, &mut scratch, dirty.as_ref().filter(|_| digested), &mut moved);
+            let any_failed = self.record(chunk, &scratch, &mut outcomes[start..][..chunk.ranges.len()]);
+            start += chunk.ranges.len();
+            if self.direction == Direction::Capture && any_failed {
                 // A capture with a failed copy is declined: nothing after it is even read.
                 break;
             }
@@ -285,12 +214,37 @@ impl<O: DeviceOps> Engine<O> {
         moved
     }
 
-    /// Pins the chunk's tracked ranges (module variables always count as pinned; tracked regions only while
-    /// live with their generation and size).
-    fn pin_chunk(&self, chunk: &[Range], scratch: &mut Scratch) {
+    /// Working memory for the pass, and how large its chunks may grow; `None` without host memory.
+    fn scratch(&self, digests: bool) -> Option<(Scratch, Limits)> {
+        let batching = self.ops.can_copy_batch();
+        // Without batches or digests, one range at a time: each is validated right before its copy, as in
+        // version 1.
+        let (ranges, bytes) =
+            if batching || digests { (CHUNK_RANGES.min(self.ranges.len().max(1)), CHUNK_BYTES) } else { (1, 0) };
+        let copies = if batching { BATCH_COPIES } else { 1 };
+        let scratch = Scratch::new(ranges, copies, digests).or_else(|| Scratch::new(1, 1, digests))?;
+        let ranges = ranges.min(scratch.tracked.capacity()).max(1);
+        Some((scratch, Limits { ranges, bytes }))
+    }
+
+    /// The chunk that starts at range `start`: as many ranges as `limits` allow, and at least one.
+    fn chunk(&self, start: usize, limits: Limits) -> Chunk<'a> {
+        let ranges = self.ranges;
+        let mut end = start + 1;
+        let mut bytes = ranges[start].size;
+        while end < ranges.len() && end - start < limits.ranges && bytes + ranges[end].size <= limits.bytes {
+            bytes += ranges[end].size;
+            end += 1;
+        }
+        Chunk { start, ranges: &ranges[start..end] }
+    }
+
+    /// Pin: the chunk's tracked ranges, while live with their generation and size (module variables always count
+    /// as pinned).
+    fn pin(&self, chunk: Chunk<'_>, scratch: &mut Scratch) {
         scratch.pinned.fill(0);
         scratch.tracked.clear();
-        for (i, range) in chunk.iter().enumerate() {
+        for (i, range) in chunk.ranges.iter().enumerate() {
             if range.pin_key().is_some() {
                 scratch.tracked.push(i as u32);
             } else {
@@ -299,7 +253,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let Scratch { tracked, pinned, .. } = scratch;
         let mut k = 0;
-        self.inventory.pin_each(tracked.iter().filter_map(|&i| chunk[i as usize].pin_key()), |ok| {
+        self.parts.inventory.pin_each(tracked.iter().filter_map(|&i| chunk.ranges[i as usize].pin_key()), |ok| {
             if ok {
                 let i = tracked[k] as usize;
                 pinned[i / 64] |= 1 << (i % 64);
@@ -308,45 +262,33 @@ impl<O: DeviceOps> Engine<O> {
         });
     }
 
-    /// Adds one copy of `len` bytes at `offset` within the chunk's range `i` (`at` = `(i, offset, len)`) to the
-    /// batch, submitting the batch when it is full.
-    #[allow(clippy::too_many_arguments)]
-    fn push(
+    /// Digest: the chunk's pinned tracked ranges, into `dirty.live`, unless a digest of this pass failed before
+    /// (then the pass copies whole ranges). Whether the chunk was digested.
+    fn digest(
         &self,
-        ops: &O,
-        agent: Agent,
-        storage: &Storage,
-        chunk: &[Range],
-        variables: &[CachedVariable],
-        (i, offset, len): (usize, usize, usize),
-        direction: Direction,
+        chunk: Chunk<'_>,
         scratch: &mut Scratch,
+        dirty: Option<&mut Dirty<'_>>,
         moved: &mut Moved,
-    ) {
-        let range = &chunk[i];
-        // SAFETY: `offset + len <= range.size`, within both the device range and its storage.
-        let (device, stored) = unsafe { ((range.address as *mut u8).add(offset), storage.at(range).add(offset)) };
-        let job = match direction {
-            Direction::Capture => CopyJob { dst: stored, src: device, bytes: len },
-            Direction::Restore => CopyJob { dst: device, src: stored, bytes: len },
-        };
-        scratch.copies.push(job);
-        scratch.owners.push(i as u32);
-        moved.copied_bytes += len;
-        if scratch.copies.len() == scratch.copies.capacity() {
-            moved.copied_bytes -= self.submit(ops, agent, chunk, variables, scratch);
+    ) -> bool {
+        let Some(dirty) = dirty.filter(|_| !moved.digest_failed) else { return false };
+        let begun = clock::now_ns();
+        let result = self.digest_pinned(chunk, scratch, dirty);
+        moved.digest_ns += clock::since(begun);
+        if let Err(error) = result {
+            moved.digest_failed = true;
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: digesting failed ({error:?}); this call copies whole ranges instead",
+                self.agent.0
+            );
+            return false;
         }
+        true
     }
 
     /// Digests the pinned tracked ranges of a chunk into `dirty.live`, in one call.
-    fn digest_chunk(
-        &self,
-        ops: &O,
-        agent: Agent,
-        chunk: &[Range],
-        scratch: &mut Scratch,
-        dirty: &mut Dirty<'_>,
-    ) -> crate::Result<()> {
+    fn digest_pinned(&self, chunk: Chunk<'_>, scratch: &mut Scratch, dirty: &mut Dirty<'_>) -> crate::Result<()> {
         let block = dirty.block_bytes;
         let live = dirty.live.as_mut_ptr();
         scratch.jobs.clear();
@@ -355,7 +297,7 @@ impl<O: DeviceOps> Engine<O> {
             if !scratch.is_pinned(i) {
                 continue;
             }
-            let range = &chunk[i];
+            let range = &chunk.ranges[i];
             debug_assert!(range.digest_at + range.size.div_ceil(block) <= dirty.live.len());
             scratch.jobs.push(DigestJob {
                 address: range.address as *const u8,
@@ -369,68 +311,115 @@ impl<O: DeviceOps> Engine<O> {
             return Ok(());
         }
         // SAFETY: every job is a pinned (live) tracked region of `agent` and its own slice of `live`.
-        unsafe { ops.digest(agent, &scratch.jobs, block) }
+        unsafe { self.ops.digest(self.agent, &scratch.jobs, block) }
+    }
+
+    /// Copy: the chunk's pinned ranges, whole, or only their changed blocks where `dirty` (digested) knows what
+    /// their storage holds.
+    fn copy(&self, chunk: Chunk<'_>, scratch: &mut Scratch, dirty: Option<&Dirty<'_>>, moved: &mut Moved) {
+        scratch.failed.fill(0);
+        scratch.split.clear();
+        for (i, range) in chunk.ranges.iter().enumerate() {
+            if !scratch.is_pinned(i) {
+                continue;
+            }
+            let known = dirty.filter(|_| range.pin_key().is_some()).and_then(|dirty| {
+                (dirty.known)(chunk.start + i).map(|at| Known {
+                    block_bytes: dirty.block_bytes,
+                    live: &dirty.live[range.digest_at..],
+                    reference: &dirty.reference[at..],
+                })
+            });
+            match known {
+                Some(known) => self.push_changed(chunk, i, &known, scratch, moved),
+                None => self.push(chunk, (i, 0, range.size), scratch, moved),
+            }
+        }
+        moved.copied_bytes -= self.submit(chunk, scratch);
+    }
+
+    /// Adds the copies of the chunk's range `i` that its changed blocks need (adjacent ones merged) to the batch,
+    /// and counts the unchanged blocks as clean.
+    fn push_changed(&self, chunk: Chunk<'_>, i: usize, known: &Known<'_>, scratch: &mut Scratch, moved: &mut Moved) {
+        let size = chunk.ranges[i].size;
+        let block = known.block_bytes;
+        let blocks = size.div_ceil(block);
+        let mut run: Option<usize> = None;
+        for b in 0..=blocks {
+            let changed = b < blocks && known.live[b] != known.reference[b];
+            match (changed, run) {
+                (true, None) => run = Some(b),
+                (false, Some(first)) => {
+                    let from = first * block;
+                    let to = (b * block).min(size);
+                    self.push(chunk, (i, from, to - from), scratch, moved);
+                    run = None;
+                }
+                _ => {}
+            }
+            if b < blocks && !changed {
+                moved.clean_bytes += block.min(size - b * block);
+            }
+        }
+    }
+
+    /// Adds one copy of `len` bytes at `offset` within the chunk's range `i` (`at` = `(i, offset, len)`) to the
+    /// batch, submitting the batch when it is full.
+    fn push(
+        &self,
+        chunk: Chunk<'_>,
+        (i, offset, len): (usize, usize, usize),
+        scratch: &mut Scratch,
+        moved: &mut Moved,
+    ) {
+        let range = &chunk.ranges[i];
+        // SAFETY: `offset + len <= range.size`, within both the device range and its storage.
+        let (device, stored) = unsafe { ((range.address as *mut u8).add(offset), self.storage.at(range).add(offset)) };
+        let job = match self.direction {
+            Direction::Capture => CopyJob { dst: stored, src: device, bytes: len },
+            Direction::Restore => CopyJob { dst: device, src: stored, bytes: len },
+        };
+        scratch.copies.push(job);
+        scratch.owners.push(i as u32);
+        moved.copied_bytes += len;
+        if scratch.copies.len() == scratch.copies.capacity() {
+            moved.copied_bytes -= self.submit(chunk, scratch);
+        }
     }
 
     /// Runs the batch's copies, marks the ranges whose copies failed, and empties the batch. Returns the bytes
     /// of the copies that failed.
-    fn submit(
-        &self,
-        ops: &O,
-        agent: Agent,
-        chunk: &[Range],
-        variables: &[CachedVariable],
-        batch: &mut Scratch,
-    ) -> usize {
-        let mut failed_bytes = 0;
+    fn submit(&self, chunk: Chunk<'_>, batch: &mut Scratch) -> usize {
         if batch.copies.is_empty() {
             return 0;
         }
-        let whole = ops.can_copy_batch() && batch.copies.len() > 1 && {
+        let whole = self.ops.can_copy_batch() && batch.copies.len() > 1 && {
             // SAFETY: every copy is between a pinned live region (or module variables) and storage this snapshot
             // owns, within both; no two overlap (ranges of a snapshot are disjoint, and so is their storage).
-            unsafe { ops.copy_batch(agent, &batch.copies) }.is_ok()
+            unsafe { self.ops.copy_batch(self.agent, &batch.copies) }.is_ok()
         };
+        let mut failed_bytes = 0;
         if !whole {
             // One at a time, so exactly the copies that fail are known.
             for (job, &owner) in batch.copies.iter().zip(&batch.owners) {
-                // SAFETY: as above, for this one copy.
-                let Err(error) = (unsafe { ops.copy(job.dst, job.src, job.bytes) }) else { continue };
-                let range = &chunk[owner as usize];
-                let lost = match range.source {
-                    Source::ModuleVariables { first, count } if count > 1 => {
-                        // The span may cross from one code object's memory into another's, which a device may
-                        // refuse as one copy: copy its variables one by one.
-                        let members = &variables[first as usize..][..count as usize];
-                        let (lost, lost_bytes) = self.copy_variables(ops, agent, range, members, job);
-                        // Without memory for the note, a span copied whole one by one still counts as done, and
-                        // one that failed in part counts every variable as failed.
-                        // In order of the chunk's ranges, for the binary search that reads the notes.
+                let (lost, bytes) = match self.copy_one(&chunk.ranges[owner as usize], job) {
+                    Single::Copied => continue,
+                    Single::Failed => (1, job.bytes),
+                    Single::Split { lost, bytes } => {
+                        // In order of the chunk's ranges, for the binary search that reads the notes. Without
+                        // memory for the note, a span copied whole one by one still counts as done, and one that
+                        // failed in part counts every variable as failed.
                         debug_assert!(batch.split.last().is_none_or(|&(at, _)| at < owner));
                         if batch.split.try_reserve(1).is_ok() {
                             batch.split.push((owner, lost));
                         }
-                        if lost == 0 {
-                            continue;
-                        }
-                        failed_bytes += lost_bytes;
-                        lost
-                    }
-                    _ => {
-                        failed_bytes += job.bytes;
-                        crate::log!(
-                            Level::Warning,
-                            "agent {:#x}: copying {} bytes from {:#x} to {:#x} failed ({error:?})",
-                            agent.0,
-                            job.bytes,
-                            job.src as usize,
-                            job.dst as usize
-                        );
-                        1
+                        (lost, bytes)
                     }
                 };
-                debug_assert!(lost > 0);
-                batch.failed[owner as usize / 64] |= 1 << (owner % 64);
+                if lost > 0 {
+                    failed_bytes += bytes;
+                    batch.failed[owner as usize / 64] |= 1 << (owner % 64);
+                }
             }
         }
         batch.copies.clear();
@@ -438,17 +427,55 @@ impl<O: DeviceOps> Engine<O> {
         failed_bytes
     }
 
+    /// Runs one copy of the batch on its own (the ops have no `copy_batch`, or the batch failed); a span of
+    /// module variables whose copy fails is copied again variable by variable.
+    fn copy_one(&self, range: &Range, job: &CopyJob) -> Single {
+        // SAFETY: the copy is between a pinned live region (or module variables) and storage this snapshot owns,
+        // within both.
+        let Err(error) = (unsafe { self.ops.copy(job.dst, job.src, job.bytes) }) else { return Single::Copied };
+        match range.source {
+            Source::ModuleVariables { first, count } if count > 1 => {
+                // The span may cross from one code object's memory into another's, which a device may refuse as
+                // one copy: copy its variables one by one.
+                let members = &self.variables[first as usize..][..count as usize];
+                let (lost, bytes) = self.copy_variables(range, members, job);
+                Single::Split { lost, bytes }
+            }
+            _ => {
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: copying {} bytes from {:#x} to {:#x} failed ({error:?})",
+                    self.agent.0,
+                    job.bytes,
+                    job.src as usize,
+                    job.dst as usize
+                );
+                Single::Failed
+            }
+        }
+    }
+
+    /// Record: unpins the chunk's tracked ranges and writes each range's outcome. Whether any copy failed.
+    fn record(&self, chunk: Chunk<'_>, scratch: &Scratch, outcomes: &mut [Outcome]) -> bool {
+        let pinned_keys = scratch
+            .tracked
+            .iter()
+            .map(|&i| i as usize)
+            .filter(|&i| scratch.is_pinned(i))
+            .filter_map(|i| chunk.ranges[i].pin_key());
+        self.parts.inventory.unpin_each(pinned_keys);
+        let mut any_failed = false;
+        for (i, outcome) in outcomes.iter_mut().enumerate() {
+            *outcome = scratch.outcome(i, &chunk.ranges[i]);
+            any_failed |= matches!(outcome, Outcome::Failed(_));
+        }
+        any_failed
+    }
+
     /// Copies each of a span's `members` (sorted by address) on its own, after `job` (the whole span) failed.
     /// Returns how many failed, and the bytes of the span they leave unmoved (the union of the failed variables:
     /// bytes they share are counted once).
-    fn copy_variables(
-        &self,
-        ops: &O,
-        agent: Agent,
-        span: &Range,
-        members: &[CachedVariable],
-        job: &CopyJob,
-    ) -> (u32, usize) {
+    fn copy_variables(&self, span: &Range, members: &[CachedVariable], job: &CopyJob) -> (u32, usize) {
         debug_assert_eq!(job.bytes, span.size, "a span is always copied whole");
         let mut lost = 0u32;
         let mut lost_bytes = 0usize;
@@ -458,7 +485,7 @@ impl<O: DeviceOps> Engine<O> {
             let delta = member.address - span.address;
             // SAFETY: the member lies within the span (`delta + member.size <= span.size`), on both sides of the
             // span's copy, which the caller's contract covers.
-            let result = unsafe { ops.copy(job.dst.add(delta), job.src.add(delta), member.size) };
+            let result = unsafe { self.ops.copy(job.dst.add(delta), job.src.add(delta), member.size) };
             if let Err(error) = result {
                 lost += 1;
                 let end = member.address + member.size;
@@ -467,7 +494,7 @@ impl<O: DeviceOps> Engine<O> {
                 crate::log!(
                     Level::Warning,
                     "agent {:#x}: copying module variable at {:#x} ({} bytes) failed ({error:?})",
-                    agent.0,
+                    self.agent.0,
                     member.address,
                     member.size
                 );
@@ -478,7 +505,7 @@ impl<O: DeviceOps> Engine<O> {
                 Level::Trace,
                 "agent {:#x}: {} adjacent module variables at {:#x} ({} bytes) could not be copied as one; copied \
                  one by one",
-                agent.0,
+                self.agent.0,
                 members.len(),
                 span.address,
                 span.size

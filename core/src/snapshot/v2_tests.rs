@@ -2,6 +2,7 @@
 //! restore and re-capture, the module-variable cache, and the faults of each.
 
 use super::*;
+use crate::engine::Engine;
 use crate::error::{DeclineReason, Error};
 use crate::policy::Policy;
 use crate::sim::SimDevice;

@@ -7,7 +7,6 @@
 //! time the block sits in the pool. Storage lent to other live snapshots is already missing from what the
 //! device reports free, so only the fixed budget subtracts it.
 
-use crate::engine::Engine;
 use crate::log::Level;
 use crate::ops::DeviceOps;
 use crate::policy::Policy;
@@ -20,19 +19,6 @@ pub(crate) struct Held {
     pub lent: usize,
     /// Idle, or held by the storage this capture may take over: given back before any new allocation.
     pub reclaimable: usize,
-}
-
-impl<O: DeviceOps> Engine<O> {
-    /// The most device storage a capture of `agent` may take (0: host staging only). `taken_over` is the
-    /// device storage of the agent's previous snapshot that this capture may reuse.
-    pub(crate) fn device_budget(&self, ops: &O, agent: Agent, policy: &Policy, taken_over: usize) -> usize {
-        if !ops.can_alloc_device() {
-            return 0;
-        }
-        let reclaimable = self.device.idle_bytes(agent).saturating_add(taken_over);
-        let held = Held { lent: self.device.held_bytes(agent).saturating_sub(reclaimable), reclaimable };
-        capture_budget(ops, agent, policy, held)
-    }
 }
 
 /// The budget of one capture: the fixed budget less what other snapshots hold, the live budget, or the smaller
@@ -68,6 +54,7 @@ fn percent_of(bytes: usize, percent: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::Engine;
     use crate::sim::SimDevice;
 
     const A: Agent = Agent(1);
