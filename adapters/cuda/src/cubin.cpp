@@ -177,6 +177,16 @@ class reader_t {
     if (entry_size != section_header_size) {
       return fail(error_t::bad_section_table, "e_shentsize " + std::to_string(entry_size) + ", expected 64");
     }
+    uint64_t programs = 0;
+    uint16_t program_entry_size = 0, program_count = 0;
+    load(image_, size_, 0x20, programs);
+    load(image_, size_, 0x36, program_entry_size);
+    load(image_, size_, 0x38, program_count);
+    // Not read, but a table cut short means the image was too: its other contents cannot be trusted either.
+    if (program_count != 0 && !fits(programs, uint64_t{program_count} * program_entry_size, size_)) {
+      return fail(error_t::truncated, std::to_string(program_count) + " program headers at " + hex(programs) +
+                                          " reach past the image's end (" + hex(size_) + ")");
+    }
     section_t first{};
     if (!read_section(table, first)) {
       return fail(error_t::truncated, "section header table at " + hex(table) + " is past the image's end (" +
