@@ -117,7 +117,9 @@ bool classify(std::string_view name, section_kind& kind, uint32_t& bank) {
   return true;
 }
 
-bool per_block_or_thread(std::string_view name) { return starts_with(name, ".nv.shared") || starts_with(name, ".nv.local"); }
+bool per_block_or_thread(std::string_view name) {
+  return starts_with(name, ".nv.shared") || starts_with(name, ".nv.local");
+}
 
 class reader_t {
  public:

@@ -2,6 +2,7 @@
 // (CMakeLists.txt): every variable of the sources found with its name, size and kind; a stripped cubin and
 // corrupt ones (cut at every length, bad offsets and indices, a symbol past its section, a name outside the
 // string table, every byte flipped) give the right error and never read outside the image (ASan preset).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <iterator>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "cubin.hpp"
@@ -254,9 +254,8 @@ void stripped_cubin_is_an_error() {
   bytes_t bytes = load_cubin("globals.cubin");
   const uint64_t table = symtab_header(bytes);
   // Strip: the symbols' bytes zeroed and the section no longer a symbol table.
-  std::fill(bytes.begin() + static_cast<long>(get<uint64_t>(bytes, table + sh_offset)),
-            bytes.begin() + static_cast<long>(get<uint64_t>(bytes, table + sh_offset) + get<uint64_t>(bytes, table + sh_size)),
-            uint8_t{0});
+  const auto start = bytes.begin() + static_cast<long>(get<uint64_t>(bytes, table + sh_offset));
+  std::fill(start, start + static_cast<long>(get<uint64_t>(bytes, table + sh_size)), uint8_t{0});
   put<uint32_t>(bytes, table + sh_type, 0);
   const auto result = read(bytes);
   CHECK_ERROR(result, cubin_error::bad_symbol_table);
