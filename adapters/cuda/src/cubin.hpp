@@ -54,8 +54,9 @@ struct module_symbols_t {
 // `nvcc -rdc=true -cubin` writes before device linking), of any binding. Undefined (SHN_UNDEF) symbols are
 // skipped, and so are symbols in .nv.shared* and .nv.local* (per-block and per-thread storage, not module
 // state). An image without a symbol table is an error (bad_symbol_table): it may well hold variables, and an
-// empty list would say it has none. Names may repeat (static variables of two translation units linked
-// together); sorting keeps them adjacent.
+// empty list would say it has none. Names are as nvcc wrote them: with -rdc, a static variable's name
+// carries its unit's hash (__nv_static_..._name), so that two units' statics stay apart after device linking;
+// should a name repeat all the same, each copy is listed.
 module_symbols_t read(const void* image, size_t size) noexcept;
 
 // Static text naming `error` ("truncated", ...); "unknown error" for a value outside the enum.

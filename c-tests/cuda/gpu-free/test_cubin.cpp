@@ -206,12 +206,31 @@ void template_instances_are_separate_variables() {
   check_functions(result, {"_Z6k_fillIdEvPT_", "_Z6k_fillIfEvPT_", "_Z6k_fillIiEvPT_"});
 }
 
+// Moves the variables named after rdc_a.cu's and rdc_b.cu's `static unit_state` out of `result`: nvcc gives
+// each a name of its own unit (a hash of the source inside), so the test knows their ending, not the name.
+std::vector<cubin::variable_t> take_unit_states(cubin::module_symbols_t& result) {
+  std::vector<cubin::variable_t> taken, kept;
+  const std::string ending = "unit_state";
+  for (cubin::variable_t& variable : result.variables) {
+    const bool match = variable.name.size() > ending.size() &&
+                       variable.name.compare(variable.name.size() - ending.size(), ending.size(), ending) == 0;
+    (match ? taken : kept).push_back(std::move(variable));
+  }
+  result.variables = std::move(kept);
+  for (const cubin::variable_t& variable : taken) {
+    CHECK(variable.size == sizeof(int) && variable.kind == section_kind::global && variable.constant_bank == 0);
+  }
+  return taken;
+}
+
 // A relocatable unit lists what it defines, not the extern declarations (SHN_UNDEF) it uses.
 void relocatable_units_skip_their_extern_declarations() {
-  const auto a = read(load_cubin("rdc_a.cubin"));
+  auto a = read(load_cubin("rdc_a.cubin"));
+  CHECK(take_unit_states(a).size() == 1);
   check_variables("rdc_a.cubin", a, {{"shared_counter", sizeof(int), global_init}});
   check_functions(a, {"_Z7k_rdc_aPf"});
-  const auto b = read(load_cubin("rdc_b.cubin"));
+  auto b = read(load_cubin("rdc_b.cubin"));
+  CHECK(take_unit_states(b).size() == 1);
   check_variables("rdc_b.cubin", b,
                   {
                       {"b_only", 3 * sizeof(int), global},
@@ -221,9 +240,11 @@ void relocatable_units_skip_their_extern_declarations() {
   check_functions(b, {"_Z7k_rdc_bPi"});
 }
 
-// After device linking, the module has each extern variable once, defined.
+// After device linking, the module has each extern variable once, defined, and both units' statics apart.
 void device_linked_module_has_every_unit_s_variables() {
-  const auto result = read(load_cubin("rdc_linked.cubin"));
+  auto result = read(load_cubin("rdc_linked.cubin"));
+  const auto unit_states = take_unit_states(result);
+  CHECK(unit_states.size() == 2 && unit_states[0].name != unit_states[1].name);
   check_variables("rdc_linked.cubin", result,
                   {
                       {"b_only", 3 * sizeof(int), global},
