@@ -7,7 +7,9 @@
 # Both set themselves up on a fresh machine: they need Rust (cargo), gcc/g++ and python3 with pip. CMake
 # (3.21 or later) and Ninja are taken from PATH when suitable, otherwise installed from PyPI into build/.tools.
 # `test --preset asan|tsan|debug` builds and runs only the C/C++ side of that CMake preset (sanitizers change
-# nothing in the Rust tests). CI runs `./dev.sh test` (.ci/run).
+# nothing in the Rust tests). Where nvcc is found ($CUDACXX, PATH, /usr/local/cuda/bin) the CUDA adapter and
+# its GPU-free tests (ctest label `cuda`) are built and run too; tests labelled `gpu` never run here (they need
+# a GPU: c-tests/cuda/README.md). CI runs `./dev.sh test` (.ci/run).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +21,7 @@ say() { printf '\n==> %s\n' "$*"; }
 die() { printf 'dev.sh: %s\n' "$*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,11s/^# \{0,1\}//p' "$0"
+  sed -n '2,14s/^# \{0,1\}//p' "$0"
 }
 
 # version_at_least <have> <need>
@@ -93,6 +95,21 @@ find_tools() {
     "$("$NINJA" --version)" "$(cargo --version)"
 }
 
+# Exports CUDACXX for CMake's KREPLAY_BUILD_CUDA=AUTO when an nvcc is found, and says which, or that the CUDA
+# part is skipped.
+find_nvcc() {
+  local candidate
+  for candidate in "${CUDACXX:-}" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc; do
+    if [[ -n "$candidate" && -x "$candidate" ]] && "$candidate" --version >/dev/null 2>&1; then
+      export CUDACXX="$candidate"
+      printf 'dev.sh: nvcc %s (%s): the CUDA adapter and its GPU-free tests are built\n' \
+        "$("$candidate" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')" "$candidate"
+      return 0
+    fi
+  done
+  printf 'dev.sh: no nvcc ($CUDACXX, PATH, /usr/local/cuda/bin): the CUDA adapter and its tests are skipped\n'
+}
+
 configure() {
   say "cmake --preset $1"
   "$CMAKE" --preset "$1"
@@ -128,6 +145,7 @@ cmd_test() {
     esac
   done
   find_tools
+  find_nvcc
   if [[ "$preset" == default ]]; then
     # The header check under ctest shares this target directory, so cbindgen is compiled once.
     say "cargo test --workspace"
@@ -136,7 +154,7 @@ cmd_test() {
   configure "$preset"
   build "$preset"
   say "ctest --preset $preset"
-  "$CTEST" --preset "$preset" --output-on-failure
+  "$CTEST" --preset "$preset" --output-on-failure --label-exclude '^gpu$'
 }
 
 case "${1:-}" in
