@@ -62,7 +62,8 @@ constexpr CUpti_CallbackId driver_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuModuleLoad, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
     CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
     CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile,
-    CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLibraryGetGlobal, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetManaged,
     CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
@@ -268,6 +269,9 @@ void cupti_layer::on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
     if (t_depth > 0) {
       --t_depth;
     }
+    if (origin.kind == origin_kind::library && origin.handle == nullptr && succeeded(data)) {
+      t.library_loaded(static_cast<CUlibrary>(handle_at_exit(cbid, data)));
+    }
     if (t_depth < max_depth) {
       frame_t& frame = t_frames[t_depth];
       if (frame.pending > 0) {
@@ -306,6 +310,9 @@ void cupti_layer::on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
         t.vmem_unmapping(p.ptr, p.size);
         return;
       }
+      case CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload:
+        t.library_unloading(params<cuLibraryUnload_params>(data).library);
+        return;
       case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
         t.context_destroyed(params<cuCtxDestroy_v2_params>(data).ctx);
         return;

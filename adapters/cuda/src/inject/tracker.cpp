@@ -411,6 +411,76 @@ void tracker::module_unloading(uint32_t module_id) {
   }
 }
 
+void tracker::library_loaded(CUlibrary library) {
+  if (library == nullptr) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  libraries_[library] = library_t{};
+}
+
+void tracker::library_unloading(CUlibrary library) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  libraries_.erase(library);
+}
+
+// Reads each known library's kernel names (once; context-independent queries, no module is loaded by them)
+// and keeps the libraries whose names are exactly the module's functions.
+CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates) {
+  *candidates = 0;
+  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
+      driver_.kernel_get_name == nullptr || module.functions.empty()) {
+    return nullptr;
+  }
+  std::vector<CUlibrary> unnamed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [library, entry] : libraries_) {
+      if (!entry.named) {
+        unnamed.push_back(library);
+      }
+    }
+  }
+  for (CUlibrary library : unnamed) {
+    library_t entry;
+    entry.named = true;
+    unsigned int count = 0;
+    std::vector<CUkernel> kernels;
+    if (driver_.library_get_kernel_count(&count, library) == CUDA_SUCCESS) {
+      kernels.resize(count);
+    } else {
+      entry.unreadable = true;
+    }
+    if (!entry.unreadable && count > 0 &&
+        driver_.library_enumerate_kernels(kernels.data(), count, library) != CUDA_SUCCESS) {
+      entry.unreadable = true;
+    }
+    for (size_t i = 0; !entry.unreadable && i < kernels.size(); ++i) {
+      const char* name = nullptr;
+      if (driver_.kernel_get_name(&name, kernels[i]) != CUDA_SUCCESS || name == nullptr) {
+        entry.unreadable = true;
+      } else {
+        entry.names.emplace_back(name);
+      }
+    }
+    std::sort(entry.names.begin(), entry.names.end());
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = libraries_.find(library);
+    if (found != libraries_.end()) {
+      found->second = std::move(entry);
+    }
+  }
+  CUlibrary match = nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [library, entry] : libraries_) {
+    if (entry.named && !entry.unreadable && entry.names == module.functions) {
+      ++*candidates;
+      match = library;
+    }
+  }
+  return *candidates == 1 ? match : nullptr;
+}
+
 void tracker::note_error(const std::string& text) {
   log(KREPLAY_LOG_WARNING, "%s", text.c_str());
   std::lock_guard<std::mutex> lock(mutex_);
@@ -496,9 +566,25 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
       }
       break;
     }
-    case origin_kind::none:
-      return fail("no module or library handle was known on the loading thread, so its variables cannot be "
-                  "located exactly");
+    case origin_kind::none: {
+      // Loaded inside a call that carries no handle (with eager loading, every library loaded before the
+      // context is loaded inside cuDevicePrimaryCtxRetain). Exact only where one known library has exactly
+      // this cubin's kernels: then cuLibraryGetModule in this context is this module (checked below by every
+      // variable's address and size).
+      size_t candidates = 0;
+      CUlibrary library = library_by_kernels(module, &candidates);
+      if (library == nullptr) {
+        return fail(candidates == 0 ? std::string("no module or library handle was known on the loading thread "
+                                                  "and no known library has exactly its kernels, so its "
+                                                  "variables cannot be located exactly")
+                                    : std::to_string(candidates) + " known libraries have exactly its kernels, so "
+                                                                   "its variables cannot be located exactly");
+      }
+      if (!from_library(library)) {
+        return fail("cuLibraryGetModule failed for the library with its kernels");
+      }
+      break;
+    }
   }
   if (handle == nullptr) {
     return fail("no CUmodule handle");

@@ -124,6 +124,10 @@ class tracker {
   // The CUmodule / CUlibrary the load call returned, for the modules loaded inside it.
   void module_bound(uint32_t module_id, const origin_t& origin);
   void module_unloading(uint32_t module_id);
+  // cuLibraryLoadData / cuLibraryLoadFromFile returned `library`; cuLibraryUnload is about to unload it. The
+  // libraries known are the candidates for a module loaded where no handle was known (resolve in tracker.cpp).
+  void library_loaded(CUlibrary library);
+  void library_unloading(CUlibrary library);
 
   // ---- kreplay's ops --------------------------------------------------------------------------------------
   kreplay_status_t pointer_info(const void* ptr, kreplay_pointer_info_t* info_out);
@@ -163,7 +167,15 @@ class tracker {
     std::vector<std::pair<uint64_t, size_t>> recorded;  // ranges given to kreplay_record_vmem_map
   };
 
+  struct library_t {
+    bool named = false;               // names read (at the first snapshot that needs them)
+    bool unreadable = false;          // the driver could not enumerate its kernels
+    std::vector<std::string> names;   // its kernels' names, sorted
+  };
+
   kreplay_status_t resolve(module_t& module, std::string* detail);
+  // The one known library whose kernels are exactly the module's functions, or null (none, or several).
+  CUlibrary library_by_kernels(const module_t& module, size_t* candidates);
   kreplay_status_t visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                 std::string* detail);
   void forget(std::vector<uint64_t> addresses);
@@ -177,6 +189,7 @@ class tracker {
   std::map<uint64_t, handle_t> handles_;
   std::map<uint64_t, mapping_t> mappings_;
   std::map<uint32_t, std::shared_ptr<module_t>> modules_;
+  std::map<CUlibrary, library_t> libraries_;
   tracker_counts_t counts_{};
   std::string last_error_;
 };

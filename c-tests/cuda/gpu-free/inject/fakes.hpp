@@ -24,6 +24,8 @@ inline std::map<CUmodule, std::map<std::string, global_t>> g_globals;
 inline std::map<CUlibrary, CUmodule> g_library_modules;
 inline std::map<CUfunction, std::pair<CUmodule, std::string>> g_functions;
 inline std::map<CUcontext, int> g_context_devices;
+inline std::map<CUlibrary, std::vector<std::string>> g_library_kernels;  // a CUkernel is (library, index + 1)
+inline std::map<CUkernel, std::string> g_kernel_names;
 inline std::vector<CUcontext> g_current;  // the pushed contexts
 inline int g_pushes = 0;
 
@@ -86,6 +88,34 @@ inline CUresult func_get_name(const char** name, CUfunction function) {
   return CUDA_SUCCESS;
 }
 
+inline CUresult library_get_kernel_count(unsigned int* count, CUlibrary library) {
+  auto found = g_library_kernels.find(library);
+  if (found == g_library_kernels.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *count = static_cast<unsigned int>(found->second.size());
+  return CUDA_SUCCESS;
+}
+inline CUresult library_enumerate_kernels(CUkernel* kernels, unsigned int count, CUlibrary library) {
+  auto found = g_library_kernels.find(library);
+  if (found == g_library_kernels.end() || count != found->second.size()) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    kernels[i] = reinterpret_cast<CUkernel>(reinterpret_cast<uintptr_t>(library) * 1000 + i + 1);
+    g_kernel_names[kernels[i]] = found->second[i];
+  }
+  return CUDA_SUCCESS;
+}
+inline CUresult kernel_get_name(const char** name, CUkernel kernel) {
+  auto found = g_kernel_names.find(kernel);
+  if (found == g_kernel_names.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *name = found->second.c_str();
+  return CUDA_SUCCESS;
+}
+
 inline kreplay::cuda::inject::driver_api_t driver() {
   kreplay::cuda::inject::driver_api_t api;
   api.ctx_get_device_of = ctx_get_device_of;
@@ -95,6 +125,9 @@ inline kreplay::cuda::inject::driver_api_t driver() {
   api.library_get_module = library_get_module;
   api.func_get_module = func_get_module;
   api.func_get_name = func_get_name;
+  api.library_get_kernel_count = library_get_kernel_count;
+  api.library_enumerate_kernels = library_enumerate_kernels;
+  api.kernel_get_name = kernel_get_name;
   return api;
 }
 

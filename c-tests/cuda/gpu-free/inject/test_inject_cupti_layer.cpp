@@ -254,6 +254,27 @@ void a_module_loaded_inside_a_load_call_is_bound_to_its_handle() {
   CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
   module_unloading(83);
   CHECK_EQ(0, module_variables_in_snapshot());
+
+  // Eager loading: cuLibraryLoadData before the context loads nothing; the module comes later inside a call
+  // without a handle, and is found through the one library whose kernels are exactly its functions.
+  const CUlibrary library = fake::handle<CUlibrary>(0xE2);
+  fake::g_library_kernels[library] = {"bump"};
+  fake::g_library_modules[library] = handle;
+  CUlibrary returned = nullptr;
+  cuLibraryLoadData_params load_library{};
+  load_library.library = &returned;
+  load_library.code = cubin.data();
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_ENTER, load_library);
+  returned = library;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_EXIT, load_library);
+  module_loaded(84, cubin);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  module_unloading(84);
+  cuLibraryUnload_params unload{library};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, "cuLibraryUnload", CUPTI_API_ENTER, unload);
+  module_loaded(85, cubin);
+  CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  module_unloading(85);
 }
 
 void a_destroyed_context_forgets_its_allocations() {

@@ -282,6 +282,44 @@ void modules_loaded_by_a_library_or_a_launch_resolve_through_their_handle() {
   }
 }
 
+void a_module_loaded_without_a_handle_resolves_only_through_a_unique_library() {
+  module_fixture_t module(0xB4);
+  std::vector<unsigned char>& cubin = module.cubin;
+  const origin_t none{origin_kind::none, nullptr, "cuDevicePrimaryCtxRetain"};
+  // No library known with exactly its kernels ("bump"): declined.
+  const CUlibrary other = fake::handle<CUlibrary>(0xC5);
+  fake::g_library_kernels[other] = {"bump", "another"};
+  g_tracker->library_loaded(other);
+  expect_declined(91, cubin.data(), cubin.size(), none, "no known library has exactly its kernels");
+  // One library with exactly "bump": its module in this context is the one.
+  const CUlibrary library = fake::handle<CUlibrary>(0xC4);
+  fake::g_library_kernels[library] = {"bump"};
+  fake::g_library_modules[library] = module.handle;
+  g_tracker->library_loaded(library);
+  g_tracker->module_loaded(ctx0, 92, cubin.data(), cubin.size(), none);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(3, info.module_variables);
+  kreplay_snapshot_free(snapshot);
+  g_tracker->module_unloading(92);
+  // Two libraries with the same kernels: ambiguous, declined.
+  const CUlibrary twin = fake::handle<CUlibrary>(0xC6);
+  fake::g_library_kernels[twin] = {"bump"};
+  g_tracker->library_loaded(twin);
+  expect_declined(93, cubin.data(), cubin.size(), none, "2 known libraries have exactly its kernels");
+  // The twin unloaded: unique again.
+  g_tracker->library_unloading(twin);
+  g_tracker->module_loaded(ctx0, 94, cubin.data(), cubin.size(), none);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+  g_tracker->module_unloading(94);
+  g_tracker->library_unloading(library);
+  g_tracker->library_unloading(other);
+}
+
 void a_context_reset_forgets_its_allocations_and_modules_on_its_device_only() {
   module_fixture_t module(0xB3);
   const kreplay_inventory_stats_t before0 = test_inventory(agent(0));
@@ -402,6 +440,7 @@ int main() {
   RUN_TEST(a_loaded_module_s_variables_are_snapshotted_and_restored);
   RUN_TEST(modules_that_cannot_be_resolved_exactly_decline_the_device);
   RUN_TEST(modules_loaded_by_a_library_or_a_launch_resolve_through_their_handle);
+  RUN_TEST(a_module_loaded_without_a_handle_resolves_only_through_a_unique_library);
   RUN_TEST(a_context_reset_forgets_its_allocations_and_modules_on_its_device_only);
   RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
   RUN_TEST(a_snapshot_covers_tracked_allocations_of_its_device_only);
