@@ -15,7 +15,7 @@ namespace {
 // ---- Where the loading thread is ----------------------------------------------------------------------------
 // The driver calls in progress on this thread that can load modules, innermost last. A MODULE_LOADED callback
 // takes its origin from the innermost one; a load call binds the modules loaded inside it to the handle it
-// returns. Plain data with initial-exec TLS (guard.hpp says why).
+// returns. Plain data, so a thread's first access allocates nothing but the module's TLS block.
 constexpr int max_depth = 8;
 constexpr int max_pending = 16;
 struct frame_t {
@@ -23,8 +23,8 @@ struct frame_t {
   int pending;                     // modules loaded inside this call, waiting for its returned handle
   uint32_t pending_ids[max_pending];
 };
-thread_local frame_t t_frames[max_depth] __attribute__((tls_model("initial-exec")));
-thread_local int t_depth __attribute__((tls_model("initial-exec"))) = 0;
+thread_local frame_t t_frames[max_depth];
+thread_local int t_depth = 0;
 
 bool succeeded(const CUpti_CallbackData& data) {
   return data.functionReturnValue != nullptr &&

@@ -5,9 +5,10 @@
 
 namespace kreplay::cuda::inject {
 
-// Initial-exec TLS: the library is dlopen'd by the driver, and a general-dynamic access may enter the dynamic
-// loader (__tls_get_addr's slow path) from inside a driver callback, where the driver holds its own locks.
-extern thread_local int t_own_calls __attribute__((tls_model("initial-exec")));
+// General-dynamic TLS, like every thread_local here: the library is dlopen'd by the driver, and initial-exec
+// TLS would mark the whole module STATIC_TLS, which its 12 KiB, page-aligned TLS block (the static CUDA
+// runtime's and kreplay's) does not fit: dlopen then fails with "cannot allocate memory in static TLS block".
+extern thread_local int t_own_calls;
 
 inline bool inside_own_call() { return t_own_calls != 0; }
 

@@ -35,7 +35,7 @@ thread_local struct last_free_t {
   int ordinal;
   CUcontext context;
   bool valid;
-} t_last_free __attribute__((tls_model("initial-exec"))) = {};
+} t_last_free = {};
 
 bool captured(memory_kind kind) { return kind == memory_kind::device || kind == memory_kind::pool; }
 
