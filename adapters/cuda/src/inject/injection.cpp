@@ -140,7 +140,8 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_state(kreplay_inject_state
   return KREPLAY_STATUS_SUCCESS;
 }
 
-KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_inventory_stats(int device, kreplay_inventory_stats_t* stats_out) {
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_inventory_stats(int device,
+                                                                     kreplay_inventory_stats_t* stats_out) {
   if (!live()) {
     return KREPLAY_STATUS_NOT_CONFIGURED;
   }
@@ -175,7 +176,8 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_module_counts(int device, 
   return KREPLAY_STATUS_SUCCESS;
 }
 
-KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_variables(int device, kreplay_inject_variable_visitor_t visit,
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_variables(int device,
+                                                                    kreplay_inject_variable_visitor_t visit,
                                                                     void* user_data, char* detail,
                                                                     size_t detail_length) {
   if (!live()) {
@@ -208,7 +210,8 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_variables(int device,
   return status;
 }
 
-KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_snapshot(int device, kreplay_inject_snapshot_result_t* result_out) {
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_snapshot(int device,
+                                                               kreplay_inject_snapshot_result_t* result_out) {
   if (!live()) {
     return KREPLAY_STATUS_NOT_CONFIGURED;
   }

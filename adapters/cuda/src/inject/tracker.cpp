@@ -128,13 +128,16 @@ int tracker::device_of(CUcontext context) {
 
 void tracker::context_destroyed(CUcontext context) {
   std::vector<uint64_t> addresses;
+  std::vector<std::pair<uint64_t, size_t>> unknown;  // recorded with an unknown owner
   bool modules_changed = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = allocations_.begin(); it != allocations_.end();) {
       if (it->second.context == context) {
-        if (captured(it->second.kind)) {
+        if (captured(it->second.kind) && it->second.ordinal >= 0) {
           addresses.push_back(it->first);
+        } else if (captured(it->second.kind)) {
+          unknown.emplace_back(it->first, it->second.size);
         }
         it = allocations_.erase(it);
       } else {
@@ -158,6 +161,10 @@ void tracker::context_destroyed(CUcontext context) {
   log(KREPLAY_LOG_INFO, "context %p destroyed: %zu allocations forgotten", static_cast<void*>(context),
       addresses.size());
   forget(std::move(addresses));
+  for (const auto& [address, size] : unknown) {
+    check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(address), size), "kreplay_record_vmem_unmap", address,
+          counts_, mutex_);
+  }
   if (modules_changed) {
     kreplay_modules_changed();
   }
@@ -205,6 +212,13 @@ void tracker::allocated(CUcontext context, uint64_t address, size_t size, memory
     check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
   }
   log(KREPLAY_LOG_TRACE, "alloc %s 0x%" PRIx64 " %zu bytes device %d", kind_name(kind), address, size, ordinal);
+  if (captured(kind) && ordinal < 0) {
+    // Never lost silently: kreplay declines every device's snapshots while it is live.
+    log(KREPLAY_LOG_WARNING, "device allocation at 0x%" PRIx64 " (%zu bytes) in context %p of unknown device: "
+        "snapshots are declined while it lives", address, size, static_cast<void*>(context));
+    check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(address), size),
+          "kreplay_record_vmem_map_unknown_owner", address, counts_, mutex_);
+  }
   if (captured(kind) && ordinal >= 0) {
     check(kreplay_record_alloc(reinterpret_cast<void*>(address), size, 0), "kreplay_record_alloc", address,
           counts_, mutex_);
@@ -233,6 +247,9 @@ void tracker::freeing(uint64_t address) {
   log(KREPLAY_LOG_TRACE, "free %s 0x%" PRIx64, kind_name(allocation.kind), address);
   if (captured(allocation.kind) && allocation.ordinal >= 0) {
     check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
+  } else if (captured(allocation.kind)) {
+    check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(address), allocation.size), "kreplay_record_vmem_unmap",
+          address, counts_, mutex_);
   }
 }
 
@@ -246,7 +263,10 @@ void tracker::free_failed(uint64_t address) {
     std::lock_guard<std::mutex> lock(mutex_);
     allocations_.insert_or_assign(address, allocation_t{last.size, last.kind, last.ordinal, last.context});
   }
-  if (captured(last.kind) && last.ordinal >= 0) {
+  if (captured(last.kind) && last.ordinal < 0) {
+    check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(address), last.size),
+          "kreplay_record_vmem_map_unknown_owner", address, counts_, mutex_);
+  } else if (captured(last.kind)) {
     check(kreplay_record_free_undo(reinterpret_cast<void*>(address)), "kreplay_record_free_undo", address, counts_,
           mutex_);
   }
@@ -268,8 +288,9 @@ void tracker::vmem_released(uint64_t handle) {
 void tracker::vmem_mapped(uint64_t address, size_t size, uint64_t handle) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = handles_.find(handle);
-  mapping_t mapping{size, handle, false, -1, {}};
+  mapping_t mapping{size, handle, false, false, -1, {}};
   if (found != handles_.end()) {
+    mapping.known = true;
     mapping.device = found->second.device;
     mapping.ordinal = found->second.ordinal;
   }
@@ -289,12 +310,14 @@ void tracker::vmem_access(uint64_t address, size_t size, const access_t* access,
     for (; it != mappings_.end() && it->first < end; ++it) {
       mapping_t& mapping = it->second;
       const uint64_t top = it->first + mapping.size;
-      if (top <= address || !mapping.device) {
+      if (top <= address || (mapping.known && !mapping.device)) {
         continue;
       }
+      // A handle never seen created: whichever device may write it, its owner is unknown (ordinal -1).
       bool writable = false;
       for (size_t i = 0; i < count; ++i) {
-        writable = writable || (access[i].device && access[i].ordinal == mapping.ordinal && access[i].read_write);
+        writable = writable || (access[i].device && access[i].read_write &&
+                                (!mapping.known || access[i].ordinal == mapping.ordinal));
       }
       if (!writable) {
         continue;
@@ -306,8 +329,15 @@ void tracker::vmem_access(uint64_t address, size_t size, const access_t* access,
     }
   }
   for (const auto& [piece, ordinal] : record) {
-    check(kreplay_record_vmem_map(reinterpret_cast<void*>(piece.first), piece.second, agent_of(ordinal)),
-          "kreplay_record_vmem_map", piece.first, counts_, mutex_);
+    if (ordinal < 0) {
+      log(KREPLAY_LOG_WARNING, "mapping at 0x%" PRIx64 " of a handle never seen created: snapshots are declined "
+          "while it is mapped", piece.first);
+      check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(piece.first), piece.second),
+            "kreplay_record_vmem_map_unknown_owner", piece.first, counts_, mutex_);
+    } else {
+      check(kreplay_record_vmem_map(reinterpret_cast<void*>(piece.first), piece.second, agent_of(ordinal)),
+            "kreplay_record_vmem_map", piece.first, counts_, mutex_);
+    }
   }
 }
 
@@ -613,7 +643,7 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
 }
 
 kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&),
-                                       void* data, std::string* detail) {
+                                       void* data, std::string* detail, bool* stop) {
   std::lock_guard<std::mutex> lock(module.resolve_mutex);
   kreplay_status_t status = resolve(module, detail);
   if (status != KREPLAY_STATUS_SUCCESS) {
@@ -624,6 +654,7 @@ kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, co
     resolved_variable_t out{module.id, variable.name.c_str(), module.addresses[i], static_cast<size_t>(variable.size),
                             variable.kind == cubin::section_kind::constant};
     if (!visit(data, out)) {
+      *stop = true;
       return KREPLAY_STATUS_SUCCESS;
     }
   }
@@ -642,8 +673,9 @@ kreplay_status_t tracker::list_variables(int ordinal, bool (*visit)(void*, const
     }
   }
   kreplay_status_t result = KREPLAY_STATUS_SUCCESS;
-  for (const auto& module : modules) {
-    kreplay_status_t status = visit_module(*module, visit, data, detail);
+  bool stop = false;
+  for (size_t i = 0; i < modules.size() && !stop; ++i) {
+    kreplay_status_t status = visit_module(*modules[i], visit, data, detail, &stop);
     if (status != KREPLAY_STATUS_SUCCESS && result == KREPLAY_STATUS_SUCCESS) {
       result = status;  // go on, so that every failing module is logged once
     }

@@ -162,6 +162,7 @@ class tracker {
   struct mapping_t {
     size_t size;
     uint64_t handle;
+    bool known;    // the handle's cuMemCreate was seen (else: imported, or made before the injection)
     bool device;
     int ordinal;
     std::vector<std::pair<uint64_t, size_t>> recorded;  // ranges given to kreplay_record_vmem_map
@@ -176,8 +177,9 @@ class tracker {
   kreplay_status_t resolve(module_t& module, std::string* detail);
   // The one known library whose kernels are exactly the module's functions, or null (none, or several).
   CUlibrary library_by_kernels(const module_t& module, size_t* candidates);
+  // *stop is set when the visitor asked to stop the walk.
   kreplay_status_t visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&), void* data,
-                                std::string* detail);
+                                std::string* detail, bool* stop);
   void forget(std::vector<uint64_t> addresses);
   void note_error(const std::string& text);
 

@@ -104,6 +104,22 @@ void frees_out_of_order_and_of_unknown_pointers_keep_the_inventory_exact() {
   CHECK_EQ(before.regions, test_inventory(agent(0)).regions);
 }
 
+void an_allocation_of_an_unknown_device_declines_every_device_until_freed() {
+  const CUcontext stranger = fake::handle<CUcontext>(0x900);  // the fake driver knows no device for it
+  g_tracker->allocated(stranger, 0x7600000000, 4096, memory_kind::device);
+  for (int device : {0, 1}) {
+    kreplay_snapshot_t* snapshot = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(device), &snapshot, &reason));
+    CHECK(reason == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+  }
+  g_tracker->freeing(0x7600000000);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+}
+
 void a_failed_free_puts_the_allocation_back() {
   const kreplay_inventory_stats_t before = test_inventory(agent(0));
   g_tracker->allocated(ctx0, 0x7200000000, 4096, memory_kind::device);
@@ -150,6 +166,17 @@ void only_mapped_pages_with_read_write_access_count() {
   g_tracker->vmem_unmapping(va + 2 * page, page);
   CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);
   CHECK_EQ(before.regions, test_inventory(agent(1)).regions);
+
+  // A handle never seen created (imported): mapped and writable, it declines every device until unmapped.
+  g_tracker->vmem_mapped(va, page, 0xA9);
+  g_tracker->vmem_access(va, page, access, 2);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(0), &snapshot, &reason));
+  CHECK(reason == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+  g_tracker->vmem_unmapping(va, page);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
 }
 
 struct module_fixture_t {
@@ -436,6 +463,7 @@ int main() {
   RUN_TEST(allocations_of_each_kind_are_tracked_or_counted);
   RUN_TEST(frees_out_of_order_and_of_unknown_pointers_keep_the_inventory_exact);
   RUN_TEST(a_failed_free_puts_the_allocation_back);
+  RUN_TEST(an_allocation_of_an_unknown_device_declines_every_device_until_freed);
   RUN_TEST(only_mapped_pages_with_read_write_access_count);
   RUN_TEST(a_loaded_module_s_variables_are_snapshotted_and_restored);
   RUN_TEST(modules_that_cannot_be_resolved_exactly_decline_the_device);

@@ -10,7 +10,8 @@ import sys
 import torch  # noqa: F401  (loads torch's own libcupti.so.13, which the injection will find)
 
 candidates = glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib", "libcupti.so*"))
-candidates += glob.glob("/usr/local/cuda/lib64/libcupti.so*") + glob.glob("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*")
+candidates += glob.glob("/usr/local/cuda/lib64/libcupti.so*")
+candidates += glob.glob("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*")
 cupti = None
 try:
     cupti = ctypes.CDLL("libcupti.so.13", mode=os.RTLD_NOLOAD)
