@@ -664,15 +664,29 @@ kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, co
 kreplay_status_t tracker::list_variables(int ordinal, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                          std::string* detail) {
   std::vector<std::shared_ptr<module_t>> modules;
+  uint32_t unplaced = 0;  // a module with variables whose device is unknown: it may be this one
+  bool any_unplaced = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [id, module] : modules_) {
       if (module->ordinal == ordinal) {
         modules.push_back(module);
+      } else if (module->ordinal < 0 && !module->variables.empty() && !any_unplaced) {
+        unplaced = id;
+        any_unplaced = true;
       }
     }
   }
   kreplay_status_t result = KREPLAY_STATUS_SUCCESS;
+  if (any_unplaced) {
+    const std::string text = "module " + std::to_string(unplaced) + " has variables in a context whose device "
+                             "is unknown; snapshots of every device are declined";
+    note_error(text);
+    if (detail != nullptr && detail->empty()) {
+      *detail = text;
+    }
+    result = KREPLAY_STATUS_DEVICE_ERROR;
+  }
   bool stop = false;
   for (size_t i = 0; i < modules.size() && !stop; ++i) {
     kreplay_status_t status = visit_module(*modules[i], visit, data, detail, &stop);

@@ -3,9 +3,12 @@
 // CUpti_ResourceData for module and context events), so that the translation itself is tested.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,7 @@ kreplay_agent_t agent0() { return test_agent(1); }
 
 // ---- Fabricated callbacks -------------------------------------------------------------------------------------
 cupti_layer* g_layer = nullptr;
+tracker* g_layer_tracker = nullptr;
 
 template <typename P>
 void driver_call(CUpti_CallbackId cbid, const char* name, CUpti_ApiCallbackSite site, P& params,
@@ -277,6 +281,55 @@ void a_module_loaded_inside_a_load_call_is_bound_to_its_handle() {
   module_unloading(85);
 }
 
+void loads_on_two_threads_at_once_bind_each_module_to_its_own_call() {
+  std::vector<unsigned char> cubin = read_cubin();
+  std::vector<unsigned char> storage_a(512), storage_b(512);
+  const CUdeviceptr a = (reinterpret_cast<CUdeviceptr>(storage_a.data()) + 15) & ~CUdeviceptr{15};
+  const CUdeviceptr b = (reinterpret_cast<CUdeviceptr>(storage_b.data()) + 15) & ~CUdeviceptr{15};
+  const CUmodule loaded = fake::handle<CUmodule>(0xE5);
+  const CUmodule launched = fake::handle<CUmodule>(0xE6);
+  fake::g_globals[loaded] = {{"counter", {a, 4}}, {"table", {a + 16, 256}}, {"coeffs", {a + 272, 32}}};
+  fake::g_globals[launched] = {{"counter", {b, 4}}, {"table", {b + 16, 256}}, {"coeffs", {b + 272, 32}}};
+  const CUfunction bump = fake::handle<CUfunction>(0xF6);
+  fake::g_functions[bump] = {launched, "bump"};
+
+  // Thread A is inside cuModuleLoadData while this thread launches a kernel whose module loads lazily.
+  std::atomic<int> phase{0};
+  std::thread loader([&] {
+    CUmodule out = nullptr;
+    cuModuleLoadData_params load{&out, cubin.data()};
+    driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_ENTER, load);
+    phase.store(1);
+    while (phase.load() != 2) {
+    }
+    module_loaded(88, cubin);
+    out = loaded;
+    driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_EXIT, load);
+  });
+  while (phase.load() != 1) {
+  }
+  cuLaunchKernel_params launch{};
+  launch.f = bump;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_ENTER, launch);
+  module_loaded(89, cubin);
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_EXIT, launch);
+  phase.store(2);
+  loader.join();
+
+  std::map<uint32_t, uint64_t> counter_of;
+  std::string detail;
+  CHECK_OK(g_layer_tracker->list_variables(0, [](void* data, const resolved_variable_t& v) {
+    if (std::strcmp(v.name, "counter") == 0) {
+      (*static_cast<std::map<uint32_t, uint64_t>*>(data))[v.module_id] = v.address;
+    }
+    return true;
+  }, &counter_of, &detail));
+  CHECK_EQ(a, counter_of[88]);
+  CHECK_EQ(b, counter_of[89]);
+  module_unloading(88);
+  module_unloading(89);
+}
+
 void a_destroyed_context_forgets_its_allocations() {
   const size_t before = test_inventory(agent0()).regions;
   alloc(0x8300000000, 4096);
@@ -315,6 +368,7 @@ int main() {
   g_enabled = 0;
   CHECK(layer.start());
   g_layer = &layer;
+  g_layer_tracker = &owner;
   printf("[ RUN  ] the_layer_enables_only_its_callbacks\n");
   the_layer_enables_only_its_callbacks(layer);
   printf("[   OK ] the_layer_enables_only_its_callbacks\n");
@@ -322,6 +376,7 @@ int main() {
   RUN_TEST(kreplay_s_own_calls_are_never_tracked);
   RUN_TEST(vmem_callbacks_count_mapped_accessible_pages);
   RUN_TEST(a_module_loaded_inside_a_load_call_is_bound_to_its_handle);
+  RUN_TEST(loads_on_two_threads_at_once_bind_each_module_to_its_own_call);
   RUN_TEST(a_destroyed_context_forgets_its_allocations);
   return 0;
 }

@@ -282,6 +282,17 @@ void modules_that_cannot_be_resolved_exactly_decline_the_device() {
   expect_declined(55, module.cubin.data(), module.cubin.size(),
                   origin_t{origin_kind::module, module.handle, "cuModuleLoadData"}, "8 bytes, the cubin 4");
   fake::g_globals[module.handle]["counter"] = {module.counter.address(), 4};
+  // A module in a context whose device is unknown: every device declines.
+  g_tracker->module_loaded(fake::handle<CUcontext>(0x901), 57, module.cubin.data(), module.cubin.size(),
+                           origin_t{origin_kind::module, module.handle, "cuModuleLoadData"});
+  for (int device : {0, 1}) {
+    kreplay_snapshot_t* snapshot = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(device), &snapshot, &reason));
+    CHECK(g_tracker->last_error().find("module 57 has variables in a context whose device is unknown") !=
+          std::string::npos);
+  }
+  g_tracker->module_unloading(57);
   // A launch whose function is not in the cubin.
   const CUfunction stranger = fake::handle<CUfunction>(0xF1);
   fake::g_functions[stranger] = {module.handle, "not_here"};
