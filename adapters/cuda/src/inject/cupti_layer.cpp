@@ -209,15 +209,20 @@ bool cupti_layer::start() {
   }
   size_t enabled = 0;
   bool all = true;
+  auto enable = [&](CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+    const CUptiResult answer = api_.enable_callback(1, subscriber_, domain, id);
+    if (answer != CUPTI_SUCCESS) {
+      log(KREPLAY_LOG_WARNING, "cuptiEnableCallback(domain %d, id %u) answered %d", static_cast<int>(domain),
+          static_cast<unsigned>(id), static_cast<int>(answer));
+    }
+    enabled += answer == CUPTI_SUCCESS ? 1 : 0;
+    all = all && answer == CUPTI_SUCCESS;
+  };
   for (CUpti_CallbackId id : driver_ids) {
-    const bool ok = api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS;
-    enabled += ok ? 1 : 0;
-    all = all && ok;
+    enable(CUPTI_CB_DOMAIN_DRIVER_API, id);
   }
   for (CUpti_CallbackId id : resource_ids) {
-    const bool ok = api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE, id) == CUPTI_SUCCESS;
-    enabled += ok ? 1 : 0;
-    all = all && ok;
+    enable(CUPTI_CB_DOMAIN_RESOURCE, id);
   }
   enabled_ = enabled;
   if (!all) {

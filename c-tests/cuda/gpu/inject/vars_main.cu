@@ -99,8 +99,10 @@ int main() {
     return 1;
   }
   auto state = reinterpret_cast<decltype(&kreplay_inject_state)>(dlsym(library, "kreplay_inject_state"));
-  auto list = reinterpret_cast<decltype(&kreplay_inject_list_variables)>(dlsym(library, "kreplay_inject_list_variables"));
-  auto counts = reinterpret_cast<decltype(&kreplay_inject_module_counts)>(dlsym(library, "kreplay_inject_module_counts"));
+  auto list =
+      reinterpret_cast<decltype(&kreplay_inject_list_variables)>(dlsym(library, "kreplay_inject_list_variables"));
+  auto counts =
+      reinterpret_cast<decltype(&kreplay_inject_module_counts)>(dlsym(library, "kreplay_inject_module_counts"));
   auto snapshot = reinterpret_cast<decltype(&kreplay_inject_snapshot)>(dlsym(library, "kreplay_inject_snapshot"));
   kreplay_inject_state_t s{};
   check(state(&s) == KREPLAY_STATUS_SUCCESS && s.subscribed, "the injection is subscribed");
