@@ -70,9 +70,12 @@ constexpr CUpti_CallbackId driver_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
 };
+// (CONTEXT_CREATED is not needed: a context's device comes from its creation call's parameters, or from one
+// cuCtxGetDevice_v2 when it is first seen.)
 constexpr CUpti_CallbackId resource_ids[] = {
-    CUPTI_CBID_RESOURCE_CONTEXT_CREATED, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
-    CUPTI_CBID_RESOURCE_MODULE_LOADED, CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
+    CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+    CUPTI_CBID_RESOURCE_MODULE_LOADED,
+    CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
 };
 
 // The origin a module-loading call gives at its entry (load calls learn their handle only at exit).
@@ -501,8 +504,6 @@ void cupti_layer::on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData& d
       return;
     }
     default:
-      // CONTEXT_CREATED needs nothing now: the device of a context is learned from its creation call or, once,
-      // from cuCtxGetDevice when it is first seen.
       return;
   }
 }
