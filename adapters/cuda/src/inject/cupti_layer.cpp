@@ -1,0 +1,511 @@
+#include "cupti_layer.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+
+#include "guard.hpp"
+#include "log.hpp"
+
+namespace kreplay::cuda::inject {
+namespace {
+
+// ---- Where the loading thread is ----------------------------------------------------------------------------
+// The driver calls in progress on this thread that can load modules, innermost last. A MODULE_LOADED callback
+// takes its origin from the innermost one; a load call binds the modules loaded inside it to the handle it
+// returns. Plain data, so a thread's first access allocates nothing but the module's TLS block.
+constexpr int max_depth = 8;
+constexpr int max_pending = 16;
+struct frame_t {
+  origin_t origin;
+  int pending;                     // modules loaded inside this call, waiting for its returned handle
+  uint32_t pending_ids[max_pending];
+};
+thread_local frame_t t_frames[max_depth];
+thread_local int t_depth = 0;
+
+bool succeeded(const CUpti_CallbackData& data) {
+  return data.functionReturnValue != nullptr &&
+         *static_cast<const CUresult*>(data.functionReturnValue) == CUDA_SUCCESS;
+}
+
+template <typename P>
+const P& params(const CUpti_CallbackData& data) {
+  return *static_cast<const P*>(data.functionParams);
+}
+
+uint64_t address_of(const CUdeviceptr* out) { return out == nullptr ? 0 : static_cast<uint64_t>(*out); }
+uint64_t address_of(void* const* out) { return out == nullptr ? 0 : reinterpret_cast<uint64_t>(*out); }
+
+// The callback ids the layer enables, per domain. Nothing else is enabled: the cost of the library is one
+// callback on each of these calls, and launches are the only frequent ones.
+constexpr CUpti_CallbackId driver_ids[] = {
+    // Allocations and frees.
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
+    // Virtual memory.
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemRelease, CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+    // Contexts.
+    CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4, CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2,
+    // Calls inside which a module may be loaded: their handles say which module it is.
+    CUPTI_DRIVER_TRACE_CBID_cuModuleLoad, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
+    CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryGetGlobal, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetManaged,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+// (CONTEXT_CREATED is not needed: a context's device comes from its creation call's parameters, or from one
+// cuCtxGetDevice_v2 when it is first seen.)
+constexpr CUpti_CallbackId resource_ids[] = {
+    CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+    CUPTI_CBID_RESOURCE_MODULE_LOADED,
+    CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING,
+};
+
+// The origin a module-loading call gives at its entry (load calls learn their handle only at exit).
+bool origin_at_entry(CUpti_CallbackId cbid, const CUpti_CallbackData& data, origin_t* out) {
+  out->call = data.functionName != nullptr ? data.functionName : "?";
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary:
+      out->kind = origin_kind::module;
+      out->handle = nullptr;
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile:
+      out->kind = origin_kind::library;
+      out->handle = nullptr;
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule:
+      *out = {origin_kind::library, params<cuLibraryGetModule_params>(data).library, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel:
+      *out = {origin_kind::library, params<cuLibraryGetKernel_params>(data).library, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetGlobal:
+      *out = {origin_kind::library, params<cuLibraryGetGlobal_params>(data).library, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetManaged:
+      *out = {origin_kind::library, params<cuLibraryGetManaged_params>(data).library, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction:
+      *out = {origin_kind::kernel, params<cuKernelGetFunction_params>(data).kernel, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+      *out = {origin_kind::function, params<cuLaunchKernel_params>(data).f, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      *out = {origin_kind::function, params<cuLaunchKernel_ptsz_params>(data).f, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      *out = {origin_kind::function, params<cuLaunchKernelEx_params>(data).f, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      *out = {origin_kind::function, params<cuLaunchKernelEx_ptsz_params>(data).f, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      *out = {origin_kind::function, params<cuLaunchCooperativeKernel_params>(data).f, out->call};
+      return true;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      *out = {origin_kind::function, params<cuLaunchCooperativeKernel_ptsz_params>(data).f, out->call};
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The handle a load call returned (its exit), for the modules loaded inside it.
+void* handle_at_exit(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad: return *params<cuModuleLoad_params>(data).module;
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData: return *params<cuModuleLoadData_params>(data).module;
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx: return *params<cuModuleLoadDataEx_params>(data).module;
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: return *params<cuModuleLoadFatBinary_params>(data).module;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: return *params<cuLibraryLoadData_params>(data).library;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile: return *params<cuLibraryLoadFromFile_params>(data).library;
+    default: return nullptr;
+  }
+}
+
+template <typename F>
+bool find(void* library, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(library, name));
+  return out != nullptr;
+}
+
+bool from(void* library, cupti_api_t& out) {
+  return library != nullptr && find(library, "cuptiSubscribe", out.subscribe) &&
+         find(library, "cuptiUnsubscribe", out.unsubscribe) &&
+         find(library, "cuptiEnableCallback", out.enable_callback) &&
+         find(library, "cuptiGetResultString", out.get_result_string);
+}
+
+}  // namespace
+
+bool resolve_cupti(cupti_api_t& out, std::string* where) {
+  if (from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD), out)) {
+    *where = "the libcupti.so.13 already loaded in the process";
+    return true;
+  }
+  if (const char* path = std::getenv("KREPLAY_CUPTI_PATH"); path != nullptr && *path != '\0') {
+    if (from(dlopen(path, RTLD_NOW | RTLD_LOCAL), out)) {
+      *where = std::string("KREPLAY_CUPTI_PATH=") + path;
+      return true;
+    }
+    *where = std::string("KREPLAY_CUPTI_PATH=") + path + " does not load as CUPTI (" +
+             (dlerror() != nullptr ? "dlopen failed" : "functions missing") + ")";
+    return false;
+  }
+  if (from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), out)) {
+    *where = "libcupti.so.13 found by the loader's search";
+    return true;
+  }
+  *where = "no libcupti.so.13 in the process or on the loader's path (set KREPLAY_CUPTI_PATH)";
+  return false;
+}
+
+cupti_layer::cupti_layer(tracker& tracker, const cupti_api_t& api) : tracker_(tracker), api_(api) {}
+
+bool cupti_layer::start() {
+  if (api_.subscribe == nullptr || api_.enable_callback == nullptr) {
+    std::fprintf(stderr, "kreplay-inject: CUPTI is incomplete; the injection stays inert (nothing is tracked)\n");
+    return false;
+  }
+  CUptiResult result = api_.subscribe(&subscriber_, &cupti_layer::callback, this);
+  if (result != CUPTI_SUCCESS) {
+    const char* text = nullptr;
+    if (api_.get_result_string == nullptr || api_.get_result_string(result, &text) != CUPTI_SUCCESS) {
+      text = nullptr;
+    }
+    if (result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      std::fprintf(stderr,
+                   "kreplay-inject: CUPTI already has a subscriber (another tool: Nsight Compute, Nsight Systems, "
+                   "a profiler) and allows only one (cuptiSubscribe: %s, %d); kreplay's injection stays inert: "
+                   "no allocation or module variable is tracked and snapshots are declined\n",
+                   text != nullptr ? text : "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED", static_cast<int>(result));
+    } else {
+      std::fprintf(stderr,
+                   "kreplay-inject: cuptiSubscribe failed (%s, %d); kreplay's injection stays inert: no allocation "
+                   "or module variable is tracked and snapshots are declined\n",
+                   text != nullptr ? text : "?", static_cast<int>(result));
+    }
+    subscriber_ = nullptr;
+    return false;
+  }
+  size_t enabled = 0;
+  bool all = true;
+  auto enable = [&](CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+    const CUptiResult answer = api_.enable_callback(1, subscriber_, domain, id);
+    if (answer != CUPTI_SUCCESS) {
+      log(KREPLAY_LOG_WARNING, "cuptiEnableCallback(domain %d, id %u) answered %d", static_cast<int>(domain),
+          static_cast<unsigned>(id), static_cast<int>(answer));
+    }
+    enabled += answer == CUPTI_SUCCESS ? 1 : 0;
+    all = all && answer == CUPTI_SUCCESS;
+  };
+  for (CUpti_CallbackId id : driver_ids) {
+    enable(CUPTI_CB_DOMAIN_DRIVER_API, id);
+  }
+  for (CUpti_CallbackId id : resource_ids) {
+    enable(CUPTI_CB_DOMAIN_RESOURCE, id);
+  }
+  enabled_ = enabled;
+  if (!all) {
+    // A callback left off would be an allocation or a module missed: better nothing than a wrong inventory.
+    std::fprintf(stderr, "kreplay-inject: CUPTI refused %zu of %zu callbacks; the injection stays inert\n",
+                 std::size(driver_ids) + std::size(resource_ids) - enabled,
+                 std::size(driver_ids) + std::size(resource_ids));
+    if (api_.unsubscribe != nullptr) {
+      (void)api_.unsubscribe(subscriber_);
+    }
+    subscriber_ = nullptr;
+    enabled_ = 0;
+    return false;
+  }
+  active_ = true;
+  log(KREPLAY_LOG_INFO, "subscribed to CUPTI: %zu callbacks enabled", enabled);
+  return true;
+}
+
+void CUPTIAPI cupti_layer::callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                    const void* data) {
+  // kreplay's own driver calls (its copies, device storage, module queries) are never the program's.
+  if (inside_own_call() || userdata == nullptr || data == nullptr) {
+    return;
+  }
+  auto* layer = static_cast<cupti_layer*>(userdata);
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    layer->on_driver(cbid, *static_cast<const CUpti_CallbackData*>(data));
+  } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    layer->on_resource(cbid, *static_cast<const CUpti_ResourceData*>(data));
+  }
+}
+
+void cupti_layer::on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  const bool enter = data.callbackSite == CUPTI_API_ENTER;
+  tracker& t = tracker_;
+
+  // Module-loading calls: a frame per call on this thread.
+  origin_t origin;
+  if (origin_at_entry(cbid, data, &origin)) {
+    if (enter) {
+      if (t_depth < max_depth) {
+        t_frames[t_depth].origin = origin;
+        t_frames[t_depth].pending = 0;
+      }
+      ++t_depth;
+      return;
+    }
+    if (t_depth > 0) {
+      --t_depth;
+    }
+    if (origin.kind == origin_kind::library && origin.handle == nullptr && succeeded(data)) {
+      t.library_loaded(static_cast<CUlibrary>(handle_at_exit(cbid, data)));
+    }
+    if (t_depth < max_depth) {
+      frame_t& frame = t_frames[t_depth];
+      if (frame.pending > 0) {
+        origin_t bound = frame.origin;
+        bound.handle = succeeded(data) ? handle_at_exit(cbid, data) : nullptr;
+        if (bound.handle == nullptr) {
+          bound.kind = origin_kind::none;
+        }
+        for (int i = 0; i < frame.pending && i < max_pending; ++i) {
+          t.module_bound(frame.pending_ids[i], bound);
+        }
+      }
+    }
+    return;
+  }
+
+  if (enter) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+        t.freeing(params<cuMemFree_v2_params>(data).dptr);
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+        t.freeing(params<cuMemFreeAsync_params>(data).dptr);
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+        t.freeing(params<cuMemFreeAsync_ptsz_params>(data).dptr);
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+        t.freeing(reinterpret_cast<uint64_t>(params<cuMemFreeHost_params>(data).p));
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+        t.freeing(reinterpret_cast<uint64_t>(params<cuMemHostUnregister_params>(data).p));
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
+        const auto& p = params<cuMemUnmap_params>(data);
+        t.vmem_unmapping(p.ptr, p.size);
+        return;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload:
+        t.library_unloading(params<cuLibraryUnload_params>(data).library);
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2:
+        t.context_destroyed(params<cuCtxDestroy_v2_params>(data).ctx);
+        return;
+      case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2:
+        t.primary_context_reset(params<cuDevicePrimaryCtxReset_v2_params>(data).dev);
+        return;
+      default:
+        return;
+    }
+  }
+
+  if (!succeeded(data)) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+        t.free_failed(params<cuMemFree_v2_params>(data).dptr);
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+        t.free_failed(params<cuMemFreeAsync_params>(data).dptr);
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+        t.free_failed(params<cuMemFreeAsync_ptsz_params>(data).dptr);
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+        t.free_failed(reinterpret_cast<uint64_t>(params<cuMemFreeHost_params>(data).p));
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+        t.free_failed(reinterpret_cast<uint64_t>(params<cuMemHostUnregister_params>(data).p));
+        break;
+      default:
+        break;
+    }
+    return;
+  }
+  CUcontext context = data.context;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+      const auto& p = params<cuMemAlloc_v2_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::device);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+      const auto& p = params<cuMemAllocPitch_v2_params>(data);
+      t.allocated(context, address_of(p.dptr), (p.pPitch != nullptr ? *p.pPitch : 0) * p.Height, memory_kind::device);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync: {
+      const auto& p = params<cuMemAllocAsync_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::pool);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+      const auto& p = params<cuMemAllocAsync_ptsz_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::pool);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync: {
+      const auto& p = params<cuMemAllocFromPoolAsync_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::pool);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+      const auto& p = params<cuMemAllocFromPoolAsync_ptsz_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::pool);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      const auto& p = params<cuMemAllocManaged_params>(data);
+      t.allocated(context, address_of(p.dptr), p.bytesize, memory_kind::managed);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+      const auto& p = params<cuMemAllocHost_v2_params>(data);
+      t.allocated(context, address_of(p.pp), p.bytesize, memory_kind::host_pinned);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+      const auto& p = params<cuMemHostAlloc_params>(data);
+      t.allocated(context, address_of(p.pp), p.bytesize,
+                  (p.Flags & CU_MEMHOSTALLOC_DEVICEMAP) != 0 ? memory_kind::host_mapped : memory_kind::host_pinned);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+      const auto& p = params<cuMemHostRegister_v2_params>(data);
+      t.allocated(context, reinterpret_cast<uint64_t>(p.p), p.bytesize,
+                  (p.Flags & CU_MEMHOSTREGISTER_DEVICEMAP) != 0 ? memory_kind::host_mapped
+                                                                 : memory_kind::host_pinned);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
+      const auto& p = params<cuMemCreate_params>(data);
+      if (p.handle != nullptr && p.prop != nullptr) {
+        t.vmem_created(*p.handle, p.size, p.prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE, p.prop->location.id);
+      }
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
+      t.vmem_released(params<cuMemRelease_params>(data).handle);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
+      const auto& p = params<cuMemMap_params>(data);
+      t.vmem_mapped(p.ptr, p.size, p.handle);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess: {
+      const auto& p = params<cuMemSetAccess_params>(data);
+      access_t access[8];
+      const size_t count = p.desc == nullptr ? 0 : std::min<size_t>(p.count, std::size(access));
+      for (size_t i = 0; i < count; ++i) {
+        access[i] = {p.desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE, p.desc[i].location.id,
+                     p.desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      }
+      t.vmem_access(p.ptr, p.size, access, count);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain: {
+      const auto& p = params<cuDevicePrimaryCtxRetain_params>(data);
+      if (p.pctx != nullptr) {
+        t.context_device(*p.pctx, p.dev, true);
+      }
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2: {
+      const auto& p = params<cuCtxCreate_v2_params>(data);
+      if (p.pctx != nullptr) {
+        t.context_device(*p.pctx, p.dev, false);
+      }
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3: {
+      const auto& p = params<cuCtxCreate_v3_params>(data);
+      if (p.pctx != nullptr) {
+        t.context_device(*p.pctx, p.dev, false);
+      }
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4: {
+      const auto& p = params<cuCtxCreate_v4_params>(data);
+      if (p.pctx != nullptr) {
+        t.context_device(*p.pctx, p.dev, false);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void cupti_layer::on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData& data) {
+  switch (cbid) {
+    case CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING:
+      tracker_.context_destroyed(data.context);
+      return;
+    case CUPTI_CBID_RESOURCE_MODULE_LOADED: {
+      const auto* module = static_cast<const CUpti_ModuleResourceData*>(data.resourceDescriptor);
+      if (module == nullptr) {
+        return;
+      }
+      origin_t origin;
+      frame_t* frame = nullptr;
+      if (t_depth > 0 && t_depth <= max_depth) {
+        frame = &t_frames[t_depth - 1];
+        origin = frame->origin;
+      }
+      tracker_.module_loaded(data.context, module->moduleId, module->pCubin, module->cubinSize, origin);
+      // A load call learns its handle at exit: the module waits in its frame until then.
+      if (frame != nullptr && frame->origin.handle == nullptr) {
+        if (frame->pending < max_pending) {
+          frame->pending_ids[frame->pending++] = module->moduleId;
+        } else {
+          log(KREPLAY_LOG_WARNING, "more than %d modules loaded inside one %s: module %u keeps no handle",
+              max_pending, frame->origin.call, module->moduleId);
+        }
+      }
+      return;
+    }
+    case CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING: {
+      const auto* module = static_cast<const CUpti_ModuleResourceData*>(data.resourceDescriptor);
+      if (module != nullptr) {
+        tracker_.module_unloading(module->moduleId);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace kreplay::cuda::inject

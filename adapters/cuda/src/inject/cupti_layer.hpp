@@ -1,0 +1,56 @@
+// The CUPTI translation layer: subscribes to CUPTI's Callback API with only the callback ids the tracker needs,
+// and turns each callback into a tracker event. CUPTI is found at run time (resolve_cupti) and reached only
+// through cupti_api_t, so tests can drive the layer with a fake CUPTI and fabricated callback data.
+#ifndef KREPLAY_CUDA_INJECT_CUPTI_LAYER_HPP
+#define KREPLAY_CUDA_INJECT_CUPTI_LAYER_HPP
+
+#include <cstddef>
+#include <string>
+
+#include <cupti.h>
+
+#include "tracker.hpp"
+
+namespace kreplay::cuda::inject {
+
+struct cupti_api_t {
+  CUptiResult (*subscribe)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*) = nullptr;
+  CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
+  CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId) = nullptr;
+  CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;
+};
+
+// The libcupti already in the process (PyTorch loads its own), else KREPLAY_CUPTI_PATH, else libcupti.so.13 by
+// the loader's search. `where` says which; false (with the reason in `where`) when none has the functions.
+bool resolve_cupti(cupti_api_t& out, std::string* where);
+
+class cupti_layer {
+ public:
+  cupti_layer(tracker& tracker, const cupti_api_t& api);
+  cupti_layer(const cupti_layer&) = delete;
+  cupti_layer& operator=(const cupti_layer&) = delete;
+
+  // Subscribes and enables the callbacks. On failure prints one line to stderr saying why and what it means,
+  // and stays inert (nothing enabled, nothing tracked); never throws.
+  bool start();
+  bool active() const { return active_; }
+  size_t enabled_callbacks() const { return enabled_; }
+
+  // CUPTI's entry point (userdata is the layer). Public so that tests can call it with fabricated data.
+  static void CUPTIAPI callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                const void* data);
+
+ private:
+  void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData& data);
+
+  tracker& tracker_;
+  cupti_api_t api_;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  bool active_ = false;
+  size_t enabled_ = 0;
+};
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_CUPTI_LAYER_HPP

@@ -1,0 +1,240 @@
+// The injection library's entry point and C API (kreplay_inject.h). One injection per process: the tracker,
+// the CUPTI layer and kreplay's configuration are made in InitializeInjection and live until the process ends
+// (they are never destroyed: callbacks may come from any thread until the driver unloads).
+#include "kreplay_inject.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "adapter.hpp"
+#include "cupti_layer.hpp"
+#include "driver.hpp"
+#include "guard.hpp"
+#include "log.hpp"
+#include "ops.hpp"
+#include "tracker.hpp"
+
+#define KREPLAY_INJECT_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace kreplay::cuda::inject {
+
+
+namespace {
+
+struct injection_t {
+  bool tracking = true;
+  driver_api_t driver;
+  tracker* owner = nullptr;
+  cupti_layer* layer = nullptr;
+};
+injection_t g_injection;
+std::once_flag g_once;
+
+bool live() { return g_injection.layer != nullptr && g_injection.layer->active(); }
+
+void forward_log(void*, kreplay_log_level_t level, const char* message, size_t length) {
+  log(level, "kreplay: %.*s", static_cast<int>(length), message);
+}
+
+kreplay_log_level_t level_from_environment() {
+  const char* text = std::getenv("KREPLAY_INJECT_LOG");
+  if (text == nullptr || *text == '\0' || std::strcmp(text, "warning") == 0) {
+    return KREPLAY_LOG_WARNING;
+  }
+  if (std::strcmp(text, "info") == 0) {
+    return KREPLAY_LOG_INFO;
+  }
+  if (std::strcmp(text, "trace") == 0) {
+    return KREPLAY_LOG_TRACE;
+  }
+  log(KREPLAY_LOG_WARNING, "KREPLAY_INJECT_LOG=%s is not warning, info or trace: warning it is", text);
+  return KREPLAY_LOG_WARNING;
+}
+
+kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) { return adapter::make_ops(ops_out); }
+
+void initialize() {
+  set_log_level(level_from_environment());
+  kreplay_set_logger(forward_log, nullptr, log_level());
+  const char* tracking = std::getenv("KREPLAY_INJECT_TRACKING");
+  if (tracking != nullptr && std::strcmp(tracking, "0") == 0) {
+    g_injection.tracking = false;
+    log(KREPLAY_LOG_INFO, "KREPLAY_INJECT_TRACKING=0: subscribing to nothing");
+    return;
+  }
+  if (tracking != nullptr && std::strcmp(tracking, "1") != 0) {
+    log(KREPLAY_LOG_WARNING, "KREPLAY_INJECT_TRACKING=%s is not 0 or 1: tracking stays on", tracking);
+  }
+  if (!resolve_driver(g_injection.driver)) {
+    log(KREPLAY_LOG_WARNING, "libcuda.so.1 is not in the process; the injection stays inert");
+    return;
+  }
+  cupti_api_t cupti;
+  std::string where;
+  if (!resolve_cupti(cupti, &where)) {
+    log(KREPLAY_LOG_WARNING, "%s; the injection stays inert", where.c_str());
+    return;
+  }
+  log(KREPLAY_LOG_INFO, "CUPTI: %s", where.c_str());
+  g_injection.owner = new (std::nothrow) tracker(g_injection.driver);
+  if (g_injection.owner == nullptr) {
+    return;
+  }
+  kreplay_device_ops_t ops{};
+  if (make_ops(*g_injection.owner, base_ops, &ops) != KREPLAY_STATUS_SUCCESS) {
+    return;
+  }
+  if (kreplay_configure(&ops) != KREPLAY_STATUS_SUCCESS) {
+    log(KREPLAY_LOG_WARNING, "kreplay_configure refused the injection's ops; the injection stays inert");
+    return;
+  }
+  kreplay_policy_t policy = adapter::recommended_policy();
+  (void)kreplay_set_policy(&policy);
+  kreplay_tracking_enable(true);
+  g_injection.layer = new (std::nothrow) cupti_layer(*g_injection.owner, cupti);
+  if (g_injection.layer == nullptr || !g_injection.layer->start()) {
+    kreplay_tracking_enable(false);
+  }
+}
+
+}  // namespace
+}  // namespace kreplay::cuda::inject
+
+using namespace kreplay::cuda::inject;
+
+KREPLAY_INJECT_EXPORT int InitializeInjection(void) {
+  try {
+    std::call_once(g_once, initialize);
+  } catch (...) {
+    // Never unwind into the driver: the host goes on without kreplay.
+    std::fputs("kreplay-inject: initialisation failed; the injection stays inert\n", stderr);
+  }
+  return 1;
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_state(kreplay_inject_state_t* state_out) {
+  if (state_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  kreplay_inject_state_t state{};
+  state.tracking = g_injection.tracking;
+  state.subscribed = live();
+  if (g_injection.layer != nullptr) {
+    state.callbacks_enabled = g_injection.layer->enabled_callbacks();
+  }
+  if (g_injection.owner != nullptr) {
+    const tracker_counts_t counts = g_injection.owner->counts();
+    state.allocations = counts.allocations;
+    state.frees = counts.frees;
+    state.unknown_frees = counts.unknown_frees;
+    state.record_errors = counts.record_errors;
+    state.modules_loaded = counts.modules_loaded;
+    state.modules_unloaded = counts.modules_unloaded;
+    state.contexts_forgotten = counts.contexts_forgotten;
+  }
+  *state_out = state;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_inventory_stats(int device,
+                                                                     kreplay_inventory_stats_t* stats_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || stats_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  return kreplay_inventory_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked(int device, kreplay_inject_untracked_t* untracked_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || untracked_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  const untracked_t counts = g_injection.owner->untracked(device);
+  *untracked_out = {counts.count[0], counts.bytes[0], counts.count[1], counts.bytes[1], counts.count[2],
+                    counts.bytes[2]};
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_module_counts(int device, size_t* modules_out,
+                                                                   size_t* variables_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < -1 || modules_out == nullptr || variables_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  g_injection.owner->module_counts(device, modules_out, variables_out);
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_variables(int device,
+                                                                    kreplay_inject_variable_visitor_t visit,
+                                                                    void* user_data, char* detail,
+                                                                    size_t detail_length) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || visit == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  struct forward_t {
+    kreplay_inject_variable_visitor_t visit;
+    void* data;
+  } forward{visit, user_data};
+  auto each = [](void* data, const resolved_variable_t& variable) {
+    const auto* to = static_cast<const forward_t*>(data);
+    const kreplay_inject_variable_t out{variable.module_id, variable.name, variable.address, variable.size,
+                                        variable.is_constant};
+    return to->visit(to->data, &out);
+  };
+  std::string why;
+  kreplay_status_t status = KREPLAY_STATUS_INTERNAL_ERROR;
+  try {
+    own_call_scope own;
+    status = g_injection.owner->list_variables(device, each, &forward, &why);
+  } catch (const std::bad_alloc&) {
+    return KREPLAY_STATUS_OUT_OF_HOST_MEMORY;
+  }
+  if (detail != nullptr && detail_length > 0) {
+    std::snprintf(detail, detail_length, "%s", why.c_str());
+  }
+  return status;
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_snapshot(int device,
+                                                               kreplay_inject_snapshot_result_t* result_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || result_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  kreplay_inject_snapshot_result_t result{};
+  const kreplay_agent_t agent{static_cast<uint64_t>(device) + 1};
+  kreplay_snapshot_t* snapshot = nullptr;
+  result.snap_status = kreplay_snap(agent, &snapshot, &result.reason);
+  result.restore_status = KREPLAY_STATUS_SUCCESS;
+  if (result.snap_status == KREPLAY_STATUS_SUCCESS) {
+    kreplay_snapshot_info_t info{};
+    if (kreplay_snapshot_info(snapshot, &info) == KREPLAY_STATUS_SUCCESS) {
+      result.regions = info.regions;
+      result.module_variables = info.module_variables;
+      result.bytes = info.bytes;
+    }
+    result.restore_status = kreplay_restore(snapshot, &result.report);
+    kreplay_snapshot_free(snapshot);
+  } else if (result.reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
+    std::snprintf(result.detail, sizeof(result.detail), "%s", g_injection.owner->last_error().c_str());
+  }
+  *result_out = result;
+  return result.snap_status;
+}

@@ -1,0 +1,803 @@
+#include "tracker.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <utility>
+
+#include "cubin.hpp"
+#include "log.hpp"
+
+namespace kreplay::cuda::inject {
+
+struct tracker::module_t {
+  uint32_t id = 0;
+  CUcontext context = nullptr;
+  int ordinal = -1;
+  origin_t origin;
+  size_t cubin_size = 0;
+  cubin::error_t error = cubin::error_t::none;
+  std::string detail;
+  std::vector<cubin::variable_t> variables;
+  std::vector<std::string> functions;  // kept only for modules with variables (to check a resolved handle)
+  // Resolution, done once outside any callback; guarded by resolve_mutex.
+  std::mutex resolve_mutex;
+  bool resolved = false;
+  std::vector<uint64_t> addresses;  // of variables, in order
+};
+
+namespace {
+
+thread_local struct last_free_t {
+  uint64_t address;
+  size_t size;
+  memory_kind kind;
+  int ordinal;
+  CUcontext context;
+  bool valid;
+} t_last_free = {};
+
+bool captured(memory_kind kind) { return kind == memory_kind::device || kind == memory_kind::pool; }
+
+kreplay_agent_t agent_of(int ordinal) { return kreplay_agent_t{static_cast<uint64_t>(ordinal) + 1}; }
+
+void check(kreplay_status_t status, const char* what, uint64_t address, tracker_counts_t& counts,
+           std::mutex& mutex) {
+  if (status == KREPLAY_STATUS_SUCCESS || status == KREPLAY_STATUS_NOT_FOUND) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++counts.record_errors;
+  }
+  log(KREPLAY_LOG_WARNING, "%s(0x%" PRIx64 ") answered %s", what, address, kreplay_status_string(status));
+}
+
+const char* kind_name(memory_kind kind) {
+  switch (kind) {
+    case memory_kind::device: return "device";
+    case memory_kind::pool: return "pool";
+    case memory_kind::managed: return "managed";
+    case memory_kind::host_pinned: return "host-pinned";
+    case memory_kind::host_mapped: return "host-mapped";
+  }
+  return "?";
+}
+
+// Ranges of [begin, end) not covered by `covered` (sorted, disjoint).
+std::vector<std::pair<uint64_t, size_t>> uncovered(uint64_t begin, uint64_t end,
+                                                   std::vector<std::pair<uint64_t, size_t>> covered) {
+  std::sort(covered.begin(), covered.end());
+  std::vector<std::pair<uint64_t, size_t>> out;
+  uint64_t at = begin;
+  for (const auto& [base, size] : covered) {
+    const uint64_t top = base + size;
+    if (top <= at || base >= end) {
+      continue;
+    }
+    if (base > at) {
+      out.emplace_back(at, base - at);
+    }
+    at = std::max(at, top);
+  }
+  if (at < end) {
+    out.emplace_back(at, end - at);
+  }
+  return out;
+}
+
+}  // namespace
+
+tracker::tracker(const driver_api_t& driver) : driver_(driver) {}
+
+// ---- Contexts ---------------------------------------------------------------------------------------------
+
+void tracker::context_device(CUcontext context, int ordinal, bool primary) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  contexts_[context] = ordinal;
+  if (primary) {
+    primary_[ordinal] = context;
+  }
+}
+
+int tracker::device_of(CUcontext context) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = contexts_.find(context);
+    if (found != contexts_.end()) {
+      return found->second;
+    }
+  }
+  // A context created before the injection followed context creation (or by a call it does not follow): one
+  // read-only query, cached. cuCtxGetDevice_v2 names the context; without it the callback's context is the
+  // calling thread's current one, which is what cuCtxGetDevice answers for.
+  CUdevice device = -1;
+  CUresult result = CUDA_ERROR_NOT_SUPPORTED;
+  if (driver_.ctx_get_device_of != nullptr) {
+    result = driver_.ctx_get_device_of(&device, context);
+  } else if (driver_.ctx_get_device != nullptr) {
+    result = driver_.ctx_get_device(&device);
+  }
+  if (result != CUDA_SUCCESS) {
+    return -1;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  contexts_[context] = device;
+  return device;
+}
+
+void tracker::context_destroyed(CUcontext context) {
+  std::vector<uint64_t> addresses;
+  std::vector<std::pair<uint64_t, size_t>> unknown;  // recorded with an unknown owner
+  bool modules_changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = allocations_.begin(); it != allocations_.end();) {
+      if (it->second.context == context) {
+        if (captured(it->second.kind) && it->second.ordinal >= 0) {
+          addresses.push_back(it->first);
+        } else if (captured(it->second.kind)) {
+          unknown.emplace_back(it->first, it->second.size);
+        }
+        it = allocations_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = modules_.begin(); it != modules_.end();) {
+      if (it->second->context == context) {
+        it = modules_.erase(it);
+        modules_changed = true;
+      } else {
+        ++it;
+      }
+    }
+    contexts_.erase(context);
+    for (auto it = primary_.begin(); it != primary_.end();) {
+      it = it->second == context ? primary_.erase(it) : std::next(it);
+    }
+    ++counts_.contexts_forgotten;
+  }
+  log(KREPLAY_LOG_INFO, "context %p destroyed: %zu allocations forgotten", static_cast<void*>(context),
+      addresses.size());
+  forget(std::move(addresses));
+  for (const auto& [address, size] : unknown) {
+    check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(address), size), "kreplay_record_vmem_unmap", address,
+          counts_, mutex_);
+  }
+  if (modules_changed) {
+    kreplay_modules_changed();
+  }
+}
+
+void tracker::primary_context_reset(int ordinal) {
+  CUcontext context = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = primary_.find(ordinal);
+    if (found != primary_.end()) {
+      context = found->second;
+    }
+  }
+  if (context != nullptr) {
+    context_destroyed(context);
+  }
+}
+
+void tracker::forget(std::vector<uint64_t> addresses) {
+  for (uint64_t address : addresses) {
+    check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
+  }
+}
+
+// ---- Allocations ------------------------------------------------------------------------------------------
+
+void tracker::allocated(CUcontext context, uint64_t address, size_t size, memory_kind kind) {
+  if (address == 0 || size == 0) {
+    return;
+  }
+  const int ordinal = device_of(context);
+  bool replaced = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_.allocations;
+    auto [it, inserted] = allocations_.insert_or_assign(address, allocation_t{size, kind, ordinal, context});
+    (void)it;
+    replaced = !inserted;
+  }
+  if (replaced) {
+    // The driver handed out an address the tracker still holds: its free went by a path not followed here.
+    log(KREPLAY_LOG_WARNING, "allocation at 0x%" PRIx64 " seen again without a free; the old one is forgotten",
+        address);
+    check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
+  }
+  log(KREPLAY_LOG_TRACE, "alloc %s 0x%" PRIx64 " %zu bytes device %d", kind_name(kind), address, size, ordinal);
+  if (captured(kind) && ordinal < 0) {
+    // Never lost silently: kreplay declines every device's snapshots while it is live.
+    log(KREPLAY_LOG_WARNING, "device allocation at 0x%" PRIx64 " (%zu bytes) in context %p of unknown device: "
+        "snapshots are declined while it lives", address, size, static_cast<void*>(context));
+    check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(address), size),
+          "kreplay_record_vmem_map_unknown_owner", address, counts_, mutex_);
+  }
+  if (captured(kind) && ordinal >= 0) {
+    check(kreplay_record_alloc(reinterpret_cast<void*>(address), size, 0), "kreplay_record_alloc", address,
+          counts_, mutex_);
+  }
+}
+
+void tracker::freeing(uint64_t address) {
+  if (address == 0) {
+    return;
+  }
+  allocation_t allocation{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counts_.frees;
+    auto found = allocations_.find(address);
+    if (found == allocations_.end()) {
+      ++counts_.unknown_frees;
+      t_last_free.valid = false;
+      log(KREPLAY_LOG_INFO, "free of 0x%" PRIx64 ", which the tracker never saw allocated", address);
+      return;
+    }
+    allocation = found->second;
+    allocations_.erase(found);
+  }
+  t_last_free = {address, allocation.size, allocation.kind, allocation.ordinal, allocation.context, true};
+  log(KREPLAY_LOG_TRACE, "free %s 0x%" PRIx64, kind_name(allocation.kind), address);
+  if (captured(allocation.kind) && allocation.ordinal >= 0) {
+    check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
+  } else if (captured(allocation.kind)) {
+    check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(address), allocation.size), "kreplay_record_vmem_unmap",
+          address, counts_, mutex_);
+  }
+}
+
+void tracker::free_failed(uint64_t address) {
+  if (!t_last_free.valid || t_last_free.address != address) {
+    return;
+  }
+  const last_free_t last = t_last_free;
+  t_last_free.valid = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocations_.insert_or_assign(address, allocation_t{last.size, last.kind, last.ordinal, last.context});
+  }
+  if (captured(last.kind) && last.ordinal < 0) {
+    check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(address), last.size),
+          "kreplay_record_vmem_map_unknown_owner", address, counts_, mutex_);
+  } else if (captured(last.kind)) {
+    check(kreplay_record_free_undo(reinterpret_cast<void*>(address)), "kreplay_record_free_undo", address, counts_,
+          mutex_);
+  }
+}
+
+// ---- Virtual memory ---------------------------------------------------------------------------------------
+
+void tracker::vmem_created(uint64_t handle, size_t size, bool device, int ordinal) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  handles_[handle] = handle_t{size, device, ordinal};
+}
+
+void tracker::vmem_released(uint64_t handle) {
+  // Mappings keep the physical memory alive until they are unmapped; they carry their own copy of its owner.
+  std::lock_guard<std::mutex> lock(mutex_);
+  handles_.erase(handle);
+}
+
+void tracker::vmem_mapped(uint64_t address, size_t size, uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = handles_.find(handle);
+  mapping_t mapping{size, handle, false, false, -1, {}};
+  if (found != handles_.end()) {
+    mapping.known = true;
+    mapping.device = found->second.device;
+    mapping.ordinal = found->second.ordinal;
+  }
+  mappings_[address] = std::move(mapping);
+}
+
+void tracker::vmem_access(uint64_t address, size_t size, const access_t* access, size_t count) {
+  const uint64_t end = address + size;
+  std::vector<std::pair<std::pair<uint64_t, size_t>, int>> record;  // (range, ordinal)
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The mappings overlapping [address, end): start from the last one that begins at or below address.
+    auto it = mappings_.upper_bound(address);
+    if (it != mappings_.begin()) {
+      --it;
+    }
+    for (; it != mappings_.end() && it->first < end; ++it) {
+      mapping_t& mapping = it->second;
+      const uint64_t top = it->first + mapping.size;
+      if (top <= address || (mapping.known && !mapping.device)) {
+        continue;
+      }
+      // A handle never seen created: whichever device may write it, its owner is unknown (ordinal -1).
+      bool writable = false;
+      for (size_t i = 0; i < count; ++i) {
+        writable = writable || (access[i].device && access[i].read_write &&
+                                (!mapping.known || access[i].ordinal == mapping.ordinal));
+      }
+      if (!writable) {
+        continue;
+      }
+      for (const auto& piece : uncovered(std::max(address, it->first), std::min(end, top), mapping.recorded)) {
+        mapping.recorded.push_back(piece);
+        record.push_back({piece, mapping.ordinal});
+      }
+    }
+  }
+  for (const auto& [piece, ordinal] : record) {
+    if (ordinal < 0) {
+      log(KREPLAY_LOG_WARNING, "mapping at 0x%" PRIx64 " of a handle never seen created: snapshots are declined "
+          "while it is mapped", piece.first);
+      check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(piece.first), piece.second),
+            "kreplay_record_vmem_map_unknown_owner", piece.first, counts_, mutex_);
+    } else {
+      check(kreplay_record_vmem_map(reinterpret_cast<void*>(piece.first), piece.second, agent_of(ordinal)),
+            "kreplay_record_vmem_map", piece.first, counts_, mutex_);
+    }
+  }
+}
+
+void tracker::vmem_unmapping(uint64_t address, size_t size) {
+  const uint64_t end = address + size;
+  std::vector<std::pair<uint64_t, size_t>> unmap;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = mappings_.upper_bound(address);
+    if (it != mappings_.begin()) {
+      --it;
+    }
+    while (it != mappings_.end() && it->first < end) {
+      mapping_t& mapping = it->second;
+      const uint64_t top = it->first + mapping.size;
+      if (top <= address) {
+        ++it;
+        continue;
+      }
+      std::vector<std::pair<uint64_t, size_t>> kept;
+      for (const auto& [base, bytes] : mapping.recorded) {
+        const uint64_t lo = std::max(base, address);
+        const uint64_t hi = std::min(base + bytes, end);
+        if (lo >= hi) {
+          kept.emplace_back(base, bytes);
+          continue;
+        }
+        unmap.emplace_back(lo, hi - lo);
+        if (base < lo) {
+          kept.emplace_back(base, lo - base);
+        }
+        if (base + bytes > hi) {
+          kept.emplace_back(hi, base + bytes - hi);
+        }
+      }
+      mapping.recorded = std::move(kept);
+      if (address <= it->first && end >= top) {
+        it = mappings_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& [base, bytes] : unmap) {
+    check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(base), bytes), "kreplay_record_vmem_unmap", base,
+          counts_, mutex_);
+  }
+}
+
+// ---- Modules ----------------------------------------------------------------------------------------------
+
+void tracker::module_loaded(CUcontext context, uint32_t module_id, const void* image, size_t image_size,
+                            const origin_t& origin) {
+  auto module = std::make_shared<module_t>();
+  module->id = module_id;
+  module->context = context;
+  module->ordinal = device_of(context);
+  module->origin = origin;
+  module->cubin_size = image_size;
+  if (image == nullptr || image_size == 0) {
+    module->error = cubin::error_t::truncated;
+    module->detail = "the driver gave no image";
+  } else {
+    cubin::module_symbols_t symbols = cubin::read(image, image_size);
+    module->error = symbols.error;
+    module->detail = std::move(symbols.detail);
+    module->variables = std::move(symbols.variables);
+    if (!module->variables.empty()) {
+      module->functions = std::move(symbols.functions);
+    }
+  }
+  log(KREPLAY_LOG_TRACE, "module %u loaded (device %d, %zu bytes of cubin, %zu variables, inside %s)", module_id,
+      module->ordinal, image_size, module->variables.size(), origin.call);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    modules_[module_id] = std::move(module);
+    ++counts_.modules_loaded;
+  }
+  kreplay_modules_changed();
+}
+
+void tracker::module_bound(uint32_t module_id, const origin_t& origin) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = modules_.find(module_id);
+  if (found != modules_.end()) {
+    found->second->origin = origin;
+  }
+}
+
+void tracker::module_unloading(uint32_t module_id) {
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    known = modules_.erase(module_id) != 0;
+    if (known) {
+      ++counts_.modules_unloaded;
+    }
+  }
+  if (known) {
+    kreplay_modules_changed();
+  }
+}
+
+void tracker::library_loaded(CUlibrary library) {
+  if (library == nullptr) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  libraries_[library] = library_t{};
+}
+
+void tracker::library_unloading(CUlibrary library) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  libraries_.erase(library);
+}
+
+// Reads each known library's kernel names (once; context-independent queries, no module is loaded by them)
+// and keeps the libraries whose names are exactly the module's functions.
+CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates) {
+  *candidates = 0;
+  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
+      driver_.kernel_get_name == nullptr || module.functions.empty()) {
+    return nullptr;
+  }
+  std::vector<CUlibrary> unnamed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [library, entry] : libraries_) {
+      if (!entry.named) {
+        unnamed.push_back(library);
+      }
+    }
+  }
+  for (CUlibrary library : unnamed) {
+    library_t entry;
+    entry.named = true;
+    unsigned int count = 0;
+    std::vector<CUkernel> kernels;
+    if (driver_.library_get_kernel_count(&count, library) == CUDA_SUCCESS) {
+      kernels.resize(count);
+    } else {
+      entry.unreadable = true;
+    }
+    if (!entry.unreadable && count > 0 &&
+        driver_.library_enumerate_kernels(kernels.data(), count, library) != CUDA_SUCCESS) {
+      entry.unreadable = true;
+    }
+    for (size_t i = 0; !entry.unreadable && i < kernels.size(); ++i) {
+      const char* name = nullptr;
+      if (driver_.kernel_get_name(&name, kernels[i]) != CUDA_SUCCESS || name == nullptr) {
+        entry.unreadable = true;
+      } else {
+        entry.names.emplace_back(name);
+      }
+    }
+    std::sort(entry.names.begin(), entry.names.end());
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = libraries_.find(library);
+    if (found != libraries_.end()) {
+      found->second = std::move(entry);
+    }
+  }
+  CUlibrary match = nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [library, entry] : libraries_) {
+    if (entry.named && !entry.unreadable && entry.names == module.functions) {
+      ++*candidates;
+      match = library;
+    }
+  }
+  return *candidates == 1 ? match : nullptr;
+}
+
+void tracker::note_error(const std::string& text) {
+  log(KREPLAY_LOG_WARNING, "%s", text.c_str());
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_error_ = text;
+}
+
+// Finds the module's CUmodule from what was known when it was loaded, then every variable's address. Runs with
+// the module's context current (pushed here), outside any callback.
+kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
+  auto fail = [&](const std::string& why) {
+    std::string text = "module " + std::to_string(module.id) + " (device " + std::to_string(module.ordinal) +
+                       ", " + std::to_string(module.variables.size()) + " variables, loaded inside " +
+                       module.origin.call + "): " + why + "; snapshots of this device are declined";
+    note_error(text);
+    if (detail != nullptr && detail->empty()) {
+      *detail = text;
+    }
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  };
+  if (module.error != cubin::error_t::none) {
+    return fail(std::string("its cubin cannot be read: ") + cubin::error_string(module.error) + " (" +
+                module.detail + ")");
+  }
+  if (module.resolved || module.variables.empty()) {
+    module.resolved = true;
+    return KREPLAY_STATUS_SUCCESS;
+  }
+  if (driver_.ctx_push == nullptr || driver_.ctx_pop == nullptr || driver_.module_get_global == nullptr) {
+    return fail("the driver lacks cuCtxPushCurrent / cuModuleGetGlobal");
+  }
+  if (driver_.ctx_push(module.context) != CUDA_SUCCESS) {
+    return fail("its context cannot be made current");
+  }
+  struct pop_t {
+    const driver_api_t& driver;
+    ~pop_t() {
+      CUcontext ignored = nullptr;
+      (void)driver.ctx_pop(&ignored);
+    }
+  } pop{driver_};
+
+  CUmodule handle = nullptr;
+  const char* function_name = nullptr;  // a kernel known to be in the module, checked against the cubin
+  auto from_library = [&](CUlibrary library) {
+    return driver_.library_get_module != nullptr && driver_.library_get_module(&handle, library) == CUDA_SUCCESS;
+  };
+  auto from_kernel = [&](CUkernel kernel) {
+    CUlibrary library = nullptr;
+    if (driver_.kernel_get_library == nullptr || driver_.kernel_get_library(&library, kernel) != CUDA_SUCCESS) {
+      return false;
+    }
+    if (driver_.kernel_get_name != nullptr && driver_.kernel_get_name(&function_name, kernel) != CUDA_SUCCESS) {
+      function_name = nullptr;
+    }
+    return from_library(library);
+  };
+  switch (module.origin.kind) {
+    case origin_kind::module:
+      handle = static_cast<CUmodule>(module.origin.handle);
+      break;
+    case origin_kind::library:
+      if (!from_library(static_cast<CUlibrary>(module.origin.handle))) {
+        return fail("cuLibraryGetModule failed for the library it was loaded from");
+      }
+      break;
+    case origin_kind::kernel:
+      if (!from_kernel(static_cast<CUkernel>(module.origin.handle))) {
+        return fail("the library of the kernel it was loaded for cannot be found");
+      }
+      break;
+    case origin_kind::function: {
+      // A launch takes a CUfunction, or a CUkernel passed as one (what cudart does): try both.
+      CUfunction function = static_cast<CUfunction>(module.origin.handle);
+      if (driver_.func_get_module != nullptr && driver_.func_get_module(&handle, function) == CUDA_SUCCESS) {
+        if (driver_.func_get_name == nullptr || driver_.func_get_name(&function_name, function) != CUDA_SUCCESS) {
+          function_name = nullptr;
+        }
+      } else if (!from_kernel(reinterpret_cast<CUkernel>(function))) {
+        return fail("the launched function's module cannot be found");
+      }
+      if (function_name == nullptr) {
+        return fail("the launched function's name cannot be read to check the association");
+      }
+      break;
+    }
+    case origin_kind::none: {
+      // Loaded inside a call that carries no handle (with eager loading, every library loaded before the
+      // context is loaded inside cuDevicePrimaryCtxRetain). Exact only where one known library has exactly
+      // this cubin's kernels: then cuLibraryGetModule in this context is this module (checked below by every
+      // variable's address and size).
+      size_t candidates = 0;
+      CUlibrary library = library_by_kernels(module, &candidates);
+      if (library == nullptr) {
+        return fail(candidates == 0 ? std::string("no module or library handle was known on the loading thread "
+                                                  "and no known library has exactly its kernels, so its "
+                                                  "variables cannot be located exactly")
+                                    : std::to_string(candidates) + " known libraries have exactly its kernels, so "
+                                                                   "its variables cannot be located exactly");
+      }
+      if (!from_library(library)) {
+        return fail("cuLibraryGetModule failed for the library with its kernels");
+      }
+      break;
+    }
+  }
+  if (handle == nullptr) {
+    return fail("no CUmodule handle");
+  }
+  if (function_name != nullptr &&
+      !std::binary_search(module.functions.begin(), module.functions.end(), std::string(function_name))) {
+    return fail(std::string("the function it was loaded for (") + function_name + ") is not in its cubin");
+  }
+  std::vector<uint64_t> addresses;
+  addresses.reserve(module.variables.size());
+  for (const cubin::variable_t& variable : module.variables) {
+    CUdeviceptr address = 0;
+    size_t bytes = 0;
+    if (driver_.module_get_global(&address, &bytes, handle, variable.name.c_str()) != CUDA_SUCCESS) {
+      return fail("cuModuleGetGlobal(" + variable.name + ") failed");
+    }
+    if (bytes != variable.size) {
+      return fail("cuModuleGetGlobal(" + variable.name + ") gives " + std::to_string(bytes) +
+                  " bytes, the cubin " + std::to_string(variable.size));
+    }
+    addresses.push_back(static_cast<uint64_t>(address));
+  }
+  module.addresses = std::move(addresses);
+  module.resolved = true;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&),
+                                       void* data, std::string* detail, bool* stop) {
+  std::lock_guard<std::mutex> lock(module.resolve_mutex);
+  kreplay_status_t status = resolve(module, detail);
+  if (status != KREPLAY_STATUS_SUCCESS) {
+    return status;
+  }
+  for (size_t i = 0; i < module.addresses.size(); ++i) {
+    const cubin::variable_t& variable = module.variables[i];
+    resolved_variable_t out{module.id, variable.name.c_str(), module.addresses[i], static_cast<size_t>(variable.size),
+                            variable.kind == cubin::section_kind::constant};
+    if (!visit(data, out)) {
+      *stop = true;
+      return KREPLAY_STATUS_SUCCESS;
+    }
+  }
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+kreplay_status_t tracker::list_variables(int ordinal, bool (*visit)(void*, const resolved_variable_t&), void* data,
+                                         std::string* detail) {
+  std::vector<std::shared_ptr<module_t>> modules;
+  uint32_t unplaced = 0;  // a module with variables whose device is unknown: it may be this one
+  bool any_unplaced = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, module] : modules_) {
+      if (module->ordinal == ordinal) {
+        modules.push_back(module);
+      } else if (module->ordinal < 0 && !module->variables.empty() && !any_unplaced) {
+        unplaced = id;
+        any_unplaced = true;
+      }
+    }
+  }
+  kreplay_status_t result = KREPLAY_STATUS_SUCCESS;
+  if (any_unplaced) {
+    const std::string text = "module " + std::to_string(unplaced) + " has variables in a context whose device "
+                             "is unknown; snapshots of every device are declined";
+    note_error(text);
+    if (detail != nullptr && detail->empty()) {
+      *detail = text;
+    }
+    result = KREPLAY_STATUS_DEVICE_ERROR;
+  }
+  bool stop = false;
+  for (size_t i = 0; i < modules.size() && !stop; ++i) {
+    kreplay_status_t status = visit_module(*modules[i], visit, data, detail, &stop);
+    if (status != KREPLAY_STATUS_SUCCESS && result == KREPLAY_STATUS_SUCCESS) {
+      result = status;  // go on, so that every failing module is logged once
+    }
+  }
+  return result;
+}
+
+// ---- kreplay's ops ----------------------------------------------------------------------------------------
+
+kreplay_status_t tracker::pointer_info(const void* ptr, kreplay_pointer_info_t* info_out) {
+  if (info_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  const uint64_t address = reinterpret_cast<uint64_t>(ptr);
+  kreplay_pointer_info_t info{};
+  info.type = KREPLAY_POINTER_UNKNOWN;
+  info.base = const_cast<void*>(ptr);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocations_.upper_bound(address);
+  if (it != allocations_.begin()) {
+    --it;
+    const allocation_t& allocation = it->second;
+    if (address - it->first < allocation.size) {
+      info.base = reinterpret_cast<void*>(it->first);
+      info.size = allocation.size;
+      info.owner = agent_of(allocation.ordinal);
+      switch (allocation.kind) {
+        case memory_kind::device:
+        case memory_kind::pool:
+          // Coherent at kernel boundaries only, which is what a snapshot between launches relies on.
+          info.type = KREPLAY_POINTER_DEVICE;
+          info.global_flags = KREPLAY_GLOBAL_FLAG_COARSE_GRAINED;
+          break;
+        case memory_kind::managed:
+          info.global_flags = KREPLAY_GLOBAL_FLAG_FINE_GRAINED;
+          break;
+        case memory_kind::host_pinned:
+        case memory_kind::host_mapped:
+          info.type = KREPLAY_POINTER_LOCKED;
+          info.global_flags = KREPLAY_GLOBAL_FLAG_FINE_GRAINED;
+          break;
+      }
+    }
+  }
+  *info_out = info;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+kreplay_status_t tracker::iterate_module_variables(kreplay_agent_t agent, kreplay_module_variable_visitor_t visit,
+                                                   void* visit_data) {
+  if (visit == nullptr || agent.handle == 0) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  struct forward_t {
+    kreplay_module_variable_visitor_t visit;
+    void* data;
+  } forward{visit, visit_data};
+  auto each = [](void* data, const resolved_variable_t& variable) {
+    const auto* to = static_cast<const forward_t*>(data);
+    kreplay_module_variable_t out{};
+    out.name = variable.name;
+    out.name_length = std::strlen(variable.name);
+    out.address = reinterpret_cast<void*>(variable.address);
+    out.size = variable.size;
+    out.is_constant = variable.is_constant;
+    return to->visit(to->data, &out);
+  };
+  return list_variables(static_cast<int>(agent.handle - 1), each, &forward, nullptr);
+}
+
+// ---- Introspection ----------------------------------------------------------------------------------------
+
+untracked_t tracker::untracked(int ordinal) {
+  untracked_t out{};
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [address, allocation] : allocations_) {
+    if (captured(allocation.kind) || allocation.ordinal != ordinal) {
+      continue;
+    }
+    const size_t index = static_cast<size_t>(allocation.kind) - static_cast<size_t>(memory_kind::managed);
+    ++out.count[index];
+    out.bytes[index] += allocation.size;
+  }
+  return out;
+}
+
+void tracker::module_counts(int ordinal, size_t* modules, size_t* variables) {
+  size_t module_count = 0;
+  size_t variable_count = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, module] : modules_) {
+    if (ordinal < 0 || module->ordinal == ordinal) {
+      ++module_count;
+      variable_count += module->variables.size();
+    }
+  }
+  *modules = module_count;
+  *variables = variable_count;
+}
+
+tracker_counts_t tracker::counts() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counts_;
+}
+
+std::string tracker::last_error() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_error_;
+}
+
+}  // namespace kreplay::cuda::inject

@@ -1,0 +1,382 @@
+// GPU-free tests of the injection's CUPTI layer (adapters/cuda/src/inject/cupti_layer.cpp): a fake CUPTI, and
+// callbacks fabricated the way CUPTI raises them (CUpti_CallbackData with the driver call's parameter struct,
+// CUpti_ResourceData for module and context events), so that the translation itself is tested.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cupti_layer.hpp"
+#include "fakes.hpp"
+#include "guard.hpp"
+#include "ops.hpp"
+
+using namespace kreplay::cuda::inject;
+
+namespace {
+
+// ---- A fake CUPTI ---------------------------------------------------------------------------------------------
+CUptiResult g_subscribe_result = CUPTI_SUCCESS;
+int g_subscribes = 0;
+int g_enabled = 0;
+CUptiResult fake_subscribe(CUpti_SubscriberHandle* out, CUpti_CallbackFunc, void*) {
+  ++g_subscribes;
+  if (g_subscribe_result == CUPTI_SUCCESS) {
+    *out = fake::handle<CUpti_SubscriberHandle>(0x5);
+  }
+  return g_subscribe_result;
+}
+CUptiResult fake_unsubscribe(CUpti_SubscriberHandle) { return CUPTI_SUCCESS; }
+CUptiResult fake_enable(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId) {
+  g_enabled += enable != 0 ? 1 : 0;
+  return CUPTI_SUCCESS;
+}
+CUptiResult fake_result_string(CUptiResult result, const char** text) {
+  *text = result == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+                                                                   : "CUPTI_ERROR_UNKNOWN";
+  return CUPTI_SUCCESS;
+}
+cupti_api_t fake_cupti() {
+  cupti_api_t api;
+  api.subscribe = fake_subscribe;
+  api.unsubscribe = fake_unsubscribe;
+  api.enable_callback = fake_enable;
+  api.get_result_string = fake_result_string;
+  return api;
+}
+
+const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+kreplay_agent_t agent0() { return test_agent(1); }
+
+// ---- Fabricated callbacks -------------------------------------------------------------------------------------
+cupti_layer* g_layer = nullptr;
+tracker* g_layer_tracker = nullptr;
+
+template <typename P>
+void driver_call(CUpti_CallbackId cbid, const char* name, CUpti_ApiCallbackSite site, P& params,
+                 CUresult result = CUDA_SUCCESS) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.functionName = name;
+  data.functionParams = &params;
+  data.functionReturnValue = &result;
+  data.context = ctx0;
+  cupti_layer::callback(g_layer, CUPTI_CB_DOMAIN_DRIVER_API, cbid, &data);
+}
+
+void resource(CUpti_CallbackId cbid, CUcontext context, void* descriptor) {
+  CUpti_ResourceData data{};
+  data.context = context;
+  data.resourceDescriptor = descriptor;
+  cupti_layer::callback(g_layer, CUPTI_CB_DOMAIN_RESOURCE, cbid, &data);
+}
+
+void module_loaded(uint32_t id, std::vector<unsigned char>& cubin) {
+  CUpti_ModuleResourceData module{};
+  module.moduleId = id;
+  module.cubinSize = cubin.size();
+  module.pCubin = reinterpret_cast<const char*>(cubin.data());
+  resource(CUPTI_CBID_RESOURCE_MODULE_LOADED, ctx0, &module);
+}
+
+void module_unloading(uint32_t id) {
+  CUpti_ModuleResourceData module{};
+  module.moduleId = id;
+  resource(CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING, ctx0, &module);
+}
+
+CUdeviceptr alloc(CUdeviceptr address, size_t bytes) {
+  CUdeviceptr out = address;
+  cuMemAlloc_v2_params params{&out, bytes};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2", CUPTI_API_EXIT, params);
+  return out;
+}
+
+void free_(CUdeviceptr address, CUresult result = CUDA_SUCCESS) {
+  cuMemFree_v2_params params{address};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree_v2", CUPTI_API_ENTER, params);
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree_v2", CUPTI_API_EXIT, params, result);
+}
+
+size_t module_variables_in_snapshot(kreplay_status_t expected = KREPLAY_STATUS_SUCCESS) {
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_STATUS(expected, kreplay_snap(agent0(), &snapshot, &reason));
+  if (snapshot == nullptr) {
+    return 0;
+  }
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  kreplay_snapshot_free(snapshot);
+  return info.module_variables;
+}
+
+std::vector<unsigned char> read_cubin() {
+  std::ifstream in(KREPLAY_TEST_CUBIN, std::ios::binary);
+  CHECK(in.good());
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// ---- Tests ----------------------------------------------------------------------------------------------------
+
+void a_held_cupti_gives_one_line_and_an_inert_layer(tracker& owner) {
+  g_subscribe_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+  g_enabled = 0;
+  cupti_layer layer(owner, fake_cupti());
+  // stderr into a file for the call.
+  std::fflush(stderr);
+  FILE* capture = std::tmpfile();
+  CHECK(capture != nullptr);
+  const int saved = dup(2);
+  CHECK(dup2(fileno(capture), 2) >= 0);
+  const bool started = layer.start();
+  std::fflush(stderr);
+  CHECK(dup2(saved, 2) >= 0);
+  close(saved);
+  std::rewind(capture);
+  std::string text;
+  for (int c = std::fgetc(capture); c != EOF; c = std::fgetc(capture)) {
+    text.push_back(static_cast<char>(c));
+  }
+  std::fclose(capture);
+  CHECK(!started);
+  CHECK(!layer.active());
+  CHECK_EQ(0, g_enabled);
+  CHECK_EQ(0, layer.enabled_callbacks());
+  size_t lines = 0;
+  for (char c : text) {
+    lines += c == '\n' ? 1 : 0;
+  }
+  CHECK_EQ(1, lines);
+  CHECK(text.find("already has a subscriber") != std::string::npos);
+  CHECK(text.find("39") != std::string::npos);
+  CHECK(text.find("inert") != std::string::npos);
+  g_subscribe_result = CUPTI_SUCCESS;
+}
+
+void the_layer_enables_only_its_callbacks(cupti_layer& layer) {
+  CHECK(layer.active());
+  CHECK_EQ(static_cast<size_t>(g_enabled), layer.enabled_callbacks());
+  // Each callback id named once; far fewer than the driver API's ~800 functions.
+  CHECK(layer.enabled_callbacks() > 40 && layer.enabled_callbacks() < 60);
+}
+
+void allocation_callbacks_reach_the_inventory() {
+  const size_t before = test_inventory(agent0()).regions;
+  alloc(0x8000000000, 4096);
+  CHECK_EQ(before + 1, test_inventory(agent0()).regions);
+  free_(0x8000000000, CUDA_ERROR_INVALID_VALUE);  // the free fails: still live
+  CHECK_EQ(before + 1, test_inventory(agent0()).regions);
+  free_(0x8000000000);
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+
+  // A failed allocation records nothing.
+  CUdeviceptr out = 0x8000100000;
+  cuMemAlloc_v2_params failed{&out, 4096};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc_v2", CUPTI_API_EXIT, failed,
+              CUDA_ERROR_OUT_OF_MEMORY);
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+
+  // Pinned host memory with DEVICEMAP is counted as mapped, not captured.
+  void* host = reinterpret_cast<void*>(0x8000200000);
+  cuMemHostAlloc_params pinned{&host, 65536, CU_MEMHOSTALLOC_DEVICEMAP};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, "cuMemHostAlloc", CUPTI_API_EXIT, pinned);
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+  cuMemFreeHost_params free_host{host};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, "cuMemFreeHost", CUPTI_API_ENTER, free_host);
+}
+
+void kreplay_s_own_calls_are_never_tracked() {
+  const size_t before = test_inventory(agent0()).regions;
+  {
+    own_call_scope own;
+    alloc(0x8100000000, 4096);
+  }
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+}
+
+void vmem_callbacks_count_mapped_accessible_pages() {
+  const size_t before = test_inventory(agent0()).bytes;
+  CUmemGenericAllocationHandle handle = 0xD1;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  cuMemCreate_params create{&handle, 2 << 20, &prop, 0};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemCreate, "cuMemCreate", CUPTI_API_EXIT, create);
+  cuMemMap_params map{0x8200000000, 2 << 20, 0, handle, 0};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemMap, "cuMemMap", CUPTI_API_EXIT, map);
+  CHECK_EQ(before, test_inventory(agent0()).bytes);
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = 0;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  cuMemSetAccess_params set{0x8200000000, 2 << 20, &access, 1};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemSetAccess, "cuMemSetAccess", CUPTI_API_EXIT, set);
+  CHECK_EQ(before + (2 << 20), test_inventory(agent0()).bytes);
+  cuMemUnmap_params unmap{0x8200000000, 2 << 20};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, "cuMemUnmap", CUPTI_API_ENTER, unmap);
+  CHECK_EQ(before, test_inventory(agent0()).bytes);
+}
+
+void a_module_loaded_inside_a_load_call_is_bound_to_its_handle() {
+  std::vector<unsigned char> cubin = read_cubin();
+  std::vector<unsigned char> storage(4 + 256 + 32 + 64);
+  const CUdeviceptr base = (reinterpret_cast<CUdeviceptr>(storage.data()) + 15) & ~CUdeviceptr{15};
+  const CUmodule handle = fake::handle<CUmodule>(0xE1);
+  fake::g_globals[handle] = {{"counter", {base, 4}}, {"table", {base + 16, 256}}, {"coeffs", {base + 272, 32}}};
+
+  CUmodule out = nullptr;
+  cuModuleLoadData_params load{&out, cubin.data()};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_ENTER, load);
+  module_loaded(81, cubin);
+  out = handle;  // what the driver returns
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_EXIT, load);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  module_unloading(81);
+  CHECK_EQ(0, module_variables_in_snapshot());
+
+  // Lazy loading: the module arrives inside a launch, whose function names it.
+  const CUfunction bump = fake::handle<CUfunction>(0xF3);
+  fake::g_functions[bump] = {handle, "bump"};
+  cuLaunchKernel_params launch{};
+  launch.f = bump;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_ENTER, launch);
+  module_loaded(82, cubin);
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_EXIT, launch);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  module_unloading(82);
+
+  // Outside any followed call: declined, not guessed. After the launch above the frame stack is empty again.
+  module_loaded(83, cubin);
+  CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  module_unloading(83);
+  CHECK_EQ(0, module_variables_in_snapshot());
+
+  // Eager loading: cuLibraryLoadData before the context loads nothing; the module comes later inside a call
+  // without a handle, and is found through the one library whose kernels are exactly its functions.
+  const CUlibrary library = fake::handle<CUlibrary>(0xE2);
+  fake::g_library_kernels[library] = {"bump"};
+  fake::g_library_modules[library] = handle;
+  CUlibrary returned = nullptr;
+  cuLibraryLoadData_params load_library{};
+  load_library.library = &returned;
+  load_library.code = cubin.data();
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_ENTER, load_library);
+  returned = library;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_EXIT, load_library);
+  module_loaded(84, cubin);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  module_unloading(84);
+  cuLibraryUnload_params unload{library};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, "cuLibraryUnload", CUPTI_API_ENTER, unload);
+  module_loaded(85, cubin);
+  CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  module_unloading(85);
+}
+
+void loads_on_two_threads_at_once_bind_each_module_to_its_own_call() {
+  std::vector<unsigned char> cubin = read_cubin();
+  std::vector<unsigned char> storage_a(512), storage_b(512);
+  const CUdeviceptr a = (reinterpret_cast<CUdeviceptr>(storage_a.data()) + 15) & ~CUdeviceptr{15};
+  const CUdeviceptr b = (reinterpret_cast<CUdeviceptr>(storage_b.data()) + 15) & ~CUdeviceptr{15};
+  const CUmodule loaded = fake::handle<CUmodule>(0xE5);
+  const CUmodule launched = fake::handle<CUmodule>(0xE6);
+  fake::g_globals[loaded] = {{"counter", {a, 4}}, {"table", {a + 16, 256}}, {"coeffs", {a + 272, 32}}};
+  fake::g_globals[launched] = {{"counter", {b, 4}}, {"table", {b + 16, 256}}, {"coeffs", {b + 272, 32}}};
+  const CUfunction bump = fake::handle<CUfunction>(0xF6);
+  fake::g_functions[bump] = {launched, "bump"};
+
+  // Thread A is inside cuModuleLoadData while this thread launches a kernel whose module loads lazily.
+  std::atomic<int> phase{0};
+  std::thread loader([&] {
+    CUmodule out = nullptr;
+    cuModuleLoadData_params load{&out, cubin.data()};
+    driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_ENTER, load);
+    phase.store(1);
+    while (phase.load() != 2) {
+    }
+    module_loaded(88, cubin);
+    out = loaded;
+    driver_call(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData, "cuModuleLoadData", CUPTI_API_EXIT, load);
+  });
+  while (phase.load() != 1) {
+  }
+  cuLaunchKernel_params launch{};
+  launch.f = bump;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_ENTER, launch);
+  module_loaded(89, cubin);
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_EXIT, launch);
+  phase.store(2);
+  loader.join();
+
+  std::map<uint32_t, uint64_t> counter_of;
+  std::string detail;
+  CHECK_OK(g_layer_tracker->list_variables(0, [](void* data, const resolved_variable_t& v) {
+    if (std::strcmp(v.name, "counter") == 0) {
+      (*static_cast<std::map<uint32_t, uint64_t>*>(data))[v.module_id] = v.address;
+    }
+    return true;
+  }, &counter_of, &detail));
+  CHECK_EQ(a, counter_of[88]);
+  CHECK_EQ(b, counter_of[89]);
+  module_unloading(88);
+  module_unloading(89);
+}
+
+void a_destroyed_context_forgets_its_allocations() {
+  const size_t before = test_inventory(agent0()).regions;
+  alloc(0x8300000000, 4096);
+  alloc(0x8300010000, 4096);
+  CHECK_EQ(before + 2, test_inventory(agent0()).regions);
+  resource(CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, ctx0, nullptr);
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+  // The primary context retained again: its device is learned from the call's parameters.
+  CUcontext retained = ctx0;
+  cuDevicePrimaryCtxRetain_params retain{&retained, 0};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUPTI_API_EXIT, retain);
+  alloc(0x8300020000, 4096);
+  CHECK_EQ(before + 1, test_inventory(agent0()).regions);
+  cuDevicePrimaryCtxReset_v2_params reset{0};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2", CUPTI_API_ENTER,
+              reset);
+  CHECK_EQ(before, test_inventory(agent0()).regions);
+}
+
+}  // namespace
+
+int main() {
+  // Only the contexts the calls name: ctx0 on device 0 (the fake cuCtxGetDevice_v2 answers for it).
+  fake::g_context_devices = {{ctx0, 0}};
+  static tracker owner(fake::driver());
+  kreplay_device_ops_t ops{};
+  CHECK_OK(make_ops(owner, fake::make_base, &ops));
+  CHECK_OK(kreplay_configure(&ops));
+  kreplay_tracking_enable(true);
+
+  printf("[ RUN  ] a_held_cupti_gives_one_line_and_an_inert_layer\n");
+  a_held_cupti_gives_one_line_and_an_inert_layer(owner);
+  printf("[   OK ] a_held_cupti_gives_one_line_and_an_inert_layer\n");
+
+  static cupti_layer layer(owner, fake_cupti());
+  g_enabled = 0;
+  CHECK(layer.start());
+  g_layer = &layer;
+  g_layer_tracker = &owner;
+  printf("[ RUN  ] the_layer_enables_only_its_callbacks\n");
+  the_layer_enables_only_its_callbacks(layer);
+  printf("[   OK ] the_layer_enables_only_its_callbacks\n");
+  RUN_TEST(allocation_callbacks_reach_the_inventory);
+  RUN_TEST(kreplay_s_own_calls_are_never_tracked);
+  RUN_TEST(vmem_callbacks_count_mapped_accessible_pages);
+  RUN_TEST(a_module_loaded_inside_a_load_call_is_bound_to_its_handle);
+  RUN_TEST(loads_on_two_threads_at_once_bind_each_module_to_its_own_call);
+  RUN_TEST(a_destroyed_context_forgets_its_allocations);
+  return 0;
+}

@@ -1,0 +1,488 @@
+// GPU-free tests of the injection's tracker and ops (adapters/cuda/src/inject): the tracker is fed events as
+// the CUPTI layer would feed it, kreplay is configured with the injection's ops over memcpy, and "device
+// memory" is host memory. Module variables come from a real cubin nvcc made in the build (vars.cu).
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <thread>
+#include <vector>
+
+#include "fakes.hpp"
+#include "ops.hpp"
+#include "tracker.hpp"
+
+using namespace kreplay::cuda::inject;
+
+namespace {
+
+tracker* g_tracker = nullptr;
+
+// Two devices, each with a primary context, and a second context on device 0.
+const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+const CUcontext ctx1 = fake::handle<CUcontext>(0x200);
+const CUcontext ctx0b = fake::handle<CUcontext>(0x300);
+
+kreplay_agent_t agent(int device) { return test_agent(static_cast<uint64_t>(device) + 1); }
+
+std::vector<unsigned char> read_cubin() {
+  std::ifstream in(KREPLAY_TEST_CUBIN, std::ios::binary);
+  CHECK(in.good());
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Host buffers standing for device allocations, 64-byte aligned.
+struct buffer_t {
+  std::vector<unsigned char> bytes;
+  explicit buffer_t(size_t size) : bytes(size + 64) {}
+  uint64_t address() const {
+    return (reinterpret_cast<uint64_t>(bytes.data()) + 63) & ~uint64_t{63};
+  }
+  unsigned char* data() { return reinterpret_cast<unsigned char*>(address()); }
+};
+
+void allocations_of_each_kind_are_tracked_or_counted() {
+  const kreplay_inventory_stats_t before = test_inventory(agent(0));
+  g_tracker->allocated(ctx0, 0x7000000000, 4096, memory_kind::device);
+  g_tracker->allocated(ctx0, 0x7000100000, 8192, memory_kind::pool);
+  g_tracker->allocated(ctx0, 0x7000200000, 1 << 20, memory_kind::managed);
+  g_tracker->allocated(ctx0, 0x7000300000, 65536, memory_kind::host_pinned);
+  g_tracker->allocated(ctx0, 0x7000400000, 32768, memory_kind::host_mapped);
+  const kreplay_inventory_stats_t during = test_inventory(agent(0));
+  CHECK_EQ(before.regions + 2, during.regions);
+  CHECK_EQ(before.bytes + 4096 + 8192, during.bytes);
+  const untracked_t untracked = g_tracker->untracked(0);
+  CHECK_EQ(1, untracked.count[0]);
+  CHECK_EQ(1 << 20, untracked.bytes[0]);
+  CHECK_EQ(1, untracked.count[1]);
+  CHECK_EQ(65536, untracked.bytes[1]);
+  CHECK_EQ(1, untracked.count[2]);
+  CHECK_EQ(32768, untracked.bytes[2]);
+  CHECK_EQ(0, g_tracker->untracked(1).count[0]);
+
+  // pointer_info answers from the allocation call: inside a device allocation, its base, size and owner.
+  kreplay_pointer_info_t info{};
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<void*>(0x7000100010), &info));
+  CHECK(info.type == KREPLAY_POINTER_DEVICE);
+  CHECK_EQ(0x7000100000, reinterpret_cast<uint64_t>(info.base));
+  CHECK_EQ(8192, info.size);
+  CHECK_EQ(1, info.owner.handle);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<void*>(0x7000300000), &info));
+  CHECK(info.type == KREPLAY_POINTER_LOCKED);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<void*>(0x7000002000), &info));
+  CHECK(info.type == KREPLAY_POINTER_UNKNOWN);
+
+  for (uint64_t address : {0x7000400000ull, 0x7000000000ull, 0x7000300000ull, 0x7000100000ull, 0x7000200000ull}) {
+    g_tracker->freeing(address);
+  }
+  const kreplay_inventory_stats_t after = test_inventory(agent(0));
+  CHECK_EQ(before.regions, after.regions);
+  CHECK_EQ(before.bytes, after.bytes);
+  CHECK_EQ(0, g_tracker->untracked(0).count[0] + g_tracker->untracked(0).count[1] + g_tracker->untracked(0).count[2]);
+}
+
+void frees_out_of_order_and_of_unknown_pointers_keep_the_inventory_exact() {
+  const kreplay_inventory_stats_t before = test_inventory(agent(0));
+  const uint64_t base = 0x7100000000;
+  for (uint64_t i = 0; i < 8; ++i) {
+    g_tracker->allocated(ctx0, base + i * 0x10000, 0x1000 * (i + 1), memory_kind::device);
+  }
+  const uint64_t order[] = {5, 0, 7, 2, 6, 1, 4, 3};
+  size_t live_bytes = 0;
+  for (uint64_t i = 0; i < 8; ++i) {
+    live_bytes += 0x1000 * (i + 1);
+  }
+  const uint64_t unknown_before = g_tracker->counts().unknown_frees;
+  for (uint64_t i : order) {
+    g_tracker->freeing(base + i * 0x10000);
+    g_tracker->freeing(base + i * 0x10000 + 0x800);  // inside, not a base: unknown
+    live_bytes -= 0x1000 * (i + 1);
+    CHECK_EQ(before.bytes + live_bytes, test_inventory(agent(0)).bytes);
+  }
+  g_tracker->freeing(base);  // twice
+  CHECK_EQ(unknown_before + 9, g_tracker->counts().unknown_frees);
+  CHECK_EQ(before.regions, test_inventory(agent(0)).regions);
+}
+
+void an_allocation_of_an_unknown_device_declines_every_device_until_freed() {
+  const CUcontext stranger = fake::handle<CUcontext>(0x900);  // the fake driver knows no device for it
+  g_tracker->allocated(stranger, 0x7600000000, 4096, memory_kind::device);
+  for (int device : {0, 1}) {
+    kreplay_snapshot_t* snapshot = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(device), &snapshot, &reason));
+    CHECK(reason == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+  }
+  g_tracker->freeing(0x7600000000);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+}
+
+void a_failed_free_puts_the_allocation_back() {
+  const kreplay_inventory_stats_t before = test_inventory(agent(0));
+  g_tracker->allocated(ctx0, 0x7200000000, 4096, memory_kind::device);
+  g_tracker->freeing(0x7200000000);
+  CHECK_EQ(before.regions, test_inventory(agent(0)).regions);
+  g_tracker->free_failed(0x7200000000);
+  CHECK_EQ(before.regions + 1, test_inventory(agent(0)).regions);
+  g_tracker->freeing(0x7200000000);
+  CHECK_EQ(before.regions, test_inventory(agent(0)).regions);
+}
+
+void only_mapped_pages_with_read_write_access_count() {
+  const kreplay_inventory_stats_t before = test_inventory(agent(1));
+  const uint64_t va = 0x7300000000;
+  const size_t page = 2 << 20;
+  g_tracker->vmem_created(0xA1, page, true, 1);
+  g_tracker->vmem_created(0xA2, page, true, 1);
+  g_tracker->vmem_created(0xA3, page, false, 0);  // host memory
+  g_tracker->vmem_mapped(va, page, 0xA1);
+  g_tracker->vmem_mapped(va + page, page, 0xA2);
+  g_tracker->vmem_mapped(va + 2 * page, page, 0xA3);
+  CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);  // mapped, not yet accessible
+
+  const access_t other_device{true, 0, true};
+  g_tracker->vmem_access(va, 3 * page, &other_device, 1);
+  CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);
+  const access_t read_only{true, 1, false};
+  g_tracker->vmem_access(va, 3 * page, &read_only, 1);
+  CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);
+
+  const access_t access[] = {{true, 0, true}, {true, 1, true}};
+  g_tracker->vmem_access(va, page / 2, access, 2);  // half of the first mapping
+  CHECK_EQ(before.bytes + page / 2, test_inventory(agent(1)).bytes);
+  g_tracker->vmem_access(va, 3 * page, access, 2);  // all: the rest of the first, the second; never the host one
+  CHECK_EQ(before.bytes + 2 * page, test_inventory(agent(1)).bytes);
+  g_tracker->vmem_access(va, 3 * page, access, 2);  // again: nothing twice
+  CHECK_EQ(before.bytes + 2 * page, test_inventory(agent(1)).bytes);
+  g_tracker->vmem_released(0xA1);  // released while mapped: still mapped
+  CHECK_EQ(before.bytes + 2 * page, test_inventory(agent(1)).bytes);
+
+  g_tracker->vmem_unmapping(va + page, page);  // the second mapping only
+  CHECK_EQ(before.bytes + page, test_inventory(agent(1)).bytes);
+  g_tracker->vmem_unmapping(va, page);
+  g_tracker->vmem_unmapping(va + 2 * page, page);
+  CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);
+  CHECK_EQ(before.regions, test_inventory(agent(1)).regions);
+
+  // A handle never seen created (imported): mapped and writable, it declines every device until unmapped.
+  g_tracker->vmem_mapped(va, page, 0xA9);
+  g_tracker->vmem_access(va, page, access, 2);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(0), &snapshot, &reason));
+  CHECK(reason == KREPLAY_DECLINE_INVENTORY_OVERFLOW);
+  g_tracker->vmem_unmapping(va, page);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+}
+
+struct module_fixture_t {
+  std::vector<unsigned char> cubin = read_cubin();
+  buffer_t counter{4}, table{256}, coeffs{32};
+  CUmodule handle;
+  explicit module_fixture_t(uintptr_t module) : handle(fake::handle<CUmodule>(module)) {
+    fake::g_globals[handle] = {{"counter", {counter.address(), 4}},
+                               {"table", {table.address(), 256}},
+                               {"coeffs", {coeffs.address(), 32}}};
+  }
+};
+
+void a_loaded_module_s_variables_are_snapshotted_and_restored() {
+  module_fixture_t module(0xB0);
+  size_t modules_before = 0, variables_before = 0;
+  g_tracker->module_counts(0, &modules_before, &variables_before);
+  g_tracker->module_loaded(ctx0, 41, module.cubin.data(), module.cubin.size(),
+                           origin_t{origin_kind::module, nullptr, "cuModuleLoadData"});
+  g_tracker->module_bound(41, origin_t{origin_kind::module, module.handle, "cuModuleLoadData"});
+  size_t modules = 0, variables = 0;
+  g_tracker->module_counts(0, &modules, &variables);
+  CHECK_EQ(modules_before + 1, modules);
+  CHECK_EQ(variables_before + 3, variables);
+
+  std::memset(module.table.data(), 0x5A, 256);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(3, info.module_variables);
+  CHECK_EQ(4 + 256 + 32, info.bytes);
+  CHECK(fake::g_current.empty());  // every push popped
+  std::memset(module.table.data(), 0, 256);
+  kreplay_restore_report_t report{};
+  CHECK_OK(kreplay_restore(snapshot, &report));
+  CHECK(test_all_bytes(module.table.data(), 256, 0x5A));
+  kreplay_snapshot_free(snapshot);
+
+  // The listing gives every variable with its kind; coeffs is the __constant__ one.
+  struct seen_t {
+    int count = 0;
+    bool coeffs_constant = false;
+  } seen;
+  std::string detail;
+  CHECK_OK(g_tracker->list_variables(0, [](void* data, const resolved_variable_t& v) {
+    auto* s = static_cast<seen_t*>(data);
+    ++s->count;
+    if (std::strcmp(v.name, "coeffs") == 0) {
+      s->coeffs_constant = v.is_constant && v.size == 32;
+    }
+    return true;
+  }, &seen, &detail));
+  CHECK_EQ(3, seen.count);
+  CHECK(seen.coeffs_constant);
+
+  g_tracker->module_unloading(41);
+  g_tracker->module_counts(0, &modules, &variables);
+  CHECK_EQ(modules_before, modules);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(0, info.module_variables);
+  kreplay_snapshot_free(snapshot);
+}
+
+// Loads the cubin as module `id` with `origin`, expects the snapshot of device 0 declined with the module named,
+// then unloads it.
+void expect_declined(uint32_t id, const void* image, size_t size, const origin_t& origin, const char* needle) {
+  g_tracker->module_loaded(ctx0, id, image, size, origin);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(0), &snapshot, &reason));
+  CHECK(snapshot == nullptr);
+  CHECK(reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
+  const std::string error = g_tracker->last_error();
+  if (error.find("module " + std::to_string(id)) == std::string::npos || error.find(needle) == std::string::npos) {
+    std::fprintf(stderr, "last error: %s (wanted %s)\n", error.c_str(), needle);
+    CHECK(false);
+  }
+  g_tracker->module_unloading(id);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+}
+
+void modules_that_cannot_be_resolved_exactly_decline_the_device() {
+  module_fixture_t module(0xB1);
+  // A corrupt cubin (the section table cut off).
+  std::vector<unsigned char> cut(module.cubin.begin(), module.cubin.begin() + 100);
+  expect_declined(51, cut.data(), cut.size(), origin_t{origin_kind::module, module.handle, "cuModuleLoadData"},
+                  "cubin cannot be read");
+  const unsigned char junk[64] = {1, 2, 3};
+  expect_declined(52, junk, sizeof(junk), origin_t{origin_kind::module, module.handle, "cuModuleLoadData"},
+                  "cubin cannot be read");
+  // Loaded where no handle was known: never guessed.
+  expect_declined(53, module.cubin.data(), module.cubin.size(),
+                  origin_t{origin_kind::none, nullptr, "cuDevicePrimaryCtxRetain"}, "cannot be located exactly");
+  // A symbol the driver does not know, then one whose size differs from the cubin's.
+  fake::g_globals[module.handle].erase("counter");
+  expect_declined(54, module.cubin.data(), module.cubin.size(),
+                  origin_t{origin_kind::module, module.handle, "cuModuleLoadData"}, "cuModuleGetGlobal(counter)");
+  fake::g_globals[module.handle]["counter"] = {module.counter.address(), 8};
+  expect_declined(55, module.cubin.data(), module.cubin.size(),
+                  origin_t{origin_kind::module, module.handle, "cuModuleLoadData"}, "8 bytes, the cubin 4");
+  fake::g_globals[module.handle]["counter"] = {module.counter.address(), 4};
+  // A module in a context whose device is unknown: every device declines.
+  g_tracker->module_loaded(fake::handle<CUcontext>(0x901), 57, module.cubin.data(), module.cubin.size(),
+                           origin_t{origin_kind::module, module.handle, "cuModuleLoadData"});
+  for (int device : {0, 1}) {
+    kreplay_snapshot_t* snapshot = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    CHECK_STATUS(KREPLAY_STATUS_DECLINED, kreplay_snap(agent(device), &snapshot, &reason));
+    CHECK(g_tracker->last_error().find("module 57 has variables in a context whose device is unknown") !=
+          std::string::npos);
+  }
+  g_tracker->module_unloading(57);
+  // A launch whose function is not in the cubin.
+  const CUfunction stranger = fake::handle<CUfunction>(0xF1);
+  fake::g_functions[stranger] = {module.handle, "not_here"};
+  expect_declined(56, module.cubin.data(), module.cubin.size(),
+                  origin_t{origin_kind::function, stranger, "cuLaunchKernel"}, "not in its cubin");
+}
+
+void modules_loaded_by_a_library_or_a_launch_resolve_through_their_handle() {
+  module_fixture_t module(0xB2);
+  const CUlibrary library = fake::handle<CUlibrary>(0xC2);
+  fake::g_library_modules[library] = module.handle;
+  const CUfunction bump = fake::handle<CUfunction>(0xF2);
+  fake::g_functions[bump] = {module.handle, "bump"};
+  for (const origin_t& origin : {origin_t{origin_kind::library, library, "cuLibraryLoadData"},
+                                 origin_t{origin_kind::function, bump, "cuLaunchKernel"}}) {
+    g_tracker->module_loaded(ctx0, 61, module.cubin.data(), module.cubin.size(), origin);
+    kreplay_snapshot_t* snapshot = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+    kreplay_snapshot_info_t info{};
+    CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+    CHECK_EQ(3, info.module_variables);
+    kreplay_snapshot_free(snapshot);
+    g_tracker->module_unloading(61);
+  }
+}
+
+void a_module_loaded_without_a_handle_resolves_only_through_a_unique_library() {
+  module_fixture_t module(0xB4);
+  std::vector<unsigned char>& cubin = module.cubin;
+  const origin_t none{origin_kind::none, nullptr, "cuDevicePrimaryCtxRetain"};
+  // No library known with exactly its kernels ("bump"): declined.
+  const CUlibrary other = fake::handle<CUlibrary>(0xC5);
+  fake::g_library_kernels[other] = {"bump", "another"};
+  g_tracker->library_loaded(other);
+  expect_declined(91, cubin.data(), cubin.size(), none, "no known library has exactly its kernels");
+  // One library with exactly "bump": its module in this context is the one.
+  const CUlibrary library = fake::handle<CUlibrary>(0xC4);
+  fake::g_library_kernels[library] = {"bump"};
+  fake::g_library_modules[library] = module.handle;
+  g_tracker->library_loaded(library);
+  g_tracker->module_loaded(ctx0, 92, cubin.data(), cubin.size(), none);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(3, info.module_variables);
+  kreplay_snapshot_free(snapshot);
+  g_tracker->module_unloading(92);
+  // Two libraries with the same kernels: ambiguous, declined.
+  const CUlibrary twin = fake::handle<CUlibrary>(0xC6);
+  fake::g_library_kernels[twin] = {"bump"};
+  g_tracker->library_loaded(twin);
+  expect_declined(93, cubin.data(), cubin.size(), none, "2 known libraries have exactly its kernels");
+  // The twin unloaded: unique again.
+  g_tracker->library_unloading(twin);
+  g_tracker->module_loaded(ctx0, 94, cubin.data(), cubin.size(), none);
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+  g_tracker->module_unloading(94);
+  g_tracker->library_unloading(library);
+  g_tracker->library_unloading(other);
+}
+
+void a_context_reset_forgets_its_allocations_and_modules_on_its_device_only() {
+  module_fixture_t module(0xB3);
+  const kreplay_inventory_stats_t before0 = test_inventory(agent(0));
+  const kreplay_inventory_stats_t before1 = test_inventory(agent(1));
+  g_tracker->allocated(ctx0, 0x7400000000, 4096, memory_kind::device);
+  g_tracker->allocated(ctx0, 0x7400010000, 4096, memory_kind::pool);
+  g_tracker->allocated(ctx0b, 0x7400020000, 4096, memory_kind::device);
+  g_tracker->allocated(ctx1, 0x7400030000, 4096, memory_kind::device);
+  g_tracker->allocated(ctx0, 0x7400040000, 4096, memory_kind::host_pinned);
+  g_tracker->module_loaded(ctx0, 71, module.cubin.data(), module.cubin.size(),
+                           origin_t{origin_kind::module, module.handle, "cuModuleLoadData"});
+  CHECK_EQ(before0.regions + 3, test_inventory(agent(0)).regions);
+  CHECK_EQ(before1.regions + 1, test_inventory(agent(1)).regions);
+
+  g_tracker->primary_context_reset(0);  // ctx0 is device 0's primary context
+  CHECK_EQ(before0.regions + 1, test_inventory(agent(0)).regions);  // ctx0b's allocation stays
+  CHECK_EQ(before1.regions + 1, test_inventory(agent(1)).regions);
+  CHECK_EQ(0, g_tracker->untracked(0).count[1]);
+  size_t modules = 0, variables = 0;
+  g_tracker->module_counts(0, &modules, &variables);
+  CHECK_EQ(0, modules);
+
+  g_tracker->context_destroyed(ctx1);
+  CHECK_EQ(before1.regions, test_inventory(agent(1)).regions);
+  g_tracker->context_destroyed(ctx0b);
+  CHECK_EQ(before0.regions, test_inventory(agent(0)).regions);
+  // The contexts come back (a reset primary context is retained again).
+  g_tracker->context_device(ctx0, 0, true);
+  g_tracker->context_device(ctx1, 1, true);
+  g_tracker->context_device(ctx0b, 0, false);
+}
+
+void threads_allocating_and_freeing_at_once_leave_an_exact_inventory() {
+  const kreplay_inventory_stats_t before0 = test_inventory(agent(0));
+  const kreplay_inventory_stats_t before1 = test_inventory(agent(1));
+  constexpr int threads = 4;
+  constexpr uint64_t per_thread = 2000;
+  std::atomic<int> ready{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([t, &ready] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      const CUcontext context = t % 2 == 0 ? ctx0 : ctx1;
+      const uint64_t base = 0x7500000000 + static_cast<uint64_t>(t) * 0x100000000;
+      for (uint64_t i = 0; i < per_thread; ++i) {
+        g_tracker->allocated(context, base + i * 0x1000, 0x800, i % 3 == 0 ? memory_kind::pool : memory_kind::device);
+        if (i >= 10) {
+          g_tracker->freeing(base + (i - 10) * 0x1000);
+        }
+      }
+    });
+  }
+  for (std::thread& worker : workers) {
+    worker.join();
+  }
+  // Ten live per thread.
+  CHECK_EQ(before0.regions + 20, test_inventory(agent(0)).regions);
+  CHECK_EQ(before1.regions + 20, test_inventory(agent(1)).regions);
+  CHECK_EQ(before0.bytes + 20 * 0x800, test_inventory(agent(0)).bytes);
+  for (int t = 0; t < threads; ++t) {
+    const uint64_t base = 0x7500000000 + static_cast<uint64_t>(t) * 0x100000000;
+    for (uint64_t i = per_thread - 10; i < per_thread; ++i) {
+      g_tracker->freeing(base + i * 0x1000);
+    }
+  }
+  CHECK_EQ(before0.regions, test_inventory(agent(0)).regions);
+  CHECK_EQ(before1.regions, test_inventory(agent(1)).regions);
+}
+
+void a_snapshot_covers_tracked_allocations_of_its_device_only() {
+  buffer_t a(4096), b(8192), other(4096);
+  std::memset(a.data(), 1, 4096);
+  std::memset(b.data(), 2, 8192);
+  g_tracker->allocated(ctx0, a.address(), 4096, memory_kind::device);
+  g_tracker->allocated(ctx0, b.address(), 8192, memory_kind::pool);
+  g_tracker->allocated(ctx1, other.address(), 4096, memory_kind::device);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(2, info.regions);
+  CHECK_EQ(4096 + 8192, info.bytes);
+  std::memset(a.data(), 9, 4096);
+  std::memset(b.data(), 9, 8192);
+  kreplay_restore_report_t report{};
+  CHECK_OK(kreplay_restore(snapshot, &report));
+  CHECK(test_all_bytes(a.data(), 4096, 1));
+  CHECK(test_all_bytes(b.data(), 8192, 2));
+  kreplay_snapshot_free(snapshot);
+  g_tracker->freeing(a.address());
+  g_tracker->freeing(b.address());
+  g_tracker->freeing(other.address());
+}
+
+}  // namespace
+
+int main() {
+  fake::g_context_devices = {{ctx0, 0}, {ctx1, 1}, {ctx0b, 0}};
+  static tracker owner(fake::driver());
+  g_tracker = &owner;
+  // ctx0 and ctx1 are primary contexts (cuDevicePrimaryCtxRetain); ctx0b comes from cuCtxCreate.
+  owner.context_device(ctx0, 0, true);
+  owner.context_device(ctx1, 1, true);
+  owner.context_device(ctx0b, 0, false);
+  kreplay_device_ops_t ops{};
+  CHECK_OK(make_ops(owner, fake::make_base, &ops));
+  CHECK_OK(kreplay_configure(&ops));
+  kreplay_tracking_enable(true);
+  CHECK_EQ(0, fake::g_base_made);  // made on first use, never inside InitializeInjection
+
+  RUN_TEST(allocations_of_each_kind_are_tracked_or_counted);
+  RUN_TEST(frees_out_of_order_and_of_unknown_pointers_keep_the_inventory_exact);
+  RUN_TEST(a_failed_free_puts_the_allocation_back);
+  RUN_TEST(an_allocation_of_an_unknown_device_declines_every_device_until_freed);
+  RUN_TEST(only_mapped_pages_with_read_write_access_count);
+  RUN_TEST(a_loaded_module_s_variables_are_snapshotted_and_restored);
+  RUN_TEST(modules_that_cannot_be_resolved_exactly_decline_the_device);
+  RUN_TEST(modules_loaded_by_a_library_or_a_launch_resolve_through_their_handle);
+  RUN_TEST(a_module_loaded_without_a_handle_resolves_only_through_a_unique_library);
+  RUN_TEST(a_context_reset_forgets_its_allocations_and_modules_on_its_device_only);
+  RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
+  RUN_TEST(a_snapshot_covers_tracked_allocations_of_its_device_only);
+  CHECK_EQ(1, fake::g_base_made);
+  return 0;
+}

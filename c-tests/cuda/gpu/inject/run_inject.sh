@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The CUDA injection library's GPU checks, built and run in one go on a machine with an NVIDIA GPU (and,
+# typically, no Rust), from the repository root:
+#
+#   c-tests/cuda/gpu/inject/run_inject.sh PREBUILT_DIR OUT_DIR
+#
+# PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (c-tests/cuda/README.md: how to make it). Needs nvcc,
+# CMake, Ninja, and python3 with torch (torchvision optional) and cupy. Checks:
+#   (c) vars      kreplay_inject_vars: our own __device__/__constant__ variables (3 TUs, -rdc) and a JIT module
+#   (a) torch     a training step: inventory == memory_reserved, variables in PyTorch's and cuBLAS's modules, a
+#                 snapshot; weights bit-identical to a run without the library
+#   (b) cupy      pool, ElementwiseKernel, RawModule with a __device__ global; a snapshot
+#   (d) overhead  the step's median without the library, injected with tracking off, and on
+#   (e) sanitizer the Compute Sanitizer API's view of the same step (when its headers are there)
+#   (f) conflict  CUPTI already held: one line, the program unharmed
+# (a), (b) and (c) run with lazy module loading (the driver's default) and again with CUDA_MODULE_LOADING=EAGER.
+# OUT_DIR receives 8 files: env.log, vars.log, torch.log, cupy.log, overhead.log, sanitizer.log, conflict.log,
+# summary.txt (the table printed last). The exit status is 1 when any check failed.
+set -u -o pipefail
+
+prebuilt=$(realpath "${1:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
+out=$(realpath "${2:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
+src=$(cd "$(dirname "$0")" && pwd)
+build=${KREPLAY_INJECT_BUILD_DIR:-/tmp/kreplay-inject-build}
+step_timeout=${KREPLAY_INJECT_STEP_TIMEOUT:-180}
+archive="$prebuilt/libkreplay.a"
+if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
+  mkdir -p /tmp/kreplay-prebuilt
+  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
+  archive=/tmp/kreplay-prebuilt/libkreplay.a
+fi
+
+{
+  echo "== $(date -u +%FT%TZ) $(uname -a)"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv || true
+  command -v nvcc && nvcc --version | tail -2
+  cmake --version | head -1
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
+  python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1
+  python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1
+  echo "== build"
+} >"$out/env.log" 2>&1
+
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$out/env.log" 2>&1 &&
+  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars -j "$(nproc)" >>"$out/env.log" 2>&1
+build_rc=$?
+cmake --build "$build" --target kreplay_sanitizer_probe -j "$(nproc)" >>"$out/env.log" 2>&1
+probe_rc=$?
+lib=$(find "$build" -name libkreplay_cuda_inject.so | head -1)
+probe=$(find "$build" -name libkreplay_sanitizer_probe.so | head -1)
+echo "build: $build_rc ($lib); sanitizer probe: $probe_rc (${probe:-none})" | tee -a "$out/env.log"
+nm -D --defined-only "$lib" >>"$out/env.log" 2>&1
+if [[ $build_rc -ne 0 || -z "$lib" ]]; then
+  tail -30 "$out/env.log"
+  exit 1
+fi
+
+injected() {  # injected TRACKING cmd...: the command with the library loaded by the driver
+  local tracking=$1
+  shift
+  CUDA_INJECTION64_PATH="$lib" KREPLAY_INJECT_TRACKING="$tracking" KREPLAY_INJECT_LOG=${KREPLAY_INJECT_LOG:-warning} \
+    timeout "$step_timeout" "$@"
+}
+run_step() {  # run_step LOG LABEL cmd...: appends to LOG, prints the exit status line
+  local log=$1 label=$2
+  shift 2
+  echo "== $label" >>"$log"
+  local start=$SECONDS
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  echo "== $label: exit $rc after $((SECONDS - start)) s" >>"$log"
+  return $rc
+}
+
+# (c) our variables
+: >"$out/vars.log"
+run_step "$out/vars.log" "vars lazy" injected 1 "$build/kreplay_inject_vars"
+run_step "$out/vars.log" "vars eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
+  timeout "$step_timeout" "$build/kreplay_inject_vars"
+
+# (a) PyTorch. The run without the library goes first: it takes a fresh machine's cold start (a probe's first
+# lazy-loading runs, PyTorch and CuPy alike, did not finish in 100 s; the eager runs after them did).
+: >"$out/torch.log"
+run_step "$out/torch.log" "torch digest, no library" timeout "$step_timeout" python3 "$src/torch_step.py" digest
+run_step "$out/torch.log" "torch check lazy" injected 1 python3 "$src/torch_step.py" check
+run_step "$out/torch.log" "torch check eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
+  timeout "$step_timeout" python3 "$src/torch_step.py" check
+digests=$(sed -n 's/^RESULT torch digest=//p' "$out/torch.log" | sort -u | wc -l)
+echo "RESULT torch distinct_final_digests=$digests (1: bit-identical with and without the library)" >>"$out/torch.log"
+
+# (b) CuPy
+: >"$out/cupy.log"
+run_step "$out/cupy.log" "cupy warm-up, no library" timeout "$step_timeout" python3 "$src/cupy_prog.py"
+run_step "$out/cupy.log" "cupy lazy" injected 1 python3 "$src/cupy_prog.py"
+run_step "$out/cupy.log" "cupy eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
+  timeout "$step_timeout" python3 "$src/cupy_prog.py"
+
+# (d) overhead, twice round so that a warm-up of the machine does not favour one configuration
+: >"$out/overhead.log"
+for round in 1 2; do
+  run_step "$out/overhead.log" "time plain $round" timeout "$step_timeout" python3 "$src/torch_step.py" time
+  run_step "$out/overhead.log" "time tracking-off $round" injected 0 python3 "$src/torch_step.py" time
+  run_step "$out/overhead.log" "time tracking-on $round" injected 1 python3 "$src/torch_step.py" time
+done
+
+# (e) the Compute Sanitizer API on the same step
+: >"$out/sanitizer.log"
+if [[ -n "$probe" ]]; then
+  sanitizer_dir=$(dirname "$(find -L /usr/local/cuda*/compute-sanitizer -name 'libsanitizer-public.so*' | head -1)")
+  run_step "$out/sanitizer.log" "sanitizer probe" env LD_LIBRARY_PATH="$sanitizer_dir:${LD_LIBRARY_PATH:-}" \
+    CUDA_INJECTION64_PATH="$probe" timeout "$step_timeout" python3 "$src/torch_step.py" time
+else
+  echo "RESULT sanitizer not_built=1" >>"$out/sanitizer.log"
+fi
+
+# (f) CUPTI already held
+: >"$out/conflict.log"
+run_step "$out/conflict.log" "conflict" injected 1 python3 "$src/conflict.py"
+conflict_lines=$(grep -c '^kreplay-inject:' "$out/conflict.log")
+held=$(grep -c 'already has a subscriber' "$out/conflict.log")
+echo "RESULT conflict injection_lines=$conflict_lines held_line=$held" >>"$out/conflict.log"
+
+# ---- Summary ------------------------------------------------------------------------------------------------
+median() {  # median CONFIG: the best of the rounds' medians
+  sed -n "/^== time $1 /,/^== time .*exit/p" "$out/overhead.log" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' |
+    sort -g | head -1
+}
+plain=$(median plain)
+off=$(median tracking-off)
+on=$(median tracking-on)
+pct() { [[ -n "$1" && -n "$2" ]] && python3 -c "print(f'{($1 / $2 - 1) * 100:+.2f} %')" || echo n/a; }
+count() { grep -c "^$1 " "$2"; }
+{
+  echo "| check | PASS | FAIL | figures |"
+  echo "| --- | --- | --- | --- |"
+  for name in vars torch cupy; do
+    figures=$(grep "^RESULT $name " "$out/$name.log" | sed "s/^RESULT $name //" | tr '\n' ';' | cut -c1-400)
+    echo "| ($name) | $(count PASS "$out/$name.log") | $(count FAIL "$out/$name.log") | $figures |"
+  done
+  echo "| (d) overhead | | | plain ${plain:-?} ms, tracking off ${off:-?} ms ($(pct "$off" "$plain"))," \
+       "tracking on ${on:-?} ms ($(pct "$on" "$plain")); bars: off <= 1 %, on <= 3 % |"
+  echo "| (e) sanitizer | | | $(grep '^RESULT sanitizer' "$out/sanitizer.log" | sed 's/^RESULT sanitizer //' | tr '\n' ';') |"
+  echo "| (f) conflict | | | $(grep '^RESULT conflict' "$out/conflict.log" | sed 's/^RESULT conflict //' | tr '\n' ';') (want 1 line, held_line=1, program_ran=1) |"
+  echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"
+} | tee "$out/summary.txt"
+
+failed=$(cat "$out"/{vars,torch,cupy}.log | grep -c '^FAIL ')
+[[ $failed -eq 0 && $digests -eq 1 && $conflict_lines -eq 1 ]] && exit 0
+exit 1

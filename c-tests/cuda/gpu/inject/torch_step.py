@@ -1,0 +1,136 @@
+"""Checks (a) and (d) of run_inject.sh on a PyTorch training step (torchvision ResNet-18 when torchvision is
+there, else a small CNN; fixed seed, deterministic algorithms).
+
+  python3 torch_step.py check   with the injection: inventory == memory_reserved, module variables in
+                                PyTorch's and cuBLAS's modules, a snapshot (snap + restore) of the device in the
+                                middle of training, and the final weights' digest (compared by the runner with
+                                a run without the library: bit-identical)
+  python3 torch_step.py time    the median of 10 steps after warm-up (for the overhead table)
+  python3 torch_step.py digest  no checks: the final weights' digest only (the run without the library)
+Prints "RESULT torch ..." lines; exits 1 when a check fails."""
+import hashlib
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "check"
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.backends.cudnn.benchmark = False
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    failures += 0 if ok else 1
+
+
+try:
+    import torchvision
+
+    model = torchvision.models.resnet18(num_classes=100)
+    shape, name = (32, 3, 224, 224), "resnet18"
+except ImportError:
+    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 100))
+    shape, name = (64, 3, 64, 64), "small-cnn"
+free_before, total = torch.cuda.mem_get_info() if mode == "check" else (0, 0)
+model = model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+generator = torch.Generator(device="cuda").manual_seed(1)
+x = torch.randn(shape, device="cuda", generator=generator)
+y = torch.randint(0, 100, (shape[0],), device="cuda", generator=generator)
+
+
+def step():
+    optimizer.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+
+
+def digest():
+    h = hashlib.sha256()
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        h.update(tensor.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+if mode == "time":
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    print(f"RESULT torch model={name} median_ms={statistics.median(times):.3f} "
+          f"min_ms={min(times):.3f} max_ms={max(times):.3f}", flush=True)
+    sys.exit(0)
+
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+
+if mode == "check":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from inject_ctypes import Injection
+
+    inj = Injection()
+    state = inj.state()
+    check(state.subscribed, f"the injection is subscribed ({state.callbacks_enabled} callbacks)")
+    rc, stats = inj.inventory(0)
+    reserved = torch.cuda.memory_reserved()
+    free_now, _ = torch.cuda.mem_get_info()
+    driver_used = free_before - free_now
+    check(rc == 0 and stats.bytes == reserved,
+          f"inventory bytes {stats.bytes} == memory_reserved {reserved} ({stats.regions} regions)")
+    print(f"RESULT torch model={name} inventory_bytes={stats.bytes} memory_reserved={reserved} "
+          f"mem_get_info_used_since_start={driver_used} difference={driver_used - stats.bytes} "
+          f"allocations={state.allocations} frees={state.frees} unknown_frees={state.unknown_frees}", flush=True)
+    _, untracked = inj.untracked(0)
+    print(f"RESULT torch untracked managed={untracked.managed_bytes} host_pinned={untracked.host_pinned_bytes} "
+          f"host_mapped={untracked.host_mapped_bytes}", flush=True)
+
+    rc, before, detail = inj.variables(0)
+    modules_before = {m for m, *_ in before}
+    check(rc == 0, f"every module's variables resolve after the training step ({detail})")
+    check(len(before) > 0, f"PyTorch's modules: {len(before)} variables in {len(modules_before)} modules")
+    # cuBLAS: modules first loaded by a GEMM the step never ran (fp64: the step's own GEMMs are fp32).
+    a = torch.randn(1536, 1536, device="cuda", generator=generator, dtype=torch.float64)
+    b = (a @ a.t()).sum().item()
+    del b
+    rc, after, detail = inj.variables(0)
+    new_modules = {m for m, *_ in after} - modules_before
+    _, module_count, variable_count = inj.module_counts(0)
+    check(rc == 0, f"every module's variables resolve after the matmul ({detail})")
+    check(len(new_modules) > 0,
+          f"cuBLAS's modules: variables in {len(new_modules)} modules first loaded by the matmul")
+    print(f"RESULT torch modules={module_count} cubin_variables={variable_count} resolved={len(after)} "
+          f"cublas_modules_with_variables={len(new_modules)}", flush=True)
+    sample = sorted(after, key=lambda v: -v[3])[:3]
+    print("RESULT torch largest_variables=" + ",".join(f"{n}:{s}" for _, n, _, s, _ in sample), flush=True)
+
+    torch.cuda.synchronize()
+    r = inj.snapshot(0)
+    check(r.snap_status == 0 and r.restore_status == 0,
+          f"snapshot + restore of device 0: status {r.snap_status} reason {r.reason} "
+          f"({r.detail.decode(errors='replace')})")
+    print(f"RESULT torch snapshot={r.snap_status} reason={r.reason} regions={r.regions} "
+          f"module_variables={r.module_variables} bytes={r.bytes} restored={r.report.restored} "
+          f"restore_failed={r.report.failed}", flush=True)
+
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+print(f"RESULT torch digest={digest()}", flush=True)
+sys.exit(1 if failures else 0)
