@@ -883,7 +883,7 @@ int main() {
   // Live budgets: the adapter's device_free_bytes (cudaMemGetInfo) sizes the device tier. 100 percent of a
   // mostly free GPU holds the whole footprint; with a fixed budget of half the footprint, the fixed one wins.
   for (bool whole : {true, false}) {
-    kreplay_policy_t policy = kreplay_cuda::recommended_policy();
+    kreplay_policy_t policy = kreplay::cuda::recommended_policy();
     policy.device_budget_bytes = whole ? 0 : footprint / 2;
     policy.device_budget_percent = 100;
     KREPLAY_CHECK(kreplay_set_policy(&policy));
