@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct Agent {
   kreplay_agent_t handle{};
   unsigned char* region = nullptr;
   std::atomic<std::uint32_t> copying{0};  // copies of this agent between their begin and end
+  // Copiers take turns writing the region (two copies of a program into the same bytes at once would race in
+  // the program itself); windows never take it, so only kreplay's fence orders a copy against a window.
+  std::mutex copier_turn;
 };
 
 struct Figures {
@@ -74,8 +78,11 @@ void copier(Clock::time_point deadline, std::uint64_t seed) {
     for (std::size_t a = 0; a < 2; ++a) {
       if (pick == 2 || pick == a) {
         agents[a].copying.fetch_add(1);
-        // The "DMA": the whole region, as one async copy into device memory would deliver it.
-        std::memset(agents[a].region, value, kRegionBytes);
+        {
+          // The "DMA": the whole region, as one async copy into device memory would deliver it.
+          const std::lock_guard<std::mutex> turn(agents[a].copier_turn);
+          std::memset(agents[a].region, value, kRegionBytes);
+        }
         agents[a].copying.fetch_sub(1);
       }
     }
