@@ -264,7 +264,8 @@ pub extern "C" fn kreplay_window_note_reentry(agent: kreplay_agent_t) {
 /// For an adapter's wrapper around each async copy of the host program (DMA, outside the dispatch queues): call
 /// before issuing the copy, naming every agent it touches, and `kreplay_copy_end(*token_out)` when its
 /// completion signal fires. Costs one relaxed atomic load while no window has ever been opened (the token is
-/// then 0, and ending it does nothing). Afterwards it waits (back-off, no lock held) while a window of another
+/// then 0, and ending it does nothing; such a copy is not counted, so a host whose program may have copies in
+/// flight at its first replayed dispatch opens and closes one window at setup). Afterwards it waits (back-off, no lock held) while a window of another
 /// thread is open on any of `agents`, and the copy counts as in flight on each of them until its end; a call
 /// from the thread of a window open on the agent (an adapter's own copies, from inside a device op) never
 /// waits. Never allocates. `INVALID_ARGUMENT`: `agents` NULL, `count` 0, or `token_out` NULL;
