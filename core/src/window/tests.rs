@@ -88,6 +88,7 @@ fn a_copy_in_flight_holds_the_window_until_its_timeout_then_later_copies_go_thro
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "threads waiting on each other with back-off sleeps: slow under Miri")]
 fn a_copy_ended_while_the_open_waits_lets_the_window_open() {
     let (engine, _device, _serial) = setup!();
     engine.window_close(open(engine, A)).unwrap();
@@ -106,6 +107,7 @@ fn a_copy_ended_while_the_open_waits_lets_the_window_open() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "threads waiting on each other with back-off sleeps: slow under Miri")]
 fn a_copy_begun_during_a_window_waits_and_runs_after_close() {
     let (engine, _device, _serial) = setup!();
     let handle = open(engine, A);
