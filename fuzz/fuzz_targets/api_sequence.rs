@@ -1481,12 +1481,10 @@ fn window_open(model: &mut Model, agent: usize, passes: u32) {
 
 fn window_close(model: &mut Model, agent: usize, stale: bool) {
     use kreplay_decline_reason_t::KREPLAY_DECLINE_NONE;
-    if stale {
-        if let Some(&handle) = model.closed_windows.last() {
-            // SAFETY: a handle is never dereferenced; the outcome is not wanted.
-            let status = unsafe { kreplay_window_close(handle, std::ptr::null_mut()) };
-            assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT, "a closed window was closed again");
-        }
+    if stale && let Some(&handle) = model.closed_windows.last() {
+        // SAFETY: a handle is never dereferenced; the outcome is not wanted.
+        let status = unsafe { kreplay_window_close(handle, std::ptr::null_mut()) };
+        assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT, "a closed window was closed again");
     }
     let Some(window) = model.windows[agent].take() else { return };
     let mut outcome: kreplay_window_outcome_t = kreplay_window_outcome_t {
