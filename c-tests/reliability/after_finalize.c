@@ -21,6 +21,13 @@ int main(void) {
   unsigned char* region = NULL;
   unsigned char* other = NULL;
   size_t i, mark;
+  kreplay_window_options_t window_options;
+  kreplay_window_t* window = NULL;
+  kreplay_window_t* late_window = (kreplay_window_t*)&agent;
+  kreplay_window_outcome_t outcome;
+  kreplay_untracked_t untracked;
+  const kreplay_agent_t copy_agent = {0xE2};
+  uint64_t token = 0, late_token = 7;
 
   kreplay_sim_reset();
   rel_log_install(KREPLAY_LOG_TRACE);
@@ -36,6 +43,12 @@ int main(void) {
   memset(&held, 0, sizeof held);
   REL_CHECK_STATUS(kreplay_staging_acquire(&held, agent, 10000), KREPLAY_STATUS_SUCCESS);
   memset(region, 0x22, 4096);
+  /* A replay window open across finalize, and an async copy in flight on another agent. */
+  memset(&window_options, 0, sizeof window_options);
+  window_options.struct_size = sizeof window_options;
+  window_options.passes = 2;
+  REL_CHECK_STATUS(kreplay_window_open(agent, &window_options, &window, NULL), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_STATUS(kreplay_copy_begin(&copy_agent, 1, &token), KREPLAY_STATUS_SUCCESS);
 
   kreplay_finalize();
   kreplay_finalize(); /* twice is harmless */
@@ -90,6 +103,21 @@ int main(void) {
   REL_CHECK_EQ(rel_host_memory().unmaps, memory.unmaps);
   /* Its contents are still the host's to use: the storage was not unmapped. */
   memset(held.data, 0x33, held.capacity);
+
+  /* The replay window: no new one and no new fenced copy; the one open still closes (no fence stays closed), and
+   * the copy in flight still ends. */
+  REL_CHECK_STATUS(kreplay_window_open(agent, &window_options, &late_window, NULL), KREPLAY_STATUS_FINALIZED);
+  REL_CHECK(late_window == (kreplay_window_t*)&agent);
+  REL_CHECK_STATUS(kreplay_copy_begin(&agent, 1, &late_token), KREPLAY_STATUS_FINALIZED);
+  REL_CHECK_EQ(late_token, 7);
+  kreplay_copy_end(token);
+  kreplay_window_note_reentry(agent);
+  memset(&outcome, 0, sizeof outcome);
+  outcome.struct_size = sizeof outcome;
+  REL_CHECK_STATUS(kreplay_window_close(window, &outcome), KREPLAY_STATUS_SUCCESS);
+  REL_CHECK_EQ(outcome.agent.handle, agent.handle);
+  REL_CHECK_STATUS(kreplay_window_close(window, NULL), KREPLAY_STATUS_INVALID_ARGUMENT);
+  REL_CHECK_STATUS(kreplay_untracked_stats(agent, &untracked), KREPLAY_STATUS_FINALIZED);
 
   /* Freeing the old snapshot (a static destructor may do it) must not crash. */
   kreplay_snapshot_free(snapshot);

@@ -576,14 +576,16 @@ static void snapshot_bad_input(void) {
 
 static void strings_and_enums(void) {
   static const unsigned statuses[] = {12u, 99u, 0x7FFFFFFFu, 0xFFFFFFFFu};
+  /* Version 3 made 9 to 12 decline reasons (the replay window). */
+  static const unsigned reasons[] = {13u, 99u, 0x7FFFFFFFu, 0xFFFFFFFFu};
   size_t i;
   const char* unknown_status = kreplay_status_string((kreplay_status_t)12);
-  const char* unknown_reason = kreplay_decline_reason_string((kreplay_decline_reason_t)9);
+  const char* unknown_reason = kreplay_decline_reason_string((kreplay_decline_reason_t)13);
   REL_CHECK(unknown_status != NULL && strstr(unknown_status, "unknown") != NULL);
   REL_CHECK(unknown_reason != NULL && strstr(unknown_reason, "unknown") != NULL);
   for (i = 0; i < sizeof statuses / sizeof statuses[0]; ++i) {
     const char* s = kreplay_status_string((kreplay_status_t)statuses[i]);
-    const char* r = kreplay_decline_reason_string((kreplay_decline_reason_t)statuses[i]);
+    const char* r = kreplay_decline_reason_string((kreplay_decline_reason_t)reasons[i]);
     REL_CHECK(s != NULL && strcmp(s, unknown_status) == 0);
     REL_CHECK(r != NULL && strcmp(r, unknown_reason) == 0);
   }
@@ -594,7 +596,7 @@ static void strings_and_enums(void) {
     REL_CHECK(s != NULL && s[0] != '\0' && strcmp(s, unknown_status) != 0);
     for (j = 0; j < i; ++j) REL_CHECK(strcmp(s, kreplay_status_string((kreplay_status_t)j)) != 0);
   }
-  for (i = 0; i <= 8; ++i) {
+  for (i = 0; i <= 12; ++i) {
     const char* r = kreplay_decline_reason_string((kreplay_decline_reason_t)i);
     size_t j;
     REL_CHECK(r != NULL && r[0] != '\0' && strcmp(r, unknown_reason) != 0);

@@ -27,6 +27,7 @@ mod staging;
 mod status;
 mod tracking;
 mod types;
+mod window;
 
 // After the others, so that the header keeps their declarations in the order it had.
 mod introspection;
@@ -47,3 +48,4 @@ pub use staging::*;
 pub use status::*;
 pub use tracking::*;
 pub use types::*;
+pub use window::*;

@@ -31,8 +31,8 @@ pub struct kreplay_policy_t {
     /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
     /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
     pub cache_module_scan: bool,
-    /// Version 3 [0]: bit k declines a window while untracked memory of kind k (`kreplay_untracked_kind_t`)
-    /// is live.
+    /// Version 3 [0]: bit `k` declines a window (`KREPLAY_DECLINE_UNTRACKED_MEMORY`) while untracked memory of
+    /// kind `k` (`kreplay_untracked_kind_t`) is live; bits from `KREPLAY_UNTRACKED_KIND_COUNT` up are invalid.
     pub untracked_decline_mask: u32,
     /// Version 3 [0 = 10 s]: a window projected above it logs one warning.
     pub warn_window_ns: u64,
@@ -91,8 +91,8 @@ impl From<kreplay_policy_t> for Policy {
 /// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 /// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
 /// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
-/// that is not 0 or a power of two from 4096 to 16 MiB, or a `device_budget_percent` above 100:
-/// `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with unknown bits or a
+/// `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 /// Thread-safe.
 ///
 /// # Safety

@@ -107,6 +107,14 @@ pub enum kreplay_decline_reason_t {
     KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
     /// The snapshot would exceed `max_snapshot_bytes`.
     KREPLAY_DECLINE_HOST_BUDGET = 8,
+    /// Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
+    KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,
+    /// Version 3: live untracked memory of a kind the policy's `untracked_decline_mask` declines on.
+    KREPLAY_DECLINE_UNTRACKED_MEMORY = 10,
+    /// Version 3: the window's projected cost is above the policy's `max_window_ns`.
+    KREPLAY_DECLINE_OVER_COST = 11,
+    /// Version 3: a window is already open on this agent.
+    KREPLAY_DECLINE_WINDOW_NESTED = 12,
 }
 
 /// A `kreplay_decline_reason_t` as it arrives from C; the header spells it `kreplay_decline_reason_t`.
@@ -125,6 +133,10 @@ enum_table! {
     KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = DeclineReason::ModuleScanIncomplete,
     KREPLAY_DECLINE_INVENTORY_OVERFLOW = DeclineReason::InventoryOverflow,
     KREPLAY_DECLINE_HOST_BUDGET = DeclineReason::HostBudget,
+    KREPLAY_DECLINE_COPIES_IN_FLIGHT = DeclineReason::CopiesInFlight,
+    KREPLAY_DECLINE_UNTRACKED_MEMORY = DeclineReason::UntrackedMemory,
+    KREPLAY_DECLINE_OVER_COST = DeclineReason::OverCost,
+    KREPLAY_DECLINE_WINDOW_NESTED = DeclineReason::WindowNested,
 }
 
 /// A static, NUL-terminated description of `status`; never NULL, also for values this library does not know.

@@ -38,6 +38,9 @@ pub enum kreplay_pointer_type_t {
     KREPLAY_POINTER_GRAPHICS = 3,
     /// Memory imported from another process.
     KREPLAY_POINTER_IPC = 4,
+    /// Version 3: unified (managed) memory, for runtimes that have it (CUDA's `cudaMemoryTypeManaged`). Not an
+    /// HSA value; counted as untracked memory of kind `KREPLAY_UNTRACKED_MANAGED`, never snapshotted.
+    KREPLAY_POINTER_MANAGED = 0x100,
 }
 
 /// A `kreplay_pointer_type_t` as a host writes it (any value); the header spells it `kreplay_pointer_type_t`.
@@ -52,6 +55,7 @@ enum_table! {
     KREPLAY_POINTER_LOCKED = PointerType::Locked,
     KREPLAY_POINTER_GRAPHICS = PointerType::Graphics,
     KREPLAY_POINTER_IPC = PointerType::Ipc,
+    KREPLAY_POINTER_MANAGED = PointerType::Managed,
 }
 
 impl RawPointerType {

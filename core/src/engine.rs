@@ -26,17 +26,19 @@ use crate::snapshot::{Parts, RestoreReport, Retained, Snapshot, Tier};
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
 use crate::types::{Agent, AllocFlags, PointerInfo};
+use crate::window::WindowState;
 
 /// Everything kreplay keeps, for one set of device ops at a time.
 pub struct Engine<O: DeviceOps> {
-    ops: OpsTable<O>,
-    activity: Activity,
-    inventory: Inventory,
-    pools: Pools,
-    device: DevicePools,
-    policy: AtomicPolicy,
-    modules: ModuleCache,
-    retained: Retained,
+    pub(crate) ops: OpsTable<O>,
+    pub(crate) activity: Activity,
+    pub(crate) inventory: Inventory,
+    pub(crate) pools: Pools,
+    pub(crate) device: DevicePools,
+    pub(crate) policy: AtomicPolicy,
+    pub(crate) modules: ModuleCache,
+    pub(crate) retained: Retained,
+    pub(crate) windows: WindowState,
     graph_warned: AtomicBool,
 }
 
@@ -58,12 +60,13 @@ impl<O: DeviceOps> Engine<O> {
             policy: AtomicPolicy::new(),
             modules: ModuleCache::new(),
             retained: Retained::new(),
+            windows: WindowState::new(),
             graph_warned: AtomicBool::new(false),
         }
     }
 
     /// Enters the library for one call; `Finalized` once finalize has begun.
-    fn enter(&self) -> Result<Call<'_>> {
+    pub(crate) fn enter(&self) -> Result<Call<'_>> {
         self.activity.enter().ok_or(Error::Finalized)
     }
 
@@ -96,7 +99,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// A use of the current ops for the length of a call.
-    fn ops(&self) -> Result<OpsRef<'_, O>> {
+    pub(crate) fn ops(&self) -> Result<OpsRef<'_, O>> {
         self.ops.get()
     }
 
@@ -134,6 +137,9 @@ impl<O: DeviceOps> Engine<O> {
     pub fn set_tracking(&self, enabled: bool) {
         let Ok(call) = self.enter() else { return };
         let forgotten = self.inventory.set_enabled(enabled, !call.is_nested());
+        if !enabled {
+            self.windows.untracked.clear();
+        }
         if forgotten > 0 {
             crate::log!(Level::Info, "tracking turned off: {forgotten} tracked regions forgotten");
         }
@@ -157,6 +163,7 @@ impl<O: DeviceOps> Engine<O> {
         // Hosts pass the pool allocation flags through unchanged; only the executable bit matters here, and it is
         // decided before any query because runtimes keep live kernel arguments in such allocations.
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
+            self.note_untracked(ptr, size, alloc_flags, None);
             return Ok(());
         }
         // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
@@ -164,8 +171,11 @@ impl<O: DeviceOps> Engine<O> {
         let epoch = self.inventory.epoch();
         let info = self.classify(ptr, size, epoch)?;
         if !info.is_snapshottable() {
+            self.note_untracked(ptr, size, alloc_flags, Some(&info));
             return Ok(());
         }
+        // Remembered as untracked under an earlier allocation at this address whose free was never recorded.
+        self.windows.untracked.remove(ptr);
         let size = clamp_to_extent(ptr, size, info.base, info.size);
         match self.inventory.insert(ptr, size, info.owner, epoch) {
             Ok(None) => Ok(()),
@@ -231,7 +241,10 @@ impl<O: DeviceOps> Engine<O> {
         }
         match self.inventory.remove(ptr, !call.is_nested()) {
             Ok(_) => Ok(()),
-            Err(RemoveError::NotFound) => Err(Error::NotFound),
+            Err(RemoveError::NotFound) => {
+                self.windows.untracked.remove(ptr);
+                Err(Error::NotFound)
+            }
             Err(RemoveError::InUse) => {
                 crate::log!(
                     Level::Error,
@@ -270,6 +283,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let _call = self.enter()?;
         Self::check_record("record_vmem_map", address, size)?;
+        self.windows.untracked.unmap(address, size);
         self.inventory.insert_vmem(address, size, owner).map_err(|InsertError::Full| {
             crate::log!(
                 Level::Warning,
@@ -291,6 +305,7 @@ impl<O: DeviceOps> Engine<O> {
         let _call = self.enter()?;
         Self::check_record("record_vmem_map_unknown", address, size)?;
         self.inventory.insert_vmem_unknown(address, size);
+        self.windows.untracked.insert_mapping(address, size);
         crate::log!(
             Level::Warning,
             "mapping at {address:#x} ({size} bytes) has no known owner; snapshots of every agent are declined until \
@@ -307,6 +322,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let call = self.enter()?;
         Self::check_record("record_vmem_unmap", address, size)?;
+        self.windows.untracked.unmap(address, size);
         let outcome = match self.inventory.remove_vmem(address, size, !call.is_nested()) {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -338,10 +354,13 @@ impl<O: DeviceOps> Engine<O> {
     /// Replaces the policy; `InvalidArgument` when a field is out of range.
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
         let _call = self.enter()?;
-        if policy.device_budget_percent > crate::policy::MAX_DEVICE_BUDGET_PERCENT {
+        if !policy.window_fields_valid() {
             crate::log!(
                 Level::Warning,
-                "set_policy: device_budget_percent = {} is above 100",
+                "set_policy: untracked_decline_mask = {:#x} names unknown kinds (known: {:#x}), or \
+                 device_budget_percent = {} is above 100",
+                policy.untracked_decline_mask,
+                crate::policy::UNTRACKED_DECLINE_BITS,
                 policy.device_budget_percent
             );
             return Err(Error::InvalidArgument);
@@ -420,7 +439,9 @@ impl<O: DeviceOps> Engine<O> {
     /// memory held between dispatches is bounded by the last snapshot's footprint.
     pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
         let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
-        crate::snapshot::capture(self.parts(), agent)
+        let result = crate::snapshot::capture(self.parts(), agent);
+        self.window_snapshot(agent, result.as_ref().map(|snapshot| snapshot.info).map_err(|&reason| reason));
+        result
     }
 
     /// Writes every captured range back. Tracked regions freed, shrunk or reallocated since the snapshot are
@@ -428,7 +449,11 @@ impl<O: DeviceOps> Engine<O> {
     /// failed (or a finalize stopped the restore): the host must not run another pass.
     pub fn restore(&self, snapshot: &Snapshot<'_, O>) -> (RestoreReport, Result<()>) {
         match self.enter() {
-            Ok(_call) => crate::snapshot::restore(self.parts(), snapshot),
+            Ok(_call) => {
+                let (report, status) = crate::snapshot::restore(self.parts(), snapshot);
+                self.window_restore(&snapshot.info, &report, status.is_ok());
+                (report, status)
+            }
             Err(error) => (RestoreReport::default(), Err(error)),
         }
     }

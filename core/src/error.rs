@@ -158,6 +158,20 @@ c_enum! {
         InventoryOverflow = 7 => "an allocation of this agent could not be recorded",
         /// The snapshot would exceed the configured host budget.
         HostBudget = 8 => "the snapshot would exceed max_snapshot_bytes",
+        /// Async copies on the agent did not complete within the window's copy timeout.
+        CopiesInFlight = 9 => "async copies on the agent did not complete in time",
+        /// Untracked memory of a kind the policy declines on is live.
+        UntrackedMemory = 10 => "untracked memory of a declined kind is live",
+        /// The window's projected cost is above the policy's limit.
+        OverCost = 11 => "the window's projected cost is above max_window_ns",
+        /// A window is already open on this agent.
+        WindowNested = 12 => "a window is already open on this agent",
+    }
+}
+
+impl Default for DeclineReason {
+    fn default() -> Self {
+        DeclineReason::None
     }
 }
 
@@ -187,7 +201,7 @@ mod tests {
         assert_eq!(Error::from_raw(0), None);
         assert_eq!(status_text(12), c"unknown status");
         assert_eq!(status_text(u32::MAX), c"unknown status");
-        assert_eq!(DeclineReason::raw_text(9), c"unknown decline reason");
+        assert_eq!(DeclineReason::raw_text(13), c"unknown decline reason");
         assert_eq!(DeclineReason::from_raw(u32::MAX), None);
     }
 }

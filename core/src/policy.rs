@@ -38,6 +38,9 @@ pub struct Policy {
     pub device_budget_percent: u32,
 }
 
+/// Bits of [`Policy::untracked_decline_mask`] that name a kind.
+pub const UNTRACKED_DECLINE_BITS: u32 = (1 << crate::window::untracked::UNTRACKED_KINDS) - 1;
+
 impl Default for Policy {
     fn default() -> Self {
         Self::DEFAULT
@@ -63,6 +66,12 @@ impl Policy {
     pub fn is_valid(&self) -> bool {
         self.digest_block_bytes.is_power_of_two()
             && (MIN_DIGEST_BLOCK..=MAX_DIGEST_BLOCK).contains(&self.digest_block_bytes)
+            && self.window_fields_valid()
+    }
+
+    /// Whether the replay-window fields are within range: known untracked kinds, a percentage.
+    pub fn window_fields_valid(&self) -> bool {
+        self.untracked_decline_mask & !UNTRACKED_DECLINE_BITS == 0
             && self.device_budget_percent <= MAX_DEVICE_BUDGET_PERCENT
     }
 }

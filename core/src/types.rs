@@ -20,6 +20,9 @@ crate::error::c_enum! {
         Graphics = 3,
         /// Memory imported from another process.
         Ipc = 4,
+        /// Unified (managed) memory that migrates between host and device: not an HSA value (kreplay's own, far
+        /// from `hsa_amd_pointer_type_t`'s), for runtimes that have it (CUDA). Never snapshotted.
+        Managed = 0x100,
     }
 }
 

@@ -141,6 +141,10 @@ pub struct RestoreReport {
     pub bytes: usize,
     /// Bytes verified unchanged by digest, so not written.
     pub clean_bytes: usize,
+    /// How long the restore took, digests included.
+    pub elapsed_ns: u64,
+    /// Of it, the time spent digesting.
+    pub digest_ns: u64,
 }
 
 /// The storage of one snapshot: a host block, a device block, or both.

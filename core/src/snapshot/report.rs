@@ -71,6 +71,8 @@ pub(super) fn restored(
     report.bytes = moved.copied_bytes;
     report.clean_bytes = moved.clean_bytes;
     let elapsed = clock::since(start);
+    report.elapsed_ns = elapsed;
+    report.digest_ns = moved.digest_ns;
     if report.skipped > SKIP_LOG_LIMIT {
         crate::log!(
             Level::Warning,
