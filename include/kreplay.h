@@ -96,6 +96,14 @@ typedef enum kreplay_decline_reason_t {
   KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
   // The snapshot would exceed `max_snapshot_bytes`.
   KREPLAY_DECLINE_HOST_BUDGET = 8,
+  // Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
+  KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,
+  // Version 3: live untracked memory of a kind the policy's `untracked_decline_mask` declines on.
+  KREPLAY_DECLINE_UNTRACKED_MEMORY = 10,
+  // Version 3: the window's projected cost is above the policy's `max_window_ns`.
+  KREPLAY_DECLINE_OVER_COST = 11,
+  // Version 3: a window is already open on this agent.
+  KREPLAY_DECLINE_WINDOW_NESTED = 12,
 } kreplay_decline_reason_t;
 
 // Kinds of memory `pointer_info` reports; the values of `hsa_amd_pointer_type_t`.
@@ -110,11 +118,18 @@ typedef enum kreplay_pointer_type_t {
   KREPLAY_POINTER_GRAPHICS = 3,
   // Memory imported from another process.
   KREPLAY_POINTER_IPC = 4,
+  // Version 3: unified (managed) memory, for runtimes that have it (CUDA's `cudaMemoryTypeManaged`). Not an
+  // HSA value; counted as untracked memory of kind `KREPLAY_UNTRACKED_MANAGED`, never snapshotted.
+  KREPLAY_POINTER_MANAGED = 256,
 } kreplay_pointer_type_t;
 
 // A complete capture of one agent's device memory. Opaque (a handle, not an address); free it with
 // `kreplay_snapshot_free`.
 typedef struct kreplay_snapshot_t kreplay_snapshot_t;
+
+// One replayed dispatch on one agent, from before its snapshot to after its last pass. Opaque (a handle, not
+// an address): close it with `kreplay_window_close`.
+typedef struct kreplay_window_t kreplay_window_t;
 
 // Receives one message: `message` is `length` bytes, NUL-terminated, without a newline, valid only during
 // the call. It may be called from any thread, never while the library holds a lock, and may call any kreplay
@@ -265,6 +280,17 @@ typedef struct kreplay_policy_t {
   // Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
   // called. Only for hosts that call it whenever a code object is loaded or unloaded.
   bool cache_module_scan;
+  // Version 3 [0]: bit `k` declines a window (`KREPLAY_DECLINE_UNTRACKED_MEMORY`) while untracked memory of
+  // kind `k` (`kreplay_untracked_kind_t`) is live; bits above `KREPLAY_UNTRACKED_KIND_COUNT` are invalid.
+  uint32_t untracked_decline_mask;
+  // Version 3 [0 = 10 s]: a window projected above it logs one warning.
+  uint64_t warn_window_ns;
+  // Version 3 [0 = none]: a window projected above it is declined (`KREPLAY_DECLINE_OVER_COST`).
+  uint64_t max_window_ns;
+  // Version 3 [0 = off]: with `ops.device_free_bytes`, the device budget of each capture is this percent
+  // (at most 100) of the agent's free device memory at that moment (the smaller of it and
+  // `device_budget_bytes` when both are set).
+  uint32_t device_budget_percent;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -344,6 +370,59 @@ typedef struct kreplay_inventory_stats_t {
   size_t overflowed;
 } kreplay_inventory_stats_t;
 
+// What the host tells `kreplay_window_open`.
+typedef struct kreplay_window_options_t {
+  // `sizeof(kreplay_window_options_t)` as the caller compiled it.
+  size_t struct_size;
+  // Passes the host means to run (at least 1): used for admission and the outcome.
+  uint32_t passes;
+  // How long the open waits for async copies in flight [0 = 1000].
+  uint32_t copy_timeout_ms;
+} kreplay_window_options_t;
+
+// Untracked memory live at the time of the query, for one agent (allocations of unknown owner, such as
+// executable ones, count for every agent).
+typedef struct kreplay_untracked_t {
+  // Allocations of each kind, indexed by `kreplay_untracked_kind_t`.
+  size_t count[6];
+  // Their bytes.
+  size_t bytes[6];
+} kreplay_untracked_t;
+
+// The account of one window, filled by `kreplay_window_close`.
+typedef struct kreplay_window_outcome_t {
+  // `sizeof(kreplay_window_outcome_t)` as the caller compiled it; set it before the call.
+  size_t struct_size;
+  // The window's agent.
+  struct kreplay_agent_t agent;
+  // `KREPLAY_DECLINE_NONE`: replayed; otherwise why not (a snapshot that declined inside the window).
+  enum kreplay_decline_reason_t reason;
+  // Passes the host asked for at open.
+  uint32_t passes_requested;
+  // 1 + the restores that succeeded in this window.
+  uint32_t passes_run;
+  // Bytes captured by the window's snapshot (0 if none).
+  size_t footprint_bytes;
+  // Its regions and module variables.
+  size_t footprint_regions;
+  // Bytes moved by the snapshot and every restore of the window.
+  size_t bytes_moved;
+  // Bytes verified unchanged and not written, summed over the restores.
+  size_t clean_bytes;
+  // Time of the snapshot.
+  uint64_t snapshot_ns;
+  // Time of all restores of the window.
+  uint64_t restore_ns;
+  // Admission's projection of the snapshot and restores.
+  uint64_t projected_ns;
+  // Async copies in flight that the open waited for.
+  uint64_t copies_waited;
+  // Untracked memory live at open.
+  struct kreplay_untracked_t untracked;
+  // Work was submitted on the agent from inside the window (`kreplay_window_note_reentry`).
+  bool reentry_observed;
+} kreplay_window_outcome_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -381,8 +460,9 @@ enum kreplay_status_t kreplay_configure(const struct kreplay_device_ops_t *ops);
 
 // Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 // are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a
+// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with
+// unknown bits or a `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 // Thread-safe.
 //
 // # Safety
@@ -565,6 +645,72 @@ void kreplay_finalize(void);
 // `stats_out` must be NULL or valid for a write of `kreplay_inventory_stats_t`.
 enum kreplay_status_t kreplay_inventory_stats(struct kreplay_agent_t agent,
                                               struct kreplay_inventory_stats_t *stats_out);
+
+// Opens a replay window on `agent`: closes the async-copy fence on it (a `kreplay_copy_begin` naming it from
+// now on waits), waits up to `options->copy_timeout_ms` for the copies already in flight, then checks
+// untracked memory and the projected cost against the policy.
+//
+// `SUCCESS`: `*window_out` is the open window, owned by the caller until `kreplay_window_close`;
+// `*reason_out` is `KREPLAY_DECLINE_NONE`. `DECLINED`: `*window_out` is NULL, `*reason_out` says why
+// (`COPIES_IN_FLIGHT`, `UNTRACKED_MEMORY`, `OVER_COST`, `WINDOW_NESTED`), nothing is left fenced and the
+// outcome line was logged: run the dispatch once. A second window on an agent that has one open is
+// `WINDOW_NESTED` at once, never a wait; windows on different agents may be open together, also on one thread.
+// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small,
+// `passes` 0. `reason_out` may be NULL. Thread-safe.
+//
+// # Safety
+// `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as
+// `kreplay_window_options_t`; `window_out` NULL or valid for a write of a pointer; `reason_out` NULL or valid
+// for a write of `kreplay_decline_reason_t`.
+enum kreplay_status_t kreplay_window_open(struct kreplay_agent_t agent,
+                                          const struct kreplay_window_options_t *options,
+                                          struct kreplay_window_t **window_out,
+                                          enum kreplay_decline_reason_t *reason_out);
+
+// Closes a window: reopens the fence on its agent (copies waiting for it proceed), fills `*outcome_out`
+// (also when the window's snapshot declined inside it), logs the outcome line (INFO when replayed, WARNING
+// when declined) and frees the window; the handle is invalid afterwards. `INVALID_ARGUMENT`, with nothing
+// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced),
+// or an `outcome_out->struct_size` smaller than this version's struct. `outcome_out` may be NULL.
+// Thread-safe; works after `kreplay_finalize` too, so no fence stays closed.
+//
+// # Safety
+// `outcome_out` must be NULL or valid for reads and writes of `outcome_out->struct_size` bytes.
+enum kreplay_status_t kreplay_window_close(struct kreplay_window_t *window,
+                                           struct kreplay_window_outcome_t *outcome_out);
+
+// The host saw a dispatch submitted on `agent` from inside that agent's open window (a tool callback
+// launching work): the window's outcome will say so. Does nothing when no window is open on `agent`; never
+// waits. Thread-safe.
+void kreplay_window_note_reentry(struct kreplay_agent_t agent);
+
+// For an adapter's wrapper around each async copy of the host program (DMA, outside the dispatch queues): call
+// before issuing the copy, naming every agent it touches, and `kreplay_copy_end(*token_out)` when its
+// completion signal fires. Costs one relaxed atomic load while no window has ever been opened (the token is
+// then 0, and ending it does nothing). Afterwards it waits (back-off, no lock held) while a window of another
+// thread is open on any of `agents`, and the copy counts as in flight on each of them until its end; a call
+// from the thread of a window open on the agent (an adapter's own copies, from inside a device op) never
+// waits. Never allocates. `INVALID_ARGUMENT`: `agents` NULL, `count` 0, or `token_out` NULL;
+// `CAPACITY_EXCEEDED` (nothing counted, a log line; issue the copy anyway): more than 8 distinct agents, 4096
+// copies in flight, or 256 agents known. Thread-safe.
+//
+// # Safety
+// `agents` must be NULL or point to `count` readable agents; `token_out` NULL or valid for a write of a
+// `uint64_t`.
+enum kreplay_status_t kreplay_copy_begin(const struct kreplay_agent_t *agents,
+                                         size_t count,
+                                         uint64_t *token_out);
+
+// Ends the async copy that `kreplay_copy_begin` gave `token` for: it no longer counts as in flight. A token
+// ended twice, or never issued, is ignored with a log line; 0 is ignored silently. Thread-safe; never waits.
+void kreplay_copy_end(uint64_t token);
+
+// Untracked memory live for `agent` now, by kind. `out` is written only on success; NULL is
+// `INVALID_ARGUMENT`. Thread-safe.
+//
+// # Safety
+// `out` must be NULL or valid for a write of `kreplay_untracked_t`.
+enum kreplay_status_t kreplay_untracked_stats(struct kreplay_agent_t agent, struct kreplay_untracked_t *out);
 
 #ifdef __cplusplus
 }  // extern "C"

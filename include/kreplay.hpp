@@ -9,6 +9,7 @@
 #define KREPLAY_HPP
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kreplay.h"
 
@@ -269,6 +270,18 @@ class policy_t {
   policy_t& digest_block_bytes(std::size_t bytes) noexcept { return policy_.digest_block_bytes = bytes, *this; }
   /// Reuse an agent's module scan until `kreplay_modules_changed()`.
   policy_t& cache_module_scan(bool on) noexcept { return policy_.cache_module_scan = on, *this; }
+  /// Bit k: decline a window while untracked memory of kind k (`kreplay_untracked_kind_t`) is live.
+  policy_t& untracked_decline_mask(std::uint32_t mask) noexcept {
+    return policy_.untracked_decline_mask = mask, *this;
+  }
+  /// A window projected above this logs one warning (0: 10 s).
+  policy_t& warn_window_ns(std::uint64_t ns) noexcept { return policy_.warn_window_ns = ns, *this; }
+  /// A window projected above this is declined with `OVER_COST` (0: no limit).
+  policy_t& max_window_ns(std::uint64_t ns) noexcept { return policy_.max_window_ns = ns, *this; }
+  /// With `device_free_bytes`: each capture's device budget is this percent of the free device memory (0: off).
+  policy_t& device_budget_percent(std::uint32_t percent) noexcept {
+    return policy_.device_budget_percent = percent, *this;
+  }
 
   /// The C struct, for `kreplay_set_policy`.
   const kreplay_policy_t& get() const noexcept { return policy_; }
@@ -277,6 +290,100 @@ class policy_t {
 
  private:
   kreplay_policy_t policy_;
+};
+
+/// One replay window (version 3): opened by `window_t::open`, closed by the destructor, `close()` or a move
+/// assignment over it, exactly once. While it is open, `snap` and `restore` of its agent are accounted to it,
+/// and async copies of other threads that touch the agent wait for it to close.
+///
+///     auto window = kreplay::window_t::open(agent, passes);
+///     if (!window.is_open()) { /* run the dispatch once: window.reason() says why */ }
+///     ... snap, passes, restores ...
+///     window.close();   // window.outcome() is the account; the outcome line is logged
+///
+/// Move-only. Not thread-safe: one object must not be used from two threads at once.
+class window_t {
+ public:
+  /// No window: `is_open()` is false, `status()` is `DECLINED`.
+  window_t() noexcept : outcome_() {}
+
+  /// Opens a window on `agent` for `passes` passes, waiting up to `copy_timeout_ms` (0: 1000) for async
+  /// copies in flight. A decline or an error gives an object that is not open; `reason()` and `status()` say
+  /// why.
+  static window_t open(kreplay_agent_t agent, std::uint32_t passes, std::uint32_t copy_timeout_ms = 0) noexcept {
+    window_t window;
+    kreplay_window_options_t options{};
+    options.struct_size = sizeof options;
+    options.passes = passes;
+    options.copy_timeout_ms = copy_timeout_ms;
+    window.status_ = kreplay_window_open(agent, &options, &window.window_, &window.reason_);
+    window.outcome_.agent = agent;
+    window.outcome_.reason = window.reason_;
+    window.outcome_.passes_requested = passes;
+    return window;
+  }
+
+  /// Takes the window of `other`, which is left without one.
+  window_t(window_t&& other) noexcept : window_t() { take(other); }
+
+  /// Closes this object's window, then takes the one of `other`. Moving an object onto itself changes nothing.
+  window_t& operator=(window_t&& other) noexcept {
+    if (this != &other) {
+      close();
+      take(other);
+    }
+    return *this;
+  }
+
+  /// Not copyable: two owners would close the same window twice.
+  window_t(const window_t&) = delete;
+  /// Not copyable: two owners would close the same window twice.
+  window_t& operator=(const window_t&) = delete;
+
+  /// Closes the window if it is still open.
+  ~window_t() { close(); }
+
+  /// True from a successful open until the close.
+  bool is_open() const noexcept { return window_ != nullptr; }
+  /// What `kreplay_window_open` returned (`SUCCESS`, `DECLINED` or an error).
+  kreplay_status_t status() const noexcept { return status_; }
+  /// Why the open declined (`KREPLAY_DECLINE_NONE` when it opened).
+  kreplay_decline_reason_t reason() const noexcept { return reason_; }
+
+  /// Closes the window (nothing when it is not open) and keeps its outcome; returns the close's status.
+  kreplay_status_t close() noexcept {
+    if (window_ == nullptr) {
+      return KREPLAY_STATUS_SUCCESS;
+    }
+    kreplay_window_outcome_t outcome{};
+    outcome.struct_size = sizeof outcome;
+    const kreplay_status_t status = kreplay_window_close(window_, &outcome);
+    window_ = nullptr;
+    if (status == KREPLAY_STATUS_SUCCESS) {
+      outcome_ = outcome;
+    }
+    return status;
+  }
+
+  /// The account of the window: complete after `close()`; before, or after a declined open, only the agent,
+  /// the reason and the passes requested.
+  const kreplay_window_outcome_t& outcome() const noexcept { return outcome_; }
+
+ private:
+  void take(window_t& other) noexcept {
+    window_ = other.window_;
+    status_ = other.status_;
+    reason_ = other.reason_;
+    outcome_ = other.outcome_;
+    other.window_ = nullptr;
+    other.status_ = KREPLAY_STATUS_DECLINED;
+    other.reason_ = KREPLAY_DECLINE_NONE;
+  }
+
+  kreplay_window_t* window_ = nullptr;
+  kreplay_status_t status_ = KREPLAY_STATUS_DECLINED;
+  kreplay_decline_reason_t reason_ = KREPLAY_DECLINE_NONE;
+  kreplay_window_outcome_t outcome_;
 };
 
 }  // namespace kreplay

@@ -13,6 +13,7 @@ mod staging;
 mod status;
 mod tracking;
 mod types;
+mod window;
 
 /// cbindgen:ignore
 #[cfg(feature = "sim")]
@@ -25,6 +26,7 @@ pub use staging::*;
 pub use status::*;
 pub use tracking::*;
 pub use types::*;
+pub use window::*;
 
 use kreplay_core::Engine;
 

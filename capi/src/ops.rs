@@ -28,6 +28,9 @@ pub enum kreplay_pointer_type_t {
     KREPLAY_POINTER_GRAPHICS = 3,
     /// Memory imported from another process.
     KREPLAY_POINTER_IPC = 4,
+    /// Version 3: unified (managed) memory, for runtimes that have it (CUDA's `cudaMemoryTypeManaged`). Not an
+    /// HSA value; counted as untracked memory of kind `KREPLAY_UNTRACKED_MANAGED`, never snapshotted.
+    KREPLAY_POINTER_MANAGED = 0x100,
 }
 
 /// A `kreplay_pointer_type_t` as a host writes it (any value); the header spells it `kreplay_pointer_type_t`.
@@ -439,6 +442,17 @@ pub struct kreplay_policy_t {
     /// Version 2 [false]: reuse an agent's last complete module scan until `kreplay_modules_changed()` is
     /// called. Only for hosts that call it whenever a code object is loaded or unloaded.
     pub cache_module_scan: bool,
+    /// Version 3 [0]: bit `k` declines a window (`KREPLAY_DECLINE_UNTRACKED_MEMORY`) while untracked memory of
+    /// kind `k` (`kreplay_untracked_kind_t`) is live; bits above `KREPLAY_UNTRACKED_KIND_COUNT` are invalid.
+    pub untracked_decline_mask: u32,
+    /// Version 3 [0 = 10 s]: a window projected above it logs one warning.
+    pub warn_window_ns: u64,
+    /// Version 3 [0 = none]: a window projected above it is declined (`KREPLAY_DECLINE_OVER_COST`).
+    pub max_window_ns: u64,
+    /// Version 3 [0 = off]: with `ops.device_free_bytes`, the device budget of each capture is this percent
+    /// (at most 100) of the agent's free device memory at that moment (the smaller of it and
+    /// `device_budget_bytes` when both are set).
+    pub device_budget_percent: u32,
 }
 
 /// The version-1 policy: the fields every `struct_size` must cover.
@@ -446,8 +460,9 @@ const POLICY_V1_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) +
 
 /// Replaces the policy; snapshots under way keep the one they started with. Only `policy->struct_size` bytes
 /// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
-/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, or a
-/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a
+/// `digest_block_bytes` that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with
+/// unknown bits or a `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 /// Thread-safe.
 ///
 /// # Safety
@@ -479,6 +494,10 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
             dirty_only: defaults.dirty_only,
             digest_block_bytes: 0,
             cache_module_scan: defaults.cache_module_scan,
+            untracked_decline_mask: defaults.untracked_decline_mask,
+            warn_window_ns: defaults.warn_window_ns,
+            max_window_ns: defaults.max_window_ns,
+            device_budget_percent: defaults.device_budget_percent,
         };
         let len = struct_size.min(size_of::<kreplay_policy_t>());
         // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `policy`, and `len` is at most that;
@@ -494,6 +513,10 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
             dirty_only: raw.dirty_only,
             digest_block_bytes,
             cache_module_scan: raw.cache_module_scan,
+            untracked_decline_mask: raw.untracked_decline_mask,
+            warn_window_ns: raw.warn_window_ns,
+            max_window_ns: raw.max_window_ns,
+            device_budget_percent: raw.device_budget_percent,
         }))
     })
 }

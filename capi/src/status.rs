@@ -96,6 +96,14 @@ pub enum kreplay_decline_reason_t {
     KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
     /// The snapshot would exceed `max_snapshot_bytes`.
     KREPLAY_DECLINE_HOST_BUDGET = 8,
+    /// Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
+    KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,
+    /// Version 3: live untracked memory of a kind the policy's `untracked_decline_mask` declines on.
+    KREPLAY_DECLINE_UNTRACKED_MEMORY = 10,
+    /// Version 3: the window's projected cost is above the policy's `max_window_ns`.
+    KREPLAY_DECLINE_OVER_COST = 11,
+    /// Version 3: a window is already open on this agent.
+    KREPLAY_DECLINE_WINDOW_NESTED = 12,
 }
 
 /// A `kreplay_decline_reason_t` as it arrives from C; the header spells it `kreplay_decline_reason_t`.
@@ -117,6 +125,12 @@ enum_table! {
     KREPLAY_DECLINE_INVENTORY_OVERFLOW = DeclineReason::InventoryOverflow
         => c"an allocation of this agent could not be recorded",
     KREPLAY_DECLINE_HOST_BUDGET = DeclineReason::HostBudget => c"the snapshot would exceed max_snapshot_bytes",
+    KREPLAY_DECLINE_COPIES_IN_FLIGHT = DeclineReason::CopiesInFlight
+        => c"async copies on the agent did not complete within copy_timeout_ms",
+    KREPLAY_DECLINE_UNTRACKED_MEMORY = DeclineReason::UntrackedMemory
+        => c"untracked memory of a kind the policy declines on is live",
+    KREPLAY_DECLINE_OVER_COST = DeclineReason::OverCost => c"the window's projected cost is above max_window_ns",
+    KREPLAY_DECLINE_WINDOW_NESTED = DeclineReason::WindowNested => c"a window is already open on this agent",
 }
 
 /// A static, NUL-terminated description of `status`; never NULL, also for values this library does not know.

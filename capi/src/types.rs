@@ -31,6 +31,7 @@ enum_table! {
     KREPLAY_POINTER_LOCKED = PointerType::Locked => c"page-locked host memory",
     KREPLAY_POINTER_GRAPHICS = PointerType::Graphics => c"memory shared with a graphics API",
     KREPLAY_POINTER_IPC = PointerType::Ipc => c"memory imported from another process",
+    KREPLAY_POINTER_MANAGED = PointerType::Managed => c"unified (managed) memory",
 }
 
 impl RawPointerType {

@@ -22,6 +22,7 @@ use crate::snapshot::Retained;
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
 use crate::types::{Agent, AllocFlags};
+use crate::window::WindowState;
 
 /// Everything kreplay keeps, for one set of device ops at a time.
 pub struct Engine<O: DeviceOps> {
@@ -33,6 +34,7 @@ pub struct Engine<O: DeviceOps> {
     pub(crate) policy: AtomicPolicy,
     pub(crate) modules: ModuleCache,
     pub(crate) retained: Retained,
+    pub(crate) windows: WindowState,
     graph_warned: AtomicBool,
 }
 
@@ -54,6 +56,7 @@ impl<O: DeviceOps> Engine<O> {
             policy: AtomicPolicy::new(),
             modules: ModuleCache::new(),
             retained: Retained::new(),
+            windows: WindowState::new(),
             graph_warned: AtomicBool::new(false),
         }
     }
@@ -116,6 +119,9 @@ impl<O: DeviceOps> Engine<O> {
     pub fn set_tracking(&self, enabled: bool) {
         let Ok(call) = self.enter() else { return };
         let forgotten = self.inventory.set_enabled(enabled, !call.is_nested());
+        if !enabled {
+            self.windows.untracked.clear();
+        }
         if forgotten > 0 {
             crate::log!(Level::Info, "tracking turned off: {forgotten} tracked regions forgotten");
         }
@@ -139,6 +145,7 @@ impl<O: DeviceOps> Engine<O> {
         // Hosts pass the pool allocation flags through unchanged; only the executable bit matters here, and it is
         // decided before any query because runtimes keep live kernel arguments in such allocations.
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
+            self.note_untracked(ptr, size, alloc_flags, None);
             return Ok(());
         }
         // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
@@ -170,8 +177,11 @@ impl<O: DeviceOps> Engine<O> {
             }
         };
         if !info.is_snapshottable() {
+            self.note_untracked(ptr, size, alloc_flags, Some(&info));
             return Ok(());
         }
+        // Remembered as untracked under an earlier allocation at this address whose free was never recorded.
+        self.windows.untracked.remove(ptr);
         let size = clamp_to_extent(ptr, size, info.base, info.size);
         match self.inventory.insert(ptr, size, info.owner, epoch) {
             Ok(None) => Ok(()),
@@ -211,7 +221,10 @@ impl<O: DeviceOps> Engine<O> {
         }
         match self.inventory.remove(ptr, !call.is_nested()) {
             Ok(_) => Ok(()),
-            Err(RemoveError::NotFound) => Err(Error::NotFound),
+            Err(RemoveError::NotFound) => {
+                self.windows.untracked.remove(ptr);
+                Err(Error::NotFound)
+            }
             Err(RemoveError::InUse) => {
                 crate::log!(
                     Level::Error,
@@ -250,6 +263,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let _call = self.enter()?;
         Self::check_record("record_vmem_map", address, size)?;
+        self.windows.untracked.unmap(address, size);
         self.inventory.insert_vmem(address, size, owner).map_err(|InsertError::Full| {
             crate::log!(
                 Level::Warning,
@@ -271,6 +285,7 @@ impl<O: DeviceOps> Engine<O> {
         let _call = self.enter()?;
         Self::check_record("record_vmem_map_unknown", address, size)?;
         self.inventory.insert_vmem_unknown(address, size);
+        self.windows.untracked.insert_mapping(address, size);
         crate::log!(
             Level::Warning,
             "mapping at {address:#x} ({size} bytes) has no known owner; snapshots of every agent are declined until \
@@ -287,6 +302,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let call = self.enter()?;
         Self::check_record("record_vmem_unmap", address, size)?;
+        self.windows.untracked.unmap(address, size);
         let outcome = match self.inventory.remove_vmem(address, size, !call.is_nested()) {
             Ok(outcome) => outcome,
             Err(_) => {
@@ -318,6 +334,17 @@ impl<O: DeviceOps> Engine<O> {
     /// Replaces the policy; `InvalidArgument` when a field is out of range.
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
         let _call = self.enter()?;
+        if !policy.window_fields_valid() {
+            crate::log!(
+                Level::Warning,
+                "set_policy: untracked_decline_mask = {:#x} names unknown kinds (known: {:#x}), or \
+                 device_budget_percent = {} is above 100",
+                policy.untracked_decline_mask,
+                crate::policy::UNTRACKED_DECLINE_BITS,
+                policy.device_budget_percent
+            );
+            return Err(Error::InvalidArgument);
+        }
         if !policy.is_valid() {
             crate::log!(
                 Level::Warning,

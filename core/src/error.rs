@@ -33,10 +33,11 @@ pub enum Error {
 pub type Result<T> = core::result::Result<T, Error>;
 
 /// Why a snapshot was declined. The discriminants are the C API's `kreplay_decline_reason_t` values.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 #[repr(u32)]
 pub enum DeclineReason {
     /// Not declined.
+    #[default]
     None = 0,
     /// No device operations have been installed.
     NotConfigured = 1,
@@ -54,6 +55,14 @@ pub enum DeclineReason {
     InventoryOverflow = 7,
     /// The snapshot would exceed the configured host budget.
     HostBudget = 8,
+    /// Async copies on the agent did not complete within the window's copy timeout.
+    CopiesInFlight = 9,
+    /// Untracked memory of a kind the policy declines on is live.
+    UntrackedMemory = 10,
+    /// The window's projected cost is above the policy's limit.
+    OverCost = 11,
+    /// A window is already open on this agent.
+    WindowNested = 12,
 }
 
 impl DeclineReason {
@@ -69,6 +78,10 @@ impl DeclineReason {
             DeclineReason::ModuleScanIncomplete => "the module-scope variables could not all be enumerated",
             DeclineReason::InventoryOverflow => "an allocation of this agent could not be recorded",
             DeclineReason::HostBudget => "the snapshot would exceed max_snapshot_bytes",
+            DeclineReason::CopiesInFlight => "async copies on the agent did not complete in time",
+            DeclineReason::UntrackedMemory => "untracked memory of a declined kind is live",
+            DeclineReason::OverCost => "the window's projected cost is above max_window_ns",
+            DeclineReason::WindowNested => "a window is already open on this agent",
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod policy;
 pub mod snapshot;
 pub mod storage;
 pub mod types;
+pub mod window;
 
 /// The host staging pools, under the name the C API gives them.
 pub use storage::host as staging;

@@ -24,7 +24,19 @@ pub struct Policy {
     pub digest_block_bytes: usize,
     /// Reuse an agent's last complete module scan until [`crate::Engine::modules_changed`].
     pub cache_module_scan: bool,
+    /// Bit `k`: decline a window while untracked memory of kind `k` is live.
+    pub untracked_decline_mask: u32,
+    /// A window projected above this logs a warning; 0: 10 s.
+    pub warn_window_ns: u64,
+    /// A window projected above this is declined; 0: no limit.
+    pub max_window_ns: u64,
+    /// With the `device_free_bytes` op: each capture's device budget is this percent of the agent's free device
+    /// memory; 0: off.
+    pub device_budget_percent: u32,
 }
+
+/// Bits of [`Policy::untracked_decline_mask`] that name a kind.
+pub const UNTRACKED_DECLINE_BITS: u32 = (1 << crate::window::untracked::UNTRACKED_KINDS) - 1;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -41,12 +53,22 @@ impl Policy {
         dirty_only: false,
         digest_block_bytes: DEFAULT_DIGEST_BLOCK,
         cache_module_scan: false,
+        untracked_decline_mask: 0,
+        warn_window_ns: 0,
+        max_window_ns: 0,
+        device_budget_percent: 0,
     };
 
     /// Whether every field is within its range.
     pub fn is_valid(&self) -> bool {
         self.digest_block_bytes.is_power_of_two()
             && (MIN_DIGEST_BLOCK..=MAX_DIGEST_BLOCK).contains(&self.digest_block_bytes)
+            && self.window_fields_valid()
+    }
+
+    /// Whether the replay-window fields are within range: known untracked kinds, a percentage.
+    pub fn window_fields_valid(&self) -> bool {
+        self.untracked_decline_mask & !UNTRACKED_DECLINE_BITS == 0 && self.device_budget_percent <= 100
     }
 }
 

@@ -19,7 +19,13 @@ pub enum PointerType {
     Graphics,
     /// Memory imported from another process.
     Ipc,
+    /// Unified (managed) memory that migrates between host and device: not an HSA value, for runtimes that
+    /// have it (CUDA). Never snapshotted.
+    Managed,
 }
+
+/// The raw value of [`PointerType::Managed`]: kreplay's own, far from `hsa_amd_pointer_type_t`'s values.
+pub const POINTER_TYPE_MANAGED: u32 = 0x100;
 
 impl PointerType {
     /// Maps an HSA pointer-type value; values the library does not know are [`PointerType::Unknown`].
@@ -29,6 +35,7 @@ impl PointerType {
             2 => PointerType::Locked,
             3 => PointerType::Graphics,
             4 => PointerType::Ipc,
+            POINTER_TYPE_MANAGED => PointerType::Managed,
             _ => PointerType::Unknown,
         }
     }

@@ -34,6 +34,7 @@ impl<O: DeviceOps> Engine<O> {
     pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
         let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
         let result = self.capture(agent);
+        self.window_snapshot(agent, result.as_ref().map(|snapshot| snapshot.info).map_err(|&reason| reason));
         if result.is_err() {
             // A decline keeps nothing: not even the previous snapshot's storage kept for dirty-only re-capture
             // (the capture may have declined before taking it).

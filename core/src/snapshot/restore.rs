@@ -122,6 +122,7 @@ impl<O: DeviceOps> Engine<O> {
             gigabytes_per_second(report.bytes, elapsed)
         );
         let status = if report.failed == 0 { Ok(()) } else { Err(Error::PartialRestore) };
+        self.window_restore(&snapshot.info, &report, status.is_ok(), elapsed, moved.digest_ns);
         (report, status)
     }
 }

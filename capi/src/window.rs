@@ -1,0 +1,334 @@
+//! The replay window (version 3): open and close, the async-copy fence, re-entry, untracked memory.
+
+use std::mem::{offset_of, size_of};
+
+use kreplay_core::log::Level;
+use kreplay_core::window::{Opened, Outcome, UntrackedStats, WindowHandle, WindowOptions};
+use kreplay_core::Agent;
+
+use crate::ENGINE;
+use crate::boundary::ffi_guard;
+use crate::status::*;
+use crate::types::{kreplay_agent_t, write_out};
+
+/// One replayed dispatch on one agent, from before its snapshot to after its last pass. Opaque (a handle, not
+/// an address): close it with `kreplay_window_close`.
+pub struct kreplay_window_t {
+    _opaque: [u8; 0],
+}
+
+/// Kinds of memory seen through `kreplay_record_alloc` (or a vmem map) and not captured.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum kreplay_untracked_kind_t {
+    /// Device memory that is not coarse-grained (also memory shared with a graphics API or another process).
+    KREPLAY_UNTRACKED_FINE_GRAINED = 0,
+    /// Host memory the device can address (pinned, registered, mapped).
+    KREPLAY_UNTRACKED_HOST = 1,
+    /// Unified / managed memory.
+    KREPLAY_UNTRACKED_MANAGED = 2,
+    /// Kernel-argument memory.
+    KREPLAY_UNTRACKED_KERNARG = 3,
+    /// Allocations made with `KREPLAY_ALLOC_FLAG_EXECUTABLE`.
+    KREPLAY_UNTRACKED_EXECUTABLE = 4,
+    /// Mappings recorded with an unknown owner.
+    KREPLAY_UNTRACKED_VMEM_UNKNOWN = 5,
+    /// The number of kinds: the length of the arrays of `kreplay_untracked_t`.
+    KREPLAY_UNTRACKED_KIND_COUNT = 6,
+}
+
+const KINDS: usize = kreplay_untracked_kind_t::KREPLAY_UNTRACKED_KIND_COUNT as usize;
+const _: () = assert!(KINDS == kreplay_core::window::untracked::UNTRACKED_KINDS);
+
+/// Untracked memory live at the time of the query, for one agent (allocations of unknown owner, such as
+/// executable ones, count for every agent).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct kreplay_untracked_t {
+    /// Allocations of each kind, indexed by `kreplay_untracked_kind_t`.
+    pub count: [usize; 6],
+    /// Their bytes.
+    pub bytes: [usize; 6],
+}
+
+impl From<UntrackedStats> for kreplay_untracked_t {
+    fn from(stats: UntrackedStats) -> Self {
+        kreplay_untracked_t { count: stats.count, bytes: stats.bytes }
+    }
+}
+
+/// What the host tells `kreplay_window_open`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct kreplay_window_options_t {
+    /// `sizeof(kreplay_window_options_t)` as the caller compiled it.
+    pub struct_size: usize,
+    /// Passes the host means to run (at least 1): used for admission and the outcome.
+    pub passes: u32,
+    /// How long the open waits for async copies in flight [0 = 1000].
+    pub copy_timeout_ms: u32,
+}
+
+/// The account of one window, filled by `kreplay_window_close`.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct kreplay_window_outcome_t {
+    /// `sizeof(kreplay_window_outcome_t)` as the caller compiled it; set it before the call.
+    pub struct_size: usize,
+    /// The window's agent.
+    pub agent: kreplay_agent_t,
+    /// `KREPLAY_DECLINE_NONE`: replayed; otherwise why not (a snapshot that declined inside the window).
+    pub reason: kreplay_decline_reason_t,
+    /// Passes the host asked for at open.
+    pub passes_requested: u32,
+    /// 1 + the restores that succeeded in this window.
+    pub passes_run: u32,
+    /// Bytes captured by the window's snapshot (0 if none).
+    pub footprint_bytes: usize,
+    /// Its regions and module variables.
+    pub footprint_regions: usize,
+    /// Bytes moved by the snapshot and every restore of the window.
+    pub bytes_moved: usize,
+    /// Bytes verified unchanged and not written, summed over the restores.
+    pub clean_bytes: usize,
+    /// Time of the snapshot.
+    pub snapshot_ns: u64,
+    /// Time of all restores of the window.
+    pub restore_ns: u64,
+    /// Admission's projection of the snapshot and restores.
+    pub projected_ns: u64,
+    /// Async copies in flight that the open waited for.
+    pub copies_waited: u64,
+    /// Untracked memory live at open.
+    pub untracked: kreplay_untracked_t,
+    /// Work was submitted on the agent from inside the window (`kreplay_window_note_reentry`).
+    pub reentry_observed: bool,
+}
+
+impl From<Outcome> for kreplay_window_outcome_t {
+    fn from(o: Outcome) -> Self {
+        kreplay_window_outcome_t {
+            struct_size: size_of::<kreplay_window_outcome_t>(),
+            agent: o.agent.into(),
+            reason: o.reason.into(),
+            passes_requested: o.passes_requested,
+            passes_run: o.passes_run,
+            footprint_bytes: o.footprint_bytes,
+            footprint_regions: o.footprint_regions,
+            bytes_moved: o.bytes_moved,
+            clean_bytes: o.clean_bytes,
+            snapshot_ns: o.snapshot_ns,
+            restore_ns: o.restore_ns,
+            projected_ns: o.projected_ns,
+            copies_waited: o.copies_waited,
+            untracked: o.untracked.into(),
+            reentry_observed: o.reentry_observed,
+        }
+    }
+}
+
+/// The version-3 options: the fields every `struct_size` must cover.
+const OPTIONS_V3_SIZE: usize = offset_of!(kreplay_window_options_t, copy_timeout_ms) + size_of::<u32>();
+/// The version-3 outcome: the fields every `struct_size` must cover.
+const OUTCOME_V3_SIZE: usize = size_of::<kreplay_window_outcome_t>();
+
+/// Reads the `struct_size` a caller put first in a versioned struct.
+///
+/// # Safety
+/// `ptr` must be non-null and point to at least a readable `size_t`.
+unsafe fn struct_size_of<T>(ptr: *const T) -> usize {
+    // SAFETY: forwarded from the caller; unaligned reads are fine for a host's odd packing.
+    unsafe { ptr.cast::<usize>().read_unaligned() }
+}
+
+/// Opens a replay window on `agent`: closes the async-copy fence on it (a `kreplay_copy_begin` naming it from
+/// now on waits), waits up to `options->copy_timeout_ms` for the copies already in flight, then checks
+/// untracked memory and the projected cost against the policy.
+///
+/// `SUCCESS`: `*window_out` is the open window, owned by the caller until `kreplay_window_close`;
+/// `*reason_out` is `KREPLAY_DECLINE_NONE`. `DECLINED`: `*window_out` is NULL, `*reason_out` says why
+/// (`COPIES_IN_FLIGHT`, `UNTRACKED_MEMORY`, `OVER_COST`, `WINDOW_NESTED`), nothing is left fenced and the
+/// outcome line was logged: run the dispatch once. A second window on an agent that has one open is
+/// `WINDOW_NESTED` at once, never a wait; windows on different agents may be open together, also on one thread.
+/// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small,
+/// `passes` 0. `reason_out` may be NULL. Thread-safe.
+///
+/// # Safety
+/// `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as
+/// `kreplay_window_options_t`; `window_out` NULL or valid for a write of a pointer; `reason_out` NULL or valid
+/// for a write of `kreplay_decline_reason_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_window_open(
+    agent: kreplay_agent_t,
+    options: *const kreplay_window_options_t,
+    window_out: *mut *mut kreplay_window_t,
+    reason_out: *mut kreplay_decline_reason_t,
+) -> kreplay_status_t {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if options.is_null() || window_out.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_window_open: options or window_out is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
+        let struct_size = unsafe { struct_size_of(options) };
+        if struct_size < OPTIONS_V3_SIZE {
+            kreplay_core::log!(
+                Level::Warning,
+                "kreplay_window_open: options->struct_size {struct_size} does not cover the version-3 fields \
+                 ({OPTIONS_V3_SIZE} bytes)"
+            );
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        // SAFETY: `struct_size` covers every field read here (caller's contract); unaligned reads tolerate odd
+        // packing, and both fields are plain integers.
+        let (passes, copy_timeout_ms) = unsafe {
+            (
+                std::ptr::addr_of!((*options).passes).read_unaligned(),
+                std::ptr::addr_of!((*options).copy_timeout_ms).read_unaligned(),
+            )
+        };
+        match ENGINE.window_open(agent.into(), WindowOptions { passes, copy_timeout_ms }) {
+            Ok(Opened::Window(handle)) => {
+                // SAFETY: both outputs are writable by the caller's contract (`window_out` checked non-null).
+                unsafe {
+                    window_out.write(std::ptr::without_provenance_mut(handle.0 as usize));
+                    write_out(reason_out, kreplay_decline_reason_t::KREPLAY_DECLINE_NONE);
+                }
+                KREPLAY_STATUS_SUCCESS
+            }
+            Ok(Opened::Declined(outcome)) => {
+                // SAFETY: as above.
+                unsafe {
+                    window_out.write(std::ptr::null_mut());
+                    write_out(reason_out, outcome.reason.into());
+                }
+                KREPLAY_STATUS_DECLINED
+            }
+            Err(error) => error.into(),
+        }
+    })
+}
+
+/// Closes a window: reopens the fence on its agent (copies waiting for it proceed), fills `*outcome_out`
+/// (also when the window's snapshot declined inside it), logs the outcome line (INFO when replayed, WARNING
+/// when declined) and frees the window; the handle is invalid afterwards. `INVALID_ARGUMENT`, with nothing
+/// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced),
+/// or an `outcome_out->struct_size` smaller than this version's struct. `outcome_out` may be NULL.
+/// Thread-safe; works after `kreplay_finalize` too, so no fence stays closed.
+///
+/// # Safety
+/// `outcome_out` must be NULL or valid for reads and writes of `outcome_out->struct_size` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_window_close(
+    window: *mut kreplay_window_t,
+    outcome_out: *mut kreplay_window_outcome_t,
+) -> kreplay_status_t {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if window.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_window_close: window is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        let struct_size = if outcome_out.is_null() {
+            0
+        } else {
+            // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
+            unsafe { struct_size_of(outcome_out) }
+        };
+        if !outcome_out.is_null() && struct_size < OUTCOME_V3_SIZE {
+            kreplay_core::log!(
+                Level::Warning,
+                "kreplay_window_close: outcome_out->struct_size {struct_size} is smaller than the version-3 outcome \
+                 ({OUTCOME_V3_SIZE} bytes); the window stays open"
+            );
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        match ENGINE.window_close(WindowHandle(window.addr() as u64)) {
+            Ok(outcome) => {
+                // SAFETY: NULL or valid for a write of the whole version-3 struct (its struct_size says so).
+                unsafe { write_out(outcome_out, outcome.into()) };
+                KREPLAY_STATUS_SUCCESS
+            }
+            Err(error) => error.into(),
+        }
+    })
+}
+
+/// The host saw a dispatch submitted on `agent` from inside that agent's open window (a tool callback
+/// launching work): the window's outcome will say so. Does nothing when no window is open on `agent`; never
+/// waits. Thread-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_window_note_reentry(agent: kreplay_agent_t) {
+    ffi_guard!((), || ENGINE.window_note_reentry(agent.into()))
+}
+
+/// For an adapter's wrapper around each async copy of the host program (DMA, outside the dispatch queues): call
+/// before issuing the copy, naming every agent it touches, and `kreplay_copy_end(*token_out)` when its
+/// completion signal fires. Costs one relaxed atomic load while no window has ever been opened (the token is
+/// then 0, and ending it does nothing). Afterwards it waits (back-off, no lock held) while a window of another
+/// thread is open on any of `agents`, and the copy counts as in flight on each of them until its end; a call
+/// from the thread of a window open on the agent (an adapter's own copies, from inside a device op) never
+/// waits. Never allocates. `INVALID_ARGUMENT`: `agents` NULL, `count` 0, or `token_out` NULL;
+/// `CAPACITY_EXCEEDED` (nothing counted, a log line; issue the copy anyway): more than 8 distinct agents, 4096
+/// copies in flight, or 256 agents known. Thread-safe.
+///
+/// # Safety
+/// `agents` must be NULL or point to `count` readable agents; `token_out` NULL or valid for a write of a
+/// `uint64_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_copy_begin(
+    agents: *const kreplay_agent_t,
+    count: usize,
+    token_out: *mut u64,
+) -> kreplay_status_t {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if agents.is_null() || count == 0 || token_out.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_copy_begin: agents or token_out is NULL, or count is 0");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        const _: () = assert!(size_of::<kreplay_agent_t>() == size_of::<Agent>());
+        // SAFETY: 1. `count` readable agents by the caller's contract; 2. `kreplay_agent_t` and `Agent` are both
+        // one `u64` (`repr(C)` and a single-field tuple struct of the same size and alignment, asserted above).
+        let agents = unsafe { std::slice::from_raw_parts(agents.cast::<Agent>(), count) };
+        match ENGINE.copy_begin(agents) {
+            Ok(token) => {
+                // SAFETY: non-null and writable by the caller's contract.
+                unsafe { token_out.write(token) };
+                KREPLAY_STATUS_SUCCESS
+            }
+            Err(error) => error.into(),
+        }
+    })
+}
+
+/// Ends the async copy that `kreplay_copy_begin` gave `token` for: it no longer counts as in flight. A token
+/// ended twice, or never issued, is ignored with a log line; 0 is ignored silently. Thread-safe; never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_copy_end(token: u64) {
+    ffi_guard!((), || ENGINE.copy_end(token))
+}
+
+/// Untracked memory live for `agent` now, by kind. `out` is written only on success; NULL is
+/// `INVALID_ARGUMENT`. Thread-safe.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of `kreplay_untracked_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kreplay_untracked_stats(
+    agent: kreplay_agent_t,
+    out: *mut kreplay_untracked_t,
+) -> kreplay_status_t {
+    ffi_guard!(KREPLAY_STATUS_INTERNAL_ERROR, || {
+        if out.is_null() {
+            kreplay_core::log!(Level::Warning, "kreplay_untracked_stats: out is NULL");
+            return KREPLAY_STATUS_INVALID_ARGUMENT;
+        }
+        match ENGINE.untracked_stats(agent.into()) {
+            Ok(stats) => {
+                // SAFETY: non-null and writable by the caller's contract.
+                unsafe { out.write(stats.into()) };
+                KREPLAY_STATUS_SUCCESS
+            }
+            Err(error) => error.into(),
+        }
+    })
+}

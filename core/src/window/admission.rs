@@ -1,0 +1,140 @@
+//! Admission: a window's cost projected before any byte moves, from the rates this agent's earlier windows
+//! measured (per tier: copies and digests, and how much of a dirty-only restore still had to be written), or
+//! from conservative defaults until then.
+//!
+//! The projection is `snapshot + (passes - 1) x restore`, where the footprint is the agent's tracked bytes plus
+//! the module variables its cached scan knows at open, split between the device tier (up to the policy's device
+//! budget, with device ops) and host staging like a capture would place it. A snapshot moves the whole
+//! footprint (and digests it when dirty-only is on); a restore moves it all, or with dirty-only digests it and
+//! writes back the share that earlier restores had to write.
+
+use crate::policy::Policy;
+
+/// Copy rate of the host tier until measured: 4 GB/s (pageable host memory over PCIe, well below what the H200's
+/// link reaches pinned).
+pub const DEFAULT_HOST_COPY_BYTES_PER_US: u64 = 4_000;
+/// Copy rate of the device tier until measured: 100 GB/s (a device-to-device copy on a recent GPU reaches more
+/// than ten times that).
+pub const DEFAULT_DEVICE_COPY_BYTES_PER_US: u64 = 100_000;
+/// Digest rate until measured: 50 GB/s.
+pub const DEFAULT_DIGEST_BYTES_PER_US: u64 = 50_000;
+/// A window projected above this logs a warning when the policy leaves `warn_window_ns` at 0: 10 s.
+pub const DEFAULT_WARN_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Bytes and the nanoseconds they took, decayed by half at every new measurement so recent windows weigh most.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rate {
+    bytes: u64,
+    ns: u64,
+}
+
+impl Rate {
+    const NONE: Rate = Rate { bytes: 0, ns: 0 };
+
+    /// Folds in one measurement (ignored when either figure is 0).
+    pub fn add(&mut self, bytes: u64, ns: u64) {
+        if bytes == 0 || ns == 0 {
+            return;
+        }
+        self.bytes = self.bytes / 2 + bytes;
+        self.ns = self.ns / 2 + ns;
+    }
+
+    /// Nanoseconds for `bytes` at the measured rate, or at `default_bytes_per_us` when nothing was measured.
+    pub fn ns_for(&self, bytes: u64, default_bytes_per_us: u64) -> u64 {
+        let (per, took) = if self.bytes == 0 { (default_bytes_per_us, 1000) } else { (self.bytes, self.ns) };
+        u64::try_from(u128::from(bytes) * u128::from(took) / u128::from(per.max(1))).unwrap_or(u64::MAX)
+    }
+}
+
+/// What one tier's measurements say.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierRates {
+    /// Device <-> storage copies.
+    pub copy: Rate,
+    /// Digests of live ranges.
+    pub digest: Rate,
+    /// Of what dirty-only restores compared, how much they wrote (bytes: written, ns: compared).
+    pub dirty_share: Rate,
+}
+
+/// One agent's measurements, per tier.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// Host staging.
+    pub host: TierRates,
+    /// Device storage.
+    pub device: TierRates,
+}
+
+/// What a capture or restore measured, for [`Rates::record`].
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Measured {
+    /// All the work was in device storage (else all in host staging; a spill that used both is not recorded).
+    pub device_tier: bool,
+    /// Bytes copied.
+    pub copied: u64,
+    /// Time of the copies alone.
+    pub copy_ns: u64,
+    /// Bytes digested.
+    pub digested: u64,
+    /// Time of the digests.
+    pub digest_ns: u64,
+    /// For a dirty-only restore: bytes written back.
+    pub written: u64,
+    /// For a dirty-only restore: bytes verified clean.
+    pub clean: u64,
+}
+
+impl Rates {
+    /// Nothing measured yet (all zero).
+    pub const UNMEASURED: Rates = Rates {
+        host: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE },
+        device: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE },
+    };
+
+    /// Folds in one capture's or restore's figures.
+    pub fn record(&mut self, m: &Measured) {
+        let tier = if m.device_tier { &mut self.device } else { &mut self.host };
+        tier.copy.add(m.copied, m.copy_ns);
+        tier.digest.add(m.digested, m.digest_ns);
+        if m.digest_ns > 0 {
+            // A share, not a rate: `bytes` written of `ns` compared.
+            let compared = m.written.saturating_add(m.clean);
+            if compared > 0 {
+                tier.dirty_share.bytes = tier.dirty_share.bytes / 2 + m.written;
+                tier.dirty_share.ns = tier.dirty_share.ns / 2 + compared;
+            }
+        }
+    }
+
+    /// The projected nanoseconds of a window with `passes` passes over `footprint` bytes.
+    pub fn project(&self, footprint: usize, passes: u32, policy: &Policy, device_tier: bool, digests: bool) -> u64 {
+        let footprint = footprint as u64;
+        let device = if device_tier { footprint.min(policy.device_budget_bytes as u64) } else { 0 };
+        let host = footprint - device;
+        let dirty = policy.dirty_only && digests;
+        let parts = [
+            (&self.host, host, DEFAULT_HOST_COPY_BYTES_PER_US),
+            (&self.device, device, DEFAULT_DEVICE_COPY_BYTES_PER_US),
+        ];
+        let mut snapshot: u64 = 0;
+        let mut restore: u64 = 0;
+        for (tier, bytes, default_copy) in parts {
+            if bytes == 0 {
+                continue;
+            }
+            let copy = tier.copy.ns_for(bytes, default_copy);
+            let digest = if dirty { tier.digest.ns_for(bytes, DEFAULT_DIGEST_BYTES_PER_US) } else { 0 };
+            snapshot = snapshot.saturating_add(copy).saturating_add(digest);
+            let written = if dirty && tier.dirty_share.ns > 0 {
+                u64::try_from(u128::from(bytes) * u128::from(tier.dirty_share.bytes) / u128::from(tier.dirty_share.ns))
+                    .unwrap_or(bytes)
+            } else {
+                bytes
+            };
+            restore = restore.saturating_add(tier.copy.ns_for(written, default_copy)).saturating_add(digest);
+        }
+        snapshot.saturating_add(restore.saturating_mul(u64::from(passes.saturating_sub(1))))
+    }
+}
