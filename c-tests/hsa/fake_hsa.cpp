@@ -889,6 +889,11 @@ std::size_t pending_async_copies() {
   return pending.size();
 }
 
+state_t state_now() {
+  guard_t guard(fake_mutex);
+  return state;
+}
+
 std::size_t complete_async_copies(std::size_t n) {
   guard_t guard(fake_mutex);
   std::size_t done = 0;

@@ -163,6 +163,9 @@ std::size_t pool_bytes(hsa_amd_memory_pool_t pool);
 // Whether ptr lies in an allocation of pool.
 bool in_pool(const void* ptr, hsa_amd_memory_pool_t pool);
 
+// A copy of state taken under the fake's lock: for reading counters while other threads call the fake.
+state_t state_now();
+
 // Async copies queued and not yet completed.
 std::size_t pending_async_copies();
 

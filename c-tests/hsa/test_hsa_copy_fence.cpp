@@ -112,15 +112,15 @@ struct buffers_t {
 buffers_t buf;
 
 void before_any_window_a_copy_costs_no_runtime_call() {
-  const fake::state_t before = fake::state;
+  const fake::state_t before = fake::state_now();
   fill(buf.host, bytes, 0x11);
   const hsa_signal_t signal = make_signal();
   HSA_TEST_CHECK(program_copy(buf.gpu, fake::agents.gpu, buf.host, fake::agents.cpu, bytes, signal) ==
                  HSA_STATUS_SUCCESS);
-  HSA_TEST_CHECK(fake::state.async_copy_calls == before.async_copy_calls + 1);
-  HSA_TEST_CHECK(fake::state.signal_load_calls == before.signal_load_calls);
-  HSA_TEST_CHECK(fake::state.async_handler_calls == before.async_handler_calls);
-  HSA_TEST_CHECK(fake::state.pointer_info_calls == before.pointer_info_calls);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == before.async_copy_calls + 1);
+  HSA_TEST_CHECK(fake::state_now().signal_load_calls == before.signal_load_calls);
+  HSA_TEST_CHECK(fake::state_now().async_handler_calls == before.async_handler_calls);
+  HSA_TEST_CHECK(fake::state_now().pointer_info_calls == before.pointer_info_calls);
   HSA_TEST_CHECK(fake::complete_async_copy_with_signal(signal));
   HSA_TEST_CHECK(holds(buf.gpu, bytes, 0x11));
   destroy_signal(signal);
@@ -129,11 +129,11 @@ void before_any_window_a_copy_costs_no_runtime_call() {
 void a_copy_in_flight_holds_the_window_until_it_completes() {
   fill(buf.host, bytes, 0x22);
   const hsa_signal_t signal = make_signal();
-  const int handlers_before = fake::state.async_handler_calls;
+  const int handlers_before = fake::state_now().async_handler_calls;
   HSA_TEST_CHECK(program_copy(buf.gpu, fake::agents.gpu, buf.host, fake::agents.cpu, bytes, signal) ==
                  HSA_STATUS_SUCCESS);
   // Armed: the wrapper watches the completion signal, for the value below the one it had.
-  HSA_TEST_CHECK(fake::state.async_handler_calls == handlers_before + 1);
+  HSA_TEST_CHECK(fake::state_now().async_handler_calls == handlers_before + 1);
   HSA_TEST_CHECK(fake::pending_async_handlers() == 1);
 
   std::atomic<bool> opened{false};
@@ -145,7 +145,9 @@ void a_copy_in_flight_holds_the_window_until_it_completes() {
     status = kreplay_window_open(fake::k(fake::agents.gpu), &o, &window, nullptr);
     opened.store(true);
     outcome.struct_size = sizeof outcome;
-    if (status == KREPLAY_STATUS_SUCCESS) HSA_TEST_CHECK(kreplay_window_close(window, &outcome) == KREPLAY_STATUS_SUCCESS);
+    if (status == KREPLAY_STATUS_SUCCESS) {
+      HSA_TEST_CHECK(kreplay_window_close(window, &outcome) == KREPLAY_STATUS_SUCCESS);
+    }
   });
   pause_for_a_wrong_move();
   HSA_TEST_CHECK(!opened.load());  // still waiting for the copy
@@ -165,7 +167,7 @@ void a_copy_issued_during_a_window_waits_then_runs() {
   fill(buf.gpu, bytes, 0);
   const hsa_signal_t signal = make_signal();
   kreplay_window_t* window = open_window(fake::agents.gpu);
-  const int calls_before = fake::state.async_copy_calls;
+  const int calls_before = fake::state_now().async_copy_calls;
   std::atomic<bool> returned{false};
   hsa_status_t status = HSA_STATUS_ERROR;
   std::thread program([&] {
@@ -174,12 +176,12 @@ void a_copy_issued_during_a_window_waits_then_runs() {
   });
   pause_for_a_wrong_move();
   HSA_TEST_CHECK(!returned.load());
-  HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before);  // not forwarded
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before);  // not forwarded
   HSA_TEST_CHECK(holds(buf.gpu, bytes, 0));
   close_window(window);
   program.join();
   HSA_TEST_CHECK(status == HSA_STATUS_SUCCESS);
-  HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before + 1);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before + 1);
   HSA_TEST_CHECK(fake::complete_async_copy_with_signal(signal));
   HSA_TEST_CHECK(holds(buf.gpu, bytes, 0x33));
   HSA_TEST_CHECK(fake::pending_async_handlers() == 0);
@@ -202,7 +204,7 @@ void a_copy_that_never_completes_declines_the_window_and_lets_later_copies_throu
   fill(buf.host, bytes, 0x44);
   const hsa_signal_t later = make_signal();
   const hsa_signal_t same_agent = make_signal();
-  const int calls_before = fake::state.async_copy_calls;
+  const int calls_before = fake::state_now().async_copy_calls;
   std::atomic<bool> returned{false};
   std::thread program([&] {
     HSA_TEST_CHECK(program_copy(buf.gpu2, fake::agents.gpu2, buf.host, fake::agents.cpu, bytes, later) ==
@@ -213,7 +215,7 @@ void a_copy_that_never_completes_declines_the_window_and_lets_later_copies_throu
   });
   HSA_TEST_CHECK(eventually(returned));
   program.join();
-  HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before + 2);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before + 2);
 
   // Still stuck: the next window on the agent declines the same way.
   window = nullptr;
@@ -233,7 +235,7 @@ void a_copy_on_another_agent_is_never_blocked() {
   kreplay_window_t* window = open_window(fake::agents.gpu);
   fill(buf.host, bytes, 0x55);
   const hsa_signal_t signal = make_signal();
-  const int calls_before = fake::state.async_copy_calls;
+  const int calls_before = fake::state_now().async_copy_calls;
   std::atomic<bool> returned{false};
   std::thread program([&] {
     HSA_TEST_CHECK(program_copy(buf.gpu2, fake::agents.gpu2, buf.host, fake::agents.cpu, bytes, signal) ==
@@ -242,7 +244,7 @@ void a_copy_on_another_agent_is_never_blocked() {
   });
   HSA_TEST_CHECK(eventually(returned));  // while the window on gpu is open
   program.join();
-  HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before + 1);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before + 1);
   HSA_TEST_CHECK(fake::complete_async_copy_with_signal(signal));
   HSA_TEST_CHECK(holds(buf.gpu2, bytes, 0x55));
   close_window(window);
@@ -258,7 +260,7 @@ void waits_for_the_owners_window(Issue issue, unsigned char value) {
   fill(buf.gpu, bytes, 0);
   const hsa_signal_t signal = make_signal();
   kreplay_window_t* window = open_window(fake::agents.gpu);
-  const int calls_before = fake::state.async_copy_calls;
+  const int calls_before = fake::state_now().async_copy_calls;
   std::atomic<bool> returned{false};
   hsa_status_t status = HSA_STATUS_ERROR;
   std::thread program([&] {
@@ -267,7 +269,7 @@ void waits_for_the_owners_window(Issue issue, unsigned char value) {
   });
   pause_for_a_wrong_move();
   HSA_TEST_CHECK(!returned.load());
-  HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before);
   close_window(window);
   program.join();
   HSA_TEST_CHECK(status == HSA_STATUS_SUCCESS);
@@ -284,15 +286,15 @@ void waits_for_the_owners_window(Issue issue, unsigned char value) {
 }
 
 void a_copy_into_a_fenced_agents_memory_waits_whatever_agents_it_names() {
-  const int bad_before = fake::state.async_bad_agent;
+  const int bad_before = fake::state_now().async_bad_agent;
   waits_for_the_owners_window(
       [](hsa_signal_t signal) {
         return program_copy(buf.gpu, fake::agents.gpu2, buf.gpu2, fake::agents.gpu2, bytes, signal);
       },
       0x66);
-  HSA_TEST_CHECK(fake::state.async_bad_agent == bad_before + 1);  // the fake saw the mismatch the test meant
+  HSA_TEST_CHECK(fake::state_now().async_bad_agent == bad_before + 1);  // the fake saw the mismatch the test meant
 
-  const int rect_before = fake::state.async_copy_rect_calls;
+  const int rect_before = fake::state_now().async_copy_rect_calls;
   waits_for_the_owners_window(
       [](hsa_signal_t signal) {
         // 64 rows of 64 bytes, pitch 64: all of the buffer.
@@ -304,7 +306,7 @@ void a_copy_into_a_fenced_agents_memory_waits_whatever_agents_it_names() {
                                                           hsaDeviceToDevice, 0, nullptr, signal);
       },
       0x77);
-  HSA_TEST_CHECK(fake::state.async_copy_rect_calls == rect_before + 1);
+  HSA_TEST_CHECK(fake::state_now().async_copy_rect_calls == rect_before + 1);
 }
 
 void refused_copies_and_handlers_end_the_count_at_once() {
@@ -334,12 +336,12 @@ void refused_copies_and_handlers_end_the_count_at_once() {
   destroy_signal(second);
 
   // Nothing to fence: a zero-byte copy is forwarded without a signal read or a handler.
-  const fake::state_t before = fake::state;
+  const fake::state_t before = fake::state_now();
   const hsa_signal_t empty = make_signal();
   HSA_TEST_CHECK(program_copy(buf.gpu, fake::agents.gpu, buf.host, fake::agents.cpu, 0, empty) == HSA_STATUS_SUCCESS);
-  HSA_TEST_CHECK(fake::state.async_copy_calls == before.async_copy_calls + 1);
-  HSA_TEST_CHECK(fake::state.signal_load_calls == before.signal_load_calls);
-  HSA_TEST_CHECK(fake::state.async_handler_calls == before.async_handler_calls);
+  HSA_TEST_CHECK(fake::state_now().async_copy_calls == before.async_copy_calls + 1);
+  HSA_TEST_CHECK(fake::state_now().signal_load_calls == before.signal_load_calls);
+  HSA_TEST_CHECK(fake::state_now().async_handler_calls == before.async_handler_calls);
   HSA_TEST_CHECK(fake::complete_async_copies(1) == 1);
   destroy_signal(empty);
 }
@@ -347,12 +349,12 @@ void refused_copies_and_handlers_end_the_count_at_once() {
 #if KREPLAY_HSA_HAVE_COPY_ON_ENGINE
 void an_on_engine_copy_in_flight_holds_the_window() {
   const hsa_signal_t signal = make_signal();
-  const int on_engine_before = fake::state.async_copy_on_engine_calls;
+  const int on_engine_before = fake::state_now().async_copy_on_engine_calls;
   HSA_TEST_CHECK(live_amd.hsa_amd_memory_async_copy_on_engine_fn(buf.gpu, fake::agents.gpu, buf.host,
                                                                  fake::agents.cpu, bytes, 0, nullptr, signal,
                                                                  static_cast<hsa_amd_sdma_engine_id_t>(1),
                                                                  false) == HSA_STATUS_SUCCESS);
-  HSA_TEST_CHECK(fake::state.async_copy_on_engine_calls == on_engine_before + 1);
+  HSA_TEST_CHECK(fake::state_now().async_copy_on_engine_calls == on_engine_before + 1);
   const kreplay_window_options_t o = options(50);
   kreplay_window_t* window = nullptr;
   kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
@@ -402,12 +404,12 @@ int main() {
   HSA_TEST_CHECK(std::memcmp(&instance1_amd, &live_amd, sizeof live_amd) == 0);
   {
     const hsa_signal_t signal = make_signal();
-    const int calls_before = fake::state.async_copy_calls;
+    const int calls_before = fake::state_now().async_copy_calls;
     HSA_TEST_CHECK(instance1_amd.hsa_amd_memory_async_copy_fn(buf.gpu, fake::agents.gpu, buf.host, fake::agents.cpu,
                                                               96, 0, nullptr, signal) == HSA_STATUS_SUCCESS);
-    HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before + 1);
-    HSA_TEST_CHECK(fake::state.last_async_copy.dst == buf.gpu && fake::state.last_async_copy.src == buf.host);
-    HSA_TEST_CHECK(fake::state.last_async_copy.bytes == 96 && fake::state.last_async_copy.signal == signal.handle);
+    HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before + 1);
+    fake::async_call_t last = fake::state_now().last_async_copy;
+    HSA_TEST_CHECK(last.dst == buf.gpu && last.src == buf.host && last.bytes == 96 && last.signal == signal.handle);
     const hsa_pitched_ptr_t dst{buf.gpu, 64, bytes};
     const hsa_pitched_ptr_t src{buf.gpu2, 64, bytes};
     const hsa_dim3_t origin{0, 0, 0};
@@ -416,9 +418,11 @@ int main() {
     HSA_TEST_CHECK(instance1_amd.hsa_amd_memory_async_copy_rect_fn(&dst, &origin, &src, &origin, &range,
                                                                    fake::agents.gpu, hsaDeviceToDevice, 0, nullptr,
                                                                    rect_signal) == HSA_STATUS_SUCCESS);
-    HSA_TEST_CHECK(fake::state.async_copy_calls == calls_before + 2 && fake::state.async_copy_rect_calls == 1);
-    HSA_TEST_CHECK(fake::state.last_async_copy.dst == buf.gpu && fake::state.last_async_copy.src == buf.gpu2);
-    HSA_TEST_CHECK(fake::state.last_async_copy.bytes == 32 && fake::state.last_async_copy.signal == rect_signal.handle);
+    HSA_TEST_CHECK(fake::state_now().async_copy_calls == calls_before + 2);
+    HSA_TEST_CHECK(fake::state_now().async_copy_rect_calls == 1);
+    last = fake::state_now().last_async_copy;
+    HSA_TEST_CHECK(last.dst == buf.gpu && last.src == buf.gpu2 && last.bytes == 32);
+    HSA_TEST_CHECK(last.signal == rect_signal.handle);
     HSA_TEST_CHECK(fake::complete_async_copies(2) == 2);
     destroy_signal(signal);
     destroy_signal(rect_signal);
@@ -439,7 +443,7 @@ int main() {
 
   HSA_TEST_CHECK(fake::pending_async_copies() == 0);
   HSA_TEST_CHECK(fake::pending_async_handlers() == 0);
-  HSA_TEST_CHECK(fake::state.signal_misuse == 0);
+  HSA_TEST_CHECK(fake::state_now().signal_misuse == 0);
   std::printf("hsa copy fence: copies hold, wait for and outlast windows as they should; on-engine wrapper %s\n",
               KREPLAY_HSA_HAVE_COPY_ON_ENGINE ? "tested" : "not in these headers");
   finalize();
