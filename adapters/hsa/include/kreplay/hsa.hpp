@@ -106,7 +106,8 @@ const char* install_status_string(install_status_t status);
  * Until the first window of the process each wrapper costs kreplay_copy_begin's one relaxed load: no signal
  * read, no handler, no query. A zero-byte copy, or one without a completion signal, is forwarded unfenced. A
  * copy that waits on dep_signals counts from its submission, so a window waits for it (up to its
- * copy_timeout_ms) while the copy waits for its dependencies.
+ * copy_timeout_ms) while the copy waits for its dependencies. A copy whose signal the runtime will not watch
+ * (hsa_amd_signal_async_handler refused) runs unfenced, with one WARNING for the process.
  *
  * core and amd_ext are the host's live tables, the ones the runtime dispatches through. Only library
  * instance 0 installs, and only once per process (see install_status_t). The wrappers stay for the life of
