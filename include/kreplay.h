@@ -123,6 +123,24 @@ typedef enum kreplay_pointer_type_t {
   KREPLAY_POINTER_MANAGED = 256,
 } kreplay_pointer_type_t;
 
+// Kinds of memory seen through `kreplay_record_alloc` (or a vmem map) and not captured.
+typedef enum kreplay_untracked_kind_t {
+  // Device memory that is not coarse-grained (also memory shared with a graphics API or another process).
+  KREPLAY_UNTRACKED_FINE_GRAINED = 0,
+  // Host memory the device can address (pinned, registered, mapped).
+  KREPLAY_UNTRACKED_HOST = 1,
+  // Unified / managed memory.
+  KREPLAY_UNTRACKED_MANAGED = 2,
+  // Kernel-argument memory.
+  KREPLAY_UNTRACKED_KERNARG = 3,
+  // Allocations made with `KREPLAY_ALLOC_FLAG_EXECUTABLE`.
+  KREPLAY_UNTRACKED_EXECUTABLE = 4,
+  // Mappings recorded with an unknown owner.
+  KREPLAY_UNTRACKED_VMEM_UNKNOWN = 5,
+  // The number of kinds: the length of the arrays of `kreplay_untracked_t`.
+  KREPLAY_UNTRACKED_KIND_COUNT = 6,
+} kreplay_untracked_kind_t;
+
 // A complete capture of one agent's device memory. Opaque (a handle, not an address); free it with
 // `kreplay_snapshot_free`.
 typedef struct kreplay_snapshot_t kreplay_snapshot_t;

@@ -267,6 +267,7 @@ struct LogContext {
   std::size_t warnings = 0;
   std::size_t errors = 0;
   Progress* progress = nullptr;
+  bool verbose = false;  // print every INFO line, not only the replay windows' outcome lines
 };
 
 extern "C" void demo_log(void* user_data, kreplay_log_level_t level, const char* message, std::size_t length) {
@@ -283,6 +284,13 @@ extern "C" void demo_log(void* user_data, kreplay_log_level_t level, const char*
       break;
     case KREPLAY_LOG_INFO:
       tag = "info";
+      // One outcome line per replayed dispatch (its replay window), on stdout; other INFO lines only when verbose.
+      if (std::strncmp(message, "kreplay window ", 15) == 0) {
+        if (context->progress != nullptr) context->progress->clear();
+        std::printf("  %.*s\n", static_cast<int>(length), message);
+        return;
+      }
+      if (!context->verbose) return;
       break;
     case KREPLAY_LOG_TRACE:
       break;
@@ -780,12 +788,17 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
     const bool gate = kreplay_replay_gate(1, 1, false) == KREPLAY_GATE_REPLAY;
     double spent_s = 0;
     double start = now_s();
-    kreplay::device_snapshot_t snapshot = gate ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
+    // The replay window: async copies of the agent are fenced from here to its close, and it ends in one outcome
+    // line (printed by demo_log).
+    kreplay::window_t window = gate ? kreplay::window_t::open(agent, static_cast<std::uint32_t>(options.passes))
+                                    : kreplay::window_t{};
+    kreplay::device_snapshot_t snapshot = window.is_open() ? kreplay::snap(agent) : kreplay::device_snapshot_t{};
     spent_s += now_s() - start;
     if (!snapshot.ok) {
       context.progress->clear();
+      const kreplay_decline_reason_t reason = window.is_open() ? snapshot.reason : window.reason();
       std::printf("  %-28s dispatch %zu: snapshot declined (%s): runs once, unreplayed\n", mode.label, d + 1,
-                  gate ? kreplay_decline_reason_string(snapshot.reason) : "the gate said no");
+                  gate ? kreplay_decline_reason_string(reason) : "the gate said no");
       ++figures.declined;
       (void)context.kernel->read();
       context.kernel->write(writes, rng);
@@ -861,6 +874,18 @@ bool run_mode(const Context& context, const Mode& mode, std::size_t index, std::
     figures.device_held = std::max(figures.device_held, kreplay_sim_device_bytes(agent));
     figures.host_held = std::max(figures.host_held, host_mapped_bytes());
     snapshot.reset();
+    if (!check(window.close(), "kreplay_window_close")) return false;
+    const kreplay_window_outcome_t& outcome = window.outcome();
+    const std::size_t passes_run = options.skip_restores ? 1 : options.passes;
+    if (outcome.reason != KREPLAY_DECLINE_NONE || outcome.passes_run != passes_run ||
+        outcome.footprint_bytes != info.bytes || outcome.bytes_moved != info.copied_bytes + restored_bytes) {
+      std::fprintf(stderr, "kreplay_demo: %s dispatch %zu: the window's outcome says %s, %u passes run, %zu bytes "
+                           "captured and %zu moved; expected none, %zu, %zu and %zu\n",
+                   mode.label, d + 1, kreplay_decline_reason_string(outcome.reason), outcome.passes_run,
+                   outcome.footprint_bytes, outcome.bytes_moved, passes_run, info.bytes,
+                   info.copied_bytes + restored_bytes);
+      return false;
+    }
 
     // The simulated device's own count of copied bytes must agree with the demo's, so that the table's byte
     // figures are the device's and not only the demo's.
@@ -916,7 +941,8 @@ int run(const Options& options) {
   Progress progress;
   LogContext log_context;
   log_context.progress = &progress;
-  kreplay_set_logger(demo_log, &log_context, options.verbose ? KREPLAY_LOG_INFO : KREPLAY_LOG_WARNING);
+  log_context.verbose = options.verbose;
+  kreplay_set_logger(demo_log, &log_context, KREPLAY_LOG_INFO);
 
   // Allocations are classified through the ops when they are recorded, so a set must be installed first; each
   // mode installs its own later.

@@ -2,9 +2,9 @@
 
 use std::mem::{offset_of, size_of};
 
+use kreplay_core::Agent;
 use kreplay_core::log::Level;
 use kreplay_core::window::{Opened, Outcome, UntrackedStats, WindowHandle, WindowOptions};
-use kreplay_core::Agent;
 
 use crate::ENGINE;
 use crate::boundary::ffi_guard;

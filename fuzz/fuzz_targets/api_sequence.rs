@@ -127,6 +127,9 @@ struct Stats {
     finalizes: AtomicUsize,
     device_snapshots: AtomicUsize,
     dirty_restores: AtomicUsize,
+    windows: AtomicUsize,
+    window_declines: AtomicUsize,
+    fenced_copies: AtomicUsize,
 }
 
 static STATS: Stats = Stats {
@@ -143,6 +146,9 @@ static STATS: Stats = Stats {
     finalizes: AtomicUsize::new(0),
     device_snapshots: AtomicUsize::new(0),
     dirty_restores: AtomicUsize::new(0),
+    windows: AtomicUsize::new(0),
+    window_declines: AtomicUsize::new(0),
+    fenced_copies: AtomicUsize::new(0),
 };
 
 fn bump(counter: &AtomicUsize, by: usize) {
@@ -154,7 +160,7 @@ fn print_stats() {
     let declines: Vec<usize> = STATS.declines.iter().map(load).collect();
     eprintln!(
         "kreplay-fuzz: {} inputs, {} ops, {} snapshots, declines by reason {:?}, {} restores ({} partial, {} ranges \
-         skipped), {} staging acquires, {} racing restores, {} inputs with version-2 ops, {} finalizes, {} snapshots on the device, {} restores that found clean bytes",
+         skipped), {} staging acquires, {} racing restores, {} inputs with version-2 ops, {} finalizes, {} snapshots on the device, {} restores that found clean bytes, {} windows ({} declined), {} fenced copies",
         load(&STATS.inputs),
         load(&STATS.ops),
         load(&STATS.snapshots),
@@ -167,7 +173,10 @@ fn print_stats() {
         load(&STATS.v2_inputs),
         load(&STATS.finalizes),
         load(&STATS.device_snapshots),
-        load(&STATS.dirty_restores)
+        load(&STATS.dirty_restores),
+        load(&STATS.windows),
+        load(&STATS.window_declines),
+        load(&STATS.fenced_copies)
     );
 }
 
@@ -246,6 +255,7 @@ impl Config {
             dirty_only: self.dirty_only,
             digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
             cache_module_scan: self.cache_module_scan,
+            ..kreplay_policy_t::default()
         }
     }
 }
@@ -349,7 +359,39 @@ enum Op {
     Finalize {
         gate: u8,
     },
+    /// Version 3: a replay window on an agent (declined when one is open there, or copies are in flight).
+    WindowOpen {
+        agent: u8,
+        passes: u8,
+    },
+    /// Closes the agent's window; `stale` also closes a handle closed before (refused).
+    WindowClose {
+        agent: u8,
+        stale: bool,
+    },
+    /// An async copy touching one agent or both (`mask` 1, 2 or 3) begins; this thread's own copies never wait.
+    CopyBegin {
+        mask: u8,
+    },
+    /// An async copy in flight ends; `twice` ends its token again (ignored, logged).
+    CopyEnd {
+        pick: u8,
+        twice: bool,
+    },
 }
+
+/// Version 3: what the model knows of an agent's open window.
+struct WindowModel {
+    handle: *mut kreplay_window_t,
+    passes: u32,
+    /// The window's snapshot: `Some(true)` when it succeeded.
+    snapshot: Option<bool>,
+    /// Restores attempted while it was open (those that succeed count in `passes_run`).
+    restores: u32,
+}
+
+/// A window has been opened in this process: copies are counted from now on (before, their token is 0).
+static FENCE_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 // ---- Model ---------------------------------------------------------------------------------------------
 
@@ -433,6 +475,10 @@ struct Model {
     /// Dirty-only restores (digest and `dirty_only`) have been in effect during this input.
     dirty_seen: bool,
     finalize: bool,
+    /// Version 3: each agent's open window, the copies in flight (token, agents), handles closed already.
+    windows: [Option<WindowModel>; 2],
+    copies: Vec<(u64, [bool; 2])>,
+    closed_windows: Vec<*mut kreplay_window_t>,
 }
 
 /// One allocation in 16 has its pointer query fail: often enough to reach the lost-allocation paths, rarely
@@ -1309,13 +1355,35 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             let agent = agent_index(agent);
             // The handle registry holds 1024; stay well below it.
             if model.snapshots.len() < 16 && model.live_snapshot_entries(agent) < 512 {
+                let before = model.snapshots.len();
                 model.snap(agent, fault, *pin, *budget);
+                let succeeded = model.snapshots.len() > before;
+                if let Some(window) = model.windows[agent].as_mut() {
+                    window.snapshot.get_or_insert(succeeded);
+                }
             }
         }
         Op::Restore { pick, fault } => {
             if !model.snapshots.is_empty() {
                 let pick = pick as usize % model.snapshots.len();
+                if let Some(window) = model.windows[model.snapshots[pick].agent].as_mut() {
+                    window.restores += 1;
+                }
                 model.restore(pick, fault);
+            }
+        }
+        Op::WindowOpen { agent, passes } => window_open(model, agent_index(agent), u32::from(passes % 8)),
+        Op::WindowClose { agent, stale } => window_close(model, agent_index(agent), stale),
+        Op::CopyBegin { mask } => copy_begin(model, [mask % 3 != 1, mask % 3 != 0]),
+        Op::CopyEnd { pick, twice } => {
+            if !model.copies.is_empty() {
+                let (token, _) = model.copies.swap_remove(pick as usize % model.copies.len());
+                kreplay_copy_end(token);
+                if twice && token != 0 {
+                    let before = warnings();
+                    kreplay_copy_end(token);
+                    assert!(warnings() > before, "a token ended twice was not logged");
+                }
             }
         }
         Op::FreeSnapshot { pick } => {
@@ -1352,11 +1420,111 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
         Op::RaceRestore { pick, free } => {
             if !model.snapshots.is_empty() {
                 let pick = pick as usize % model.snapshots.len();
+                if let Some(window) = model.windows[model.snapshots[pick].agent].as_mut() {
+                    window.restores += 1;
+                }
                 model.race_restore(pick, free);
             }
         }
         Op::Finalize { gate } => model.finalize |= gate.is_multiple_of(16),
     }
+}
+
+// ---- The replay window (version 3) --------------------------------------------------------------------
+
+impl Model {
+    fn in_flight(&self, agent: usize) -> usize {
+        self.copies.iter().filter(|(token, named)| *token != 0 && named[agent]).count()
+    }
+}
+
+fn window_open(model: &mut Model, agent: usize, passes: u32) {
+    use kreplay_decline_reason_t::*;
+    let options = kreplay_window_options_t {
+        struct_size: size_of::<kreplay_window_options_t>(),
+        passes,
+        // This thread's own copies in flight are waited for like any other: keep the decline quick.
+        copy_timeout_ms: 1,
+    };
+    let mut window: *mut kreplay_window_t = std::ptr::NonNull::dangling().as_ptr();
+    let mut reason = KREPLAY_DECLINE_HOST_BUDGET;
+    let before = warnings();
+    // SAFETY: valid options and writable outputs.
+    let status = unsafe { kreplay_window_open(agents()[agent], &options, &mut window, &mut reason) };
+    if passes == 0 {
+        assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT);
+        return;
+    }
+    let expected = if model.windows[agent].is_some() {
+        KREPLAY_DECLINE_WINDOW_NESTED
+    } else if FENCE_ARMED.load(Ordering::Relaxed) && model.in_flight(agent) > 0 {
+        KREPLAY_DECLINE_COPIES_IN_FLIGHT
+    } else {
+        KREPLAY_DECLINE_NONE
+    };
+    if expected != KREPLAY_DECLINE_WINDOW_NESTED {
+        FENCE_ARMED.store(true, Ordering::Relaxed);
+    }
+    assert_eq!(reason, expected, "window_open of agent {agent}");
+    if expected != KREPLAY_DECLINE_NONE {
+        assert_eq!(status, KREPLAY_STATUS_DECLINED);
+        assert!(window.is_null());
+        assert!(warnings() > before, "a declined window logged no outcome line");
+        bump(&STATS.window_declines, 1);
+        return;
+    }
+    assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+    assert!(!window.is_null());
+    bump(&STATS.windows, 1);
+    model.windows[agent] = Some(WindowModel { handle: window, passes, snapshot: None, restores: 0 });
+}
+
+fn window_close(model: &mut Model, agent: usize, stale: bool) {
+    use kreplay_decline_reason_t::KREPLAY_DECLINE_NONE;
+    if stale {
+        if let Some(&handle) = model.closed_windows.last() {
+            // SAFETY: a handle is never dereferenced; the outcome is not wanted.
+            let status = unsafe { kreplay_window_close(handle, std::ptr::null_mut()) };
+            assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT, "a closed window was closed again");
+        }
+    }
+    let Some(window) = model.windows[agent].take() else { return };
+    let mut outcome: kreplay_window_outcome_t = kreplay_window_outcome_t {
+        struct_size: size_of::<kreplay_window_outcome_t>(),
+        // SAFETY: every field of the outcome is an integer, a bool or a C enum whose value 0 exists.
+        ..unsafe { std::mem::zeroed() }
+    };
+    // SAFETY: an open window and a writable outcome.
+    assert_eq!(unsafe { kreplay_window_close(window.handle, &mut outcome) }, KREPLAY_STATUS_SUCCESS);
+    assert_eq!(outcome.agent, agents()[agent]);
+    assert_eq!(outcome.passes_requested, window.passes);
+    assert!(outcome.passes_run >= 1 && outcome.passes_run <= 1 + window.restores, "{outcome:?}");
+    match window.snapshot {
+        Some(true) | None => assert_eq!(outcome.reason, KREPLAY_DECLINE_NONE),
+        Some(false) => assert_ne!(outcome.reason, KREPLAY_DECLINE_NONE),
+    }
+    if window.snapshot != Some(true) {
+        assert_eq!((outcome.footprint_bytes, outcome.passes_run), (0, 1));
+    }
+    for agent in agents() {
+        let mut untracked = kreplay_untracked_t::default();
+        // SAFETY: a writable struct.
+        assert_eq!(unsafe { kreplay_untracked_stats(agent, &mut untracked) }, KREPLAY_STATUS_SUCCESS);
+        assert!(untracked.count.iter().sum::<usize>() <= model.regions.len() + SLICES, "{untracked:?}");
+    }
+    model.closed_windows.push(window.handle);
+}
+
+fn copy_begin(model: &mut Model, named: [bool; 2]) {
+    let list: Vec<kreplay_agent_t> = (0..2).filter(|&a| named[a]).map(|a| agents()[a]).collect();
+    let mut token = u64::MAX;
+    // SAFETY: `list.len()` readable agents and a writable token. The windows open now are this thread's own,
+    // so the call never waits.
+    let status = unsafe { kreplay_copy_begin(list.as_ptr(), list.len(), &mut token) };
+    assert_eq!(status, KREPLAY_STATUS_SUCCESS);
+    assert_eq!(token == 0, !FENCE_ARMED.load(Ordering::Relaxed), "token {token:#x}");
+    bump(&STATS.fenced_copies, usize::from(token != 0));
+    model.copies.push((token, named));
 }
 
 /// What a caller was lent is written by no one else.
@@ -1368,6 +1536,12 @@ fn check_token(buffer: &Buffer) {
 
 /// Frees everything, then checks that nothing leaked.
 fn finish(model: &mut Model, baseline: &kreplay_host_memory_stats_t) {
+    for agent in 0..2 {
+        window_close(model, agent, false);
+    }
+    for (token, _) in model.copies.drain(..) {
+        kreplay_copy_end(token);
+    }
     for snapshot in model.snapshots.drain(..) {
         kreplay_snapshot_free(snapshot.handle);
     }

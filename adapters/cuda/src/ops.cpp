@@ -330,9 +330,11 @@ kreplay_status_t op_pointer_info(void*, const void* ptr, kreplay_pointer_info_t*
       info.owner = agent_of_device(attributes.device);
       break;
     case cudaMemoryTypeManaged:
-      // Migrates on access from host and device alike: not the coarse-grained device memory a snapshot takes.
-      info.type = KREPLAY_POINTER_UNKNOWN;
+      // Migrates on access from host and device alike: not the coarse-grained device memory a snapshot takes,
+      // but counted by a replay window as untracked managed memory.
+      info.type = KREPLAY_POINTER_MANAGED;
       info.global_flags = KREPLAY_GLOBAL_FLAG_FINE_GRAINED;
+      info.owner = agent_of_device(attributes.device);
       break;
     case cudaMemoryTypeUnregistered:
     default:
