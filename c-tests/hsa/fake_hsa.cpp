@@ -62,10 +62,27 @@ struct async_copy_t {
   std::uint64_t signal;
   std::int64_t value_at_submit;
   bool fault;
+  // hsa_amd_memory_async_copy_rect: the copy is range.x bytes by range.y rows by range.z layers
+  bool rect;
+  hsa_pitched_ptr_t rect_dst;
+  hsa_pitched_ptr_t rect_src;
+  hsa_dim3_t dst_offset;
+  hsa_dim3_t src_offset;
+  hsa_dim3_t range;
+};
+
+// hsa_amd_signal_async_handler registrations not yet fired (or fired and asked to stay).
+struct async_handler_t {
+  std::uint64_t signal;
+  hsa_signal_condition_t condition;
+  hsa_signal_value_t value;
+  hsa_amd_signal_handler handler;
+  void* arg;
 };
 
 std::vector<std::pair<std::uint64_t, signal_t*>> signals;
 std::vector<async_copy_t> pending;
+std::vector<async_handler_t> handlers;
 
 // Rebuilt by reset() from the agent and pool handles.
 std::vector<pool_desc_t> pool_descs;
@@ -284,6 +301,64 @@ signal_t* find_signal(hsa_signal_t signal) {
   return nullptr;
 }
 
+bool satisfied(hsa_signal_condition_t condition, hsa_signal_value_t value, hsa_signal_value_t compare) {
+  switch (condition) {
+    case HSA_SIGNAL_CONDITION_EQ: return value == compare;
+    case HSA_SIGNAL_CONDITION_NE: return value != compare;
+    case HSA_SIGNAL_CONDITION_LT: return value < compare;
+    case HSA_SIGNAL_CONDITION_GTE: return value >= compare;
+  }
+  return false;
+}
+
+// Runs the handlers registered on signal whose condition its value now meets, as ROCr's async-event thread
+// would (here on the thread that changed the value, with the fake's lock held: the adapter's handler only
+// ends a kreplay token). A handler that returns true stays registered.
+void fire_handlers(std::uint64_t signal, hsa_signal_value_t value) {
+  for (std::size_t i = 0; i < handlers.size();) {
+    const async_handler_t h = handlers[i];
+    if (h.signal != signal || !satisfied(h.condition, value, h.value)) {
+      ++i;
+      continue;
+    }
+    handlers.erase(handlers.begin() + static_cast<std::ptrdiff_t>(i));
+    ++state.async_handlers_fired;
+    if (h.handler(value, h.arg)) handlers.insert(handlers.begin() + static_cast<std::ptrdiff_t>(i++), h);
+  }
+}
+
+void perform(const async_copy_t& copy) {
+  if (copy.fault) return;
+  if (!copy.rect) {
+    std::memmove(copy.dst, copy.src, copy.bytes);
+    return;
+  }
+  for (std::size_t z = 0; z < copy.range.z; ++z) {
+    for (std::size_t y = 0; y < copy.range.y; ++y) {
+      char* to = static_cast<char*>(copy.rect_dst.base) + (copy.dst_offset.z + z) * copy.rect_dst.slice +
+                 (copy.dst_offset.y + y) * copy.rect_dst.pitch + copy.dst_offset.x;
+      const char* from = static_cast<const char*>(copy.rect_src.base) + (copy.src_offset.z + z) * copy.rect_src.slice +
+                         (copy.src_offset.y + y) * copy.rect_src.pitch + copy.src_offset.x;
+      std::memmove(to, from, copy.range.x);
+    }
+  }
+}
+
+// Completes the queued copy at index: its bytes land, then its signal takes the value captured at submission
+// minus one (negative on a fault) and the handlers waiting for that run.
+void complete_at(std::size_t index) {
+  const async_copy_t copy = pending[index];
+  pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(index));
+  perform(copy);
+  ++state.async_copies_done;
+  signal_t* s = find_signal(hsa_signal_t{copy.signal});
+  if (s == nullptr) return;
+  --s->pending;
+  // The engine writes what it computed at submission, not an atomic decrement.
+  s->value = copy.fault ? -1 : copy.value_at_submit - 1;
+  fire_handlers(copy.signal, s->value);
+}
+
 hsa_status_t fake_signal_create(hsa_signal_value_t initial, std::uint32_t /*num_consumers*/,
                                 const hsa_agent_t* /*consumers*/, hsa_signal_t* signal) {
   guard_t guard(fake_mutex);
@@ -303,6 +378,10 @@ hsa_status_t fake_signal_destroy(hsa_signal_t signal) {
   auto it = std::find_if(signals.begin(), signals.end(), [&](const auto& e) { return e.first == signal.handle; });
   if (it == signals.end()) return HSA_STATUS_ERROR_INVALID_SIGNAL;
   if (it->second->pending != 0) ++state.signal_misuse;
+  // ROCr leaves a handler on a destroyed signal undefined: the adapter's must have run by now.
+  for (const auto& h : handlers) {
+    if (h.signal == signal.handle) ++state.signal_misuse;
+  }
   delete it->second;
   signals.erase(it);
   --state.signals_live;
@@ -318,6 +397,32 @@ void fake_signal_store_relaxed(hsa_signal_t signal, hsa_signal_value_t value) {
   }
   if (s->pending != 0) ++state.signal_misuse;
   s->value = value;
+  fire_handlers(signal.handle, value);
+}
+
+hsa_signal_value_t fake_signal_load_relaxed(hsa_signal_t signal) {
+  guard_t guard(fake_mutex);
+  ++state.signal_load_calls;
+  signal_t* s = find_signal(signal);
+  if (s == nullptr) {
+    ++state.signal_misuse;
+    return -1;
+  }
+  return s->value;
+}
+
+hsa_status_t fake_signal_async_handler(hsa_signal_t signal, hsa_signal_condition_t condition,
+                                       hsa_signal_value_t value, hsa_amd_signal_handler handler, void* arg) {
+  guard_t guard(fake_mutex);
+  ++state.async_handler_calls;
+  if (state.fail_async_handler) return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  signal_t* s = find_signal(signal);
+  if (s == nullptr) return HSA_STATUS_ERROR_INVALID_SIGNAL;
+  if (handler == nullptr) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  handlers.push_back(async_handler_t{signal.handle, condition, value, handler, arg});
+  // A condition met already is seen at once, as ROCr's event thread would on its next look.
+  fire_handlers(signal.handle, s->value);
+  return HSA_STATUS_SUCCESS;
 }
 
 // Completes queued copies in submission order until none is left for signal (all of them when signal is 0).
@@ -327,16 +432,7 @@ void complete_until(std::uint64_t signal) {
       signal_t* s = find_signal(hsa_signal_t{signal});
       if (s == nullptr || s->pending == 0) return;
     }
-    const async_copy_t copy = pending.front();
-    pending.erase(pending.begin());
-    signal_t* s = find_signal(hsa_signal_t{copy.signal});
-    if (!copy.fault) std::memmove(copy.dst, copy.src, copy.bytes);
-    ++state.async_copies_done;
-    if (s != nullptr) {
-      --s->pending;
-      // The engine writes what it computed at submission, not an atomic decrement.
-      s->value = copy.fault ? -1 : copy.value_at_submit - 1;
-    }
+    complete_at(0);
   }
 }
 
@@ -394,6 +490,7 @@ hsa_status_t fake_async_copy(void* dst, hsa_agent_t dst_agent, const void* src, 
                              hsa_signal_t completion_signal) {
   guard_t guard(fake_mutex);
   ++state.async_copy_calls;
+  state.last_async_copy = async_call_t{dst, src, size, completion_signal.handle};
   if (state.fail_async_submit_at != 0 && state.async_copy_calls == state.fail_async_submit_at) {
     return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
   }
@@ -417,7 +514,45 @@ hsa_status_t fake_async_copy(void* dst, hsa_agent_t dst_agent, const void* src, 
   const bool fault = state.fault_async_copy_at != 0 && state.async_copy_calls == state.fault_async_copy_at;
   if (s->pending != 0) ++state.signal_misuse;
   ++s->pending;
-  pending.push_back(async_copy_t{dst, src, size, completion_signal.handle, s->value, fault});
+  pending.push_back(async_copy_t{dst, src, size, completion_signal.handle, s->value, fault, false, {}, {}, {}, {}, {}});
+  state.max_in_flight = std::max(state.max_in_flight, static_cast<int>(pending.size()));
+  return HSA_STATUS_SUCCESS;
+}
+
+#if KREPLAY_HSA_HAVE_COPY_ON_ENGINE
+hsa_status_t fake_async_copy_on_engine(void* dst, hsa_agent_t dst_agent, const void* src, hsa_agent_t src_agent,
+                                       std::size_t size, std::uint32_t num_dep_signals,
+                                       const hsa_signal_t* dep_signals, hsa_signal_t completion_signal,
+                                       hsa_amd_sdma_engine_id_t /*engine_id*/, bool /*force_copy_on_sdma*/) {
+  guard_t guard(fake_mutex);
+  ++state.async_copy_on_engine_calls;
+  return fake_async_copy(dst, dst_agent, src, src_agent, size, num_dep_signals, dep_signals, completion_signal);
+}
+#endif
+
+hsa_status_t fake_async_copy_rect(const hsa_pitched_ptr_t* dst, const hsa_dim3_t* dst_offset,
+                                  const hsa_pitched_ptr_t* src, const hsa_dim3_t* src_offset, const hsa_dim3_t* range,
+                                  hsa_agent_t copy_agent, hsa_amd_copy_direction_t /*dir*/,
+                                  std::uint32_t num_dep_signals, const hsa_signal_t* /*dep_signals*/,
+                                  hsa_signal_t completion_signal) {
+  guard_t guard(fake_mutex);
+  ++state.async_copy_calls;
+  ++state.async_copy_rect_calls;
+  if (dst == nullptr || src == nullptr || dst_offset == nullptr || src_offset == nullptr || range == nullptr) {
+    return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  }
+  state.last_async_copy = async_call_t{dst->base, src->base, range->x, completion_signal.handle};
+  if (state.fail_async_submit_at != 0 && state.async_copy_calls == state.fail_async_submit_at) {
+    return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+  }
+  signal_t* s = find_signal(completion_signal);
+  // ROCr's rect copies run on a GPU's engine.
+  const bool gpu = copy_agent.handle == agents.gpu.handle || copy_agent.handle == agents.gpu2.handle;
+  if (s == nullptr || num_dep_signals != 0 || !gpu) return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+  if (s->pending != 0) ++state.signal_misuse;
+  ++s->pending;
+  pending.push_back(async_copy_t{nullptr, nullptr, 0, completion_signal.handle, s->value, false, true, *dst, *src,
+                                 *dst_offset, *src_offset, *range});
   state.max_in_flight = std::max(state.max_in_flight, static_cast<int>(pending.size()));
   return HSA_STATUS_SUCCESS;
 }
@@ -611,6 +746,7 @@ void release_everything() {
   allocations.clear();
   locked.clear();
   pending.clear();
+  handlers.clear();
   for (auto& entry : signals) delete entry.second;
   signals.clear();
   for (auto& e : executables) {
@@ -678,6 +814,12 @@ void fill_tables(CoreApiTable* core, AmdExtTable* amd_ext) {
   amd_ext->hsa_amd_agent_memory_pool_get_info_fn = &fake_agent_memory_pool_get_info;
   amd_ext->hsa_amd_agents_allow_access_fn = &fake_agents_allow_access;
   amd_ext->hsa_amd_memory_async_copy_fn = &fake_async_copy;
+  amd_ext->hsa_amd_memory_async_copy_rect_fn = &fake_async_copy_rect;
+#if KREPLAY_HSA_HAVE_COPY_ON_ENGINE
+  amd_ext->hsa_amd_memory_async_copy_on_engine_fn = &fake_async_copy_on_engine;
+#endif
+  amd_ext->hsa_amd_signal_async_handler_fn = &fake_signal_async_handler;
+  core->hsa_signal_load_relaxed_fn = &fake_signal_load_relaxed;
   core->hsa_signal_create_fn = &fake_signal_create;
   core->hsa_signal_destroy_fn = &fake_signal_destroy;
   core->hsa_signal_store_relaxed_fn = &fake_signal_store_relaxed;
@@ -768,6 +910,44 @@ bool in_pool(const void* ptr, hsa_amd_memory_pool_t pool) {
 std::size_t pending_async_copies() {
   guard_t guard(fake_mutex);
   return pending.size();
+}
+
+state_t state_now() {
+  guard_t guard(fake_mutex);
+  return state;
+}
+
+std::size_t complete_async_copies(std::size_t n) {
+  guard_t guard(fake_mutex);
+  std::size_t done = 0;
+  while (done < n && !pending.empty()) {
+    complete_at(0);
+    ++done;
+  }
+  return done;
+}
+
+bool complete_async_copy_with_signal(hsa_signal_t signal) {
+  guard_t guard(fake_mutex);
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i].signal == signal.handle) {
+      complete_at(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::size_t pending_async_handlers() {
+  guard_t guard(fake_mutex);
+  return handlers.size();
+}
+
+hsa_signal_value_t signal_value(hsa_signal_t signal) {
+  guard_t guard(fake_mutex);
+  signal_t* s = find_signal(signal);
+  HSA_TEST_CHECK(s != nullptr);
+  return s->value;
 }
 
 kreplay_inventory_stats_t stats(hsa_agent_t agent) {

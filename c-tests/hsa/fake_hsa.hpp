@@ -14,6 +14,11 @@
 // thread waits on a signal, storing that captured value minus one -- so copies that shared one signal would
 // never bring it to zero. A copy with pageable host memory on either side is refused, as ROCr's engines
 // cannot reach it.
+//
+// The program's own copies (through the live tables and the adapter's fence wrappers) are the same queued copies,
+// plus hsa_amd_memory_async_copy_rect (and _on_engine where the headers declare it); a test completes them
+// when it chooses (complete_async_copies, complete_async_copy_with_signal), and hsa_amd_signal_async_handler
+// registrations run on the completing thread as soon as their signal meets the condition.
 #ifndef KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 #define KREPLAY_C_TESTS_HSA_FAKE_HSA_HPP
 
@@ -60,6 +65,14 @@ struct executable_t {
   bool fail_iteration;   // hsa_executable_iterate_agent_symbols fails
 };
 
+// The arguments of the last async copy that reached the fake.
+struct async_call_t {
+  const void* dst;
+  const void* src;
+  std::size_t bytes;  // rect: range.x
+  std::uint64_t signal;
+};
+
 // Counters and fault knobs; tests read and set them directly.
 struct state_t {
   // calls that reached the fake (through whatever wrappers sit in front)
@@ -88,6 +101,13 @@ struct state_t {
   int async_bad_agent = 0;            // an agent argument that does not match the memory it names
   int async_pageable = 0;             // submissions refused because a side was pageable host memory
   int allow_access_calls = 0;
+  int async_copy_rect_calls = 0;       // also counted in async_copy_calls
+  int async_copy_on_engine_calls = 0;  // also counted in async_copy_calls
+  async_call_t last_async_copy{};
+  int signal_load_calls = 0;           // hsa_signal_load_relaxed
+  int async_handler_calls = 0;         // hsa_amd_signal_async_handler registrations (refused ones included)
+  int async_handlers_fired = 0;
+  bool fail_async_handler = false;     // hsa_amd_signal_async_handler refuses every registration
   // faults
   int signal_create_budget = -1;      // successful hsa_signal_create calls left; -1: unlimited
   // Submissions are numbered by async_copy_calls after the call's own increment; to hit the k-th from now, set
@@ -147,8 +167,24 @@ std::size_t pool_bytes(hsa_amd_memory_pool_t pool);
 // Whether ptr lies in an allocation of pool.
 bool in_pool(const void* ptr, hsa_amd_memory_pool_t pool);
 
+// A copy of state taken under the fake's lock: for reading counters while other threads call the fake.
+state_t state_now();
+
 // Async copies queued and not yet completed.
 std::size_t pending_async_copies();
+
+// Completes the first n queued copies in submission order (their handlers run now, on this thread); returns
+// how many there were.
+std::size_t complete_async_copies(std::size_t n);
+
+// Completes the queued copy whose completion signal is signal; false when there is none.
+bool complete_async_copy_with_signal(hsa_signal_t signal);
+
+// hsa_amd_signal_async_handler registrations waiting for their condition.
+std::size_t pending_async_handlers();
+
+// A live signal's value now.
+hsa_signal_value_t signal_value(hsa_signal_t signal);
 
 // kreplay_inventory_stats for agent, asserting success.
 kreplay_inventory_stats_t stats(hsa_agent_t agent);

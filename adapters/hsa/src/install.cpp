@@ -391,6 +391,7 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
   amd_ext->hsa_amd_memory_pool_free_fn = &wrap_pool_free;
   install_vmem(amd_ext);
   install_module_wrappers(core);
+  detail::install_copy_wrappers(core, amd_ext);
   return INSTALL_SUCCESS;
 }
 

@@ -147,6 +147,9 @@ kreplay_status_t op_copy_batch(void* user_data, kreplay_agent_t agent, const kre
 // Destroys the pooled signals (copy_batch.cpp); part of release.
 void destroy_signal_pool(context* ctx);
 
+// Wraps the program's async copies with the replay-window fence (copy_fence.cpp); part of install().
+void install_copy_wrappers(CoreApiTable* core, AmdExtTable* amd_ext);
+
 // Converts between the two agent types, which share their layout by kreplay's contract.
 inline kreplay_agent_t to_kreplay(hsa_agent_t agent) { return kreplay_agent_t{agent.handle}; }
 inline hsa_agent_t to_hsa(kreplay_agent_t agent) { return hsa_agent_t{agent.handle}; }

@@ -2,7 +2,8 @@
  *
  * A tool that intercepts ROCr through its API tables (rocprofiler-sdk, or any HSA tools library) needs four
  * things to use kreplay: the allocation entry points wrapped so that kreplay's inventory sees every device
- * allocation, a kreplay_device_ops_t built from the runtime's own (un-wrapped) functions, somewhere for
+ * allocation (and the async-copy entry points, so that replay windows are fenced against copies in flight),
+ * a kreplay_device_ops_t built from the runtime's own (un-wrapped) functions, somewhere for
  * kreplay's messages to go, and a finalize call at teardown. This header is those four steps. The adapter
  * calls nothing of ROCr except through the function pointers the host hands in; it does not link
  * libhsa-runtime64.
@@ -14,9 +15,16 @@
  *   kreplay::hsa::install(core_table, amd_ext_table, lib_instance);      // live tables: wrappers go in
  *   kreplay::hsa::configure(&saved_core, &saved_amd_ext, &options);      // captured, un-wrapped copies
  *   // When the kernel-replay service is configured:
- *   kreplay::hsa::set_policy(&policy);   // optional: pinning, device budget; keeps the module-scan cache
+ *   kreplay::hsa::set_policy(&policy);   // optional: pinning, budgets, window limits; keeps the module-scan cache
  *   kreplay_tracking_enable(true);
- *   // Around the passes of one dispatch: kreplay_replay_gate, kreplay_snap, kreplay_restore, ...
+ *   // For each replayed dispatch, in a function of its own in the queue hooks (version 3, step 5 there):
+ *   //   kreplay_replay_gate, then the per-agent writer lock and the drains of the agent's queues;
+ *   //   kreplay_window_open(agent, &options, &window, &reason);  // fences async copies, waits for those in
+ *   //                                                            // flight; DECLINED: run the dispatch once
+ *   //   kreplay_snap(agent, &snapshot, &reason);                 // declined: close the window, run once
+ *   //   pass 1; then kreplay_restore + pass, for each further pass
+ *   //   kreplay_window_close(window, &outcome);                  // reopens the fence, logs the outcome line
+ *   //   kreplay_snapshot_free(snapshot); the application's completion signal; the writer lock goes
  *   // At the tool's fini:
  *   kreplay::hsa::finalize();
  *
@@ -86,6 +94,21 @@ const char* install_status_string(install_status_t status);
  * host that sets its own policy afterwards). Otherwise the cache stays off and every snapshot scans.
  * Until kreplay_tracking_enable(true) the wrappers cost a couple of atomic loads around the runtime's call.
  *
+ * The program's async copies are wrapped as well, for the replay window's fence (API version 3), when the tables
+ * hold hsa_signal_load_relaxed and hsa_amd_signal_async_handler: hsa_amd_memory_async_copy,
+ * hsa_amd_memory_async_copy_rect and -- in a build whose headers declare it -- hsa_amd_memory_async_copy_on_engine,
+ * each where the table holds it. A wrapper calls kreplay_copy_begin with the agents the copy touches before the
+ * saved entry (so it waits while a window of another thread is open on one of them), and kreplay_copy_end once
+ * the copy's completion signal drops below the value it had at submission (an hsa_amd_signal_async_handler), or
+ * at once when the runtime refuses the copy or the handler. The agents a copy touches: the ones the call names
+ * (dst_agent and src_agent; the rect variant's copy_agent) and, once any window has been opened, the owners
+ * hsa_amd_pointer_info reports for its two pointers (a call may name an agent other than the memory's owner).
+ * Until the first window of the process each wrapper costs kreplay_copy_begin's one relaxed load: no signal
+ * read, no handler, no query. A zero-byte copy, or one without a completion signal, is forwarded unfenced. A
+ * copy that waits on dep_signals counts from its submission, so a window waits for it (up to its
+ * copy_timeout_ms) while the copy waits for its dependencies. A copy whose signal the runtime will not watch
+ * (hsa_amd_signal_async_handler refused) runs unfenced, with one WARNING for the process.
+ *
  * core and amd_ext are the host's live tables, the ones the runtime dispatches through. Only library
  * instance 0 installs, and only once per process (see install_status_t). The wrappers stay for the life of
  * the process: there is no uninstall, because other tools may have copied the table entries since, and
@@ -111,6 +134,9 @@ bool vmem_wrappers_compiled();
 
 /* Whether install() put the vmem wrappers in (compiled in, and the runtime's table holds the entries). */
 bool vmem_wrappers_installed();
+
+/* Whether install() wrapped at least one async-copy entry for the replay window's fence (see install()). */
+bool copy_wrappers_installed();
 
 /* ---------------------------------------------------------------------------------------------------------
  * Configuring kreplay's device operations
