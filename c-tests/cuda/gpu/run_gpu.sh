@@ -10,7 +10,8 @@
 # here).
 #
 # Steps, chosen with KREPLAY_GPU_STEPS (comma-separated; default all, in this order):
-#   test   kreplay_cuda_test (correctness, every visible GPU at once)
+#   test   kreplay_cuda_test (correctness, every visible GPU at once), then kreplay_cuda_window_test (the replay
+#          window on GPU 0: a copy from a second thread fenced, and the window's cost), appended to test.log
 #   ops    kreplay_cuda_ops_bench (copy_batch candidates, digest throughput and self-test; GPU 0)
 #   bench  the CUPTI probe, then kreplay_cuda_bench with the arguments given here (every visible GPU at once
 #          unless --devices says otherwise): all rows but CUPTI's OPT_TRANSFER ones, then those in a second
@@ -94,6 +95,12 @@ if [[ $steps == *,test,* ]]; then
   rc=${PIPESTATUS[0]}
   echo "test exit status: $rc"
   record "$rc"
+  if [[ -x "$bin/kreplay_cuda_window_test" ]]; then
+    timeout 120 "$bin/kreplay_cuda_window_test" 2>&1 | tee -a "$out/test.log"
+    rc=${PIPESTATUS[0]}
+    echo "window test exit status: $rc"
+    record "$rc"
+  fi
 fi
 
 if [[ $steps == *,ops,* ]]; then

@@ -126,6 +126,13 @@ void set_sync_after_copy(bool enabled);
 // The last CUDA error an op saw, as text ("" when none); for messages only.
 const char* last_op_error();
 
+// cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream) inside kreplay's async-copy fence (version 3): the
+// copy names the agents of the devices its pointers are on. While a replay window is open on one of them it waits
+// (kreplay_copy_begin) until the window closes; once issued it counts as in flight on them until the stream
+// reaches it, so a window opened meanwhile waits for its bytes instead of capturing them half-written. Host-only
+// copies are not fenced. Returns the copy's error.
+cudaError_t memcpy_async_fenced(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 }  // namespace kreplay::cuda
 
 #endif  // KREPLAY_CUDA_HPP
