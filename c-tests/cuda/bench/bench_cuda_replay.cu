@@ -184,7 +184,13 @@ std::mutex g_info_mutex;
 FILE* g_info_file = nullptr;
 std::string g_info_tag;
 
+// The last replay-window outcome line kreplay logged on this thread (a row's thread closes its own windows).
+thread_local std::string t_window_line;
+
 void log_line(void*, kreplay_log_level_t level, const char* message, size_t) {
+  if (std::strncmp(message, "kreplay window ", 15) == 0) {
+    t_window_line = message;
+  }
   std::lock_guard<std::mutex> lock(g_info_mutex);
   if (level <= KREPLAY_LOG_WARNING) {
     std::fprintf(stderr, "kreplay %s: %s\n", level == KREPLAY_LOG_ERROR ? "ERROR" : "WARNING", message);
@@ -261,6 +267,9 @@ struct row_result {
   std::vector<double> staging_ms, copy_ms;      // kreplay's own phase timings, per snapshot
   std::vector<double> digest_ms, copied_mib, on_device_mib;  // kreplay v2 snapshot info, per snapshot
   std::vector<double> clean_mib;                // kreplay restore reports, per restore
+  std::vector<double> projected_ms, window_ms;  // kreplay rows: each window's projection and its measured
+                                                // snapshot + restores (the outcome's snapshot_ns + restore_ns)
+  std::string window_line;                      // the last window's outcome line
   double checkpoint_device_mib = NAN;
   double device_held_mib = NAN;  // while the last dispatch's snapshot exists, against before the row
   double host_held_mib = NAN;
@@ -523,11 +532,37 @@ void set_policy(const kreplay_mode& mode, size_t footprint) {
   KREPLAY_CHECK(kreplay_set_policy(&policy));
 }
 
-row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t*& snapshot, bool dirty) {
+// Closes the row's window of one dispatch and keeps what its outcome says.
+void close_window(kreplay_window_t*& window, row_result& result) {
+  if (window == nullptr) {
+    return;
+  }
+  kreplay_window_outcome_t outcome{};
+  outcome.struct_size = sizeof(outcome);
+  KREPLAY_CHECK(kreplay_window_close(window, &outcome));
+  window = nullptr;
+  result.projected_ms.push_back(static_cast<double>(outcome.projected_ns) / 1e6);
+  result.window_ms.push_back(static_cast<double>(outcome.snapshot_ns + outcome.restore_ns) / 1e6);
+  result.window_line = t_window_line;
+}
+
+// Every kreplay dispatch is one replay window (API version 3), opened before the snapshot and closed at the end of
+// the dispatch, as a profiler runs it.
+row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t*& snapshot, bool dirty,
+                    kreplay_window_t*& window, uint32_t passes) {
   row_ops ops;
-  ops.snap = [&fp, &result, &snapshot] {
+  ops.snap = [&fp, &result, &snapshot, &window, passes] {
+    kreplay_window_options_t options{};
+    options.struct_size = sizeof(options);
+    options.passes = passes;
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
-    kreplay_status_t status = kreplay_snap(fp.agent, &snapshot, &reason);
+    kreplay_status_t status = kreplay_window_open(fp.agent, &options, &window, &reason);
+    if (status != KREPLAY_STATUS_SUCCESS) {
+      result.status = std::string("window_open: ") + kreplay_status_string(status) + " (" +
+                      kreplay_decline_reason_string(reason) + ")";
+      return false;
+    }
+    status = kreplay_snap(fp.agent, &snapshot, &reason);
     if (status != KREPLAY_STATUS_SUCCESS) {
       result.status = std::string("snap: ") + kreplay_status_string(status) + " (" +
                       kreplay_decline_reason_string(reason) + ")";
@@ -560,13 +595,15 @@ row_ops kreplay_row(device_footprint& fp, row_result& result, kreplay_snapshot_t
     result.clean_mib.push_back(static_cast<double>(report.clean_bytes) / (1 << 20));
     return true;
   };
-  ops.release = [&snapshot] {
+  ops.release = [&snapshot, &window, &result] {
     kreplay_snapshot_free(snapshot);
     snapshot = nullptr;
+    close_window(window, result);
   };
-  ops.finish = [&snapshot] {
+  ops.finish = [&snapshot, &window, &result] {
     kreplay_snapshot_free(snapshot);  // after a failed restore; NULL otherwise
     snapshot = nullptr;
+    close_window(window, result);
   };
   return ops;
 }
@@ -844,7 +881,8 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
     }
     sync.wait();
     kreplay_snapshot_t* snapshot = nullptr;
-    run(result, kreplay_row(fp, result, snapshot, mode.dirty));
+    kreplay_window_t* window = nullptr;
+    run(result, kreplay_row(fp, result, snapshot, mode.dirty, window, static_cast<uint32_t>(config.passes)));
     sync.wait();
     if (device == 0) {
       kreplay::cuda::set_sync_after_copy(true);
@@ -1024,6 +1062,23 @@ void print_table(const config_t& config, const std::vector<row_result>& rows) {
                 r.dispatch(), raw ? r.snap() / raw->snap() : NAN, raw ? r.restore() / raw->restore() : NAN,
                 r.device_held_mib, r.host_held_mib,
                 r.mismatches == 0 && r.checks > 0 ? "yes " : (r.checks == 0 ? "- " : "NO "), r.status.c_str());
+  }
+
+  // Every kreplay dispatch ran in a replay window: how close admission's projection came, and each row's last
+  // outcome line as kreplay logged it.
+  std::printf("\nreplay windows: admission's projection against the outcome's snapshot + restores (median of "
+              "dispatches 2..D)\n%-3s %-10s %-4s %6s %13s %12s %7s\n", "dev", "footprint", "id", "write%",
+              "projected_ms", "measured_ms", "ratio");
+  for (const row_result& r : rows) {
+    if (r.window_ms.empty()) {
+      continue;
+    }
+    const std::string fp = size_label(r.footprint.total) + "/" + size_label(r.footprint.region);
+    const double projected = median(row_result::steady(r.projected_ms));
+    const double measured = median(row_result::steady(r.window_ms));
+    std::printf("%-3d %-10s %-4s %6.1f %13.3f %12.3f %7.2f\n", r.device, fp.c_str(), r.id.c_str(), r.fraction * 100,
+                projected, measured, projected / measured);
+    std::printf("    %s\n", r.window_line.c_str());
   }
 
   // The bars of issues 11 to 14, each on the rows of this run.
