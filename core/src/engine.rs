@@ -7,8 +7,8 @@
 //! its own thread is in the middle of (re-entry returns an error instead of deadlocking).
 //!
 //! Capture and restore live in [`crate::snapshot`], below the engine: `snap` and `restore` enter the call and
-//! lend the snapshot module the engine's [`Parts`]. The replay window lives in [`crate::window`], beside it: the
-//! window calls enter here and hand the window table what an open reads ([`OpenInputs`]).
+//! lend the snapshot module the engine's [`Parts`]. The replay window lives in [`crate::window`], below the
+//! engine too: the window calls enter here and hand the window table what they read (`OpenInputs` for an open).
 
 use alloc::boxed::Box;
 use core::ptr::NonNull;

@@ -9,7 +9,7 @@
 //! - [`untracked`]: memory seen through the record calls that classification leaves out of snapshots.
 //!
 //! The engine's window calls enter the library and delegate to [`WindowState`], handing it what an open reads
-//! ([`OpenInputs`]); nothing here names the engine.
+//! (`OpenInputs`); nothing here names the engine.
 //!
 //! Per-agent state lives in a fixed table of [`AgentSlot`]s, claimed by the first window or fenced copy that
 //! names an agent and never given back (an agent's in-flight count must outlive any one window), so nothing
