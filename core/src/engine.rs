@@ -7,7 +7,8 @@
 //! its own thread is in the middle of (re-entry returns an error instead of deadlocking).
 //!
 //! Capture and restore live in [`crate::snapshot`], below the engine: `snap` and `restore` enter the call and
-//! lend the snapshot module the engine's [`Parts`].
+//! lend the snapshot module the engine's [`Parts`]. The replay window lives in [`crate::window`], below the
+//! engine too: the window calls enter here and hand the window table what they read (`OpenInputs` for an open).
 
 use alloc::boxed::Box;
 use core::ptr::NonNull;
@@ -26,7 +27,9 @@ use crate::snapshot::{Parts, RestoreReport, Retained, Snapshot, Tier};
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
 use crate::types::{Agent, AllocFlags, PointerInfo};
-use crate::window::WindowState;
+use crate::window::{
+    OpenInputs, Opened, Outcome, UNCOUNTED_TOKEN, UntrackedStats, WindowHandle, WindowOptions, WindowState,
+};
 
 /// Everything kreplay keeps, for one set of device ops at a time.
 pub struct Engine<O: DeviceOps> {
@@ -66,7 +69,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// Enters the library for one call; `Finalized` once finalize has begun.
-    pub(crate) fn enter(&self) -> Result<Call<'_>> {
+    fn enter(&self) -> Result<Call<'_>> {
         self.activity.enter().ok_or(Error::Finalized)
     }
 
@@ -99,7 +102,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// A use of the current ops for the length of a call.
-    pub(crate) fn ops(&self) -> Result<OpsRef<'_, O>> {
+    fn ops(&self) -> Result<OpsRef<'_, O>> {
         self.ops.get()
     }
 
@@ -163,7 +166,7 @@ impl<O: DeviceOps> Engine<O> {
         // Hosts pass the pool allocation flags through unchanged; only the executable bit matters here, and it is
         // decided before any query because runtimes keep live kernel arguments in such allocations.
         if AllocFlags::from_bits_truncate(alloc_flags).contains(AllocFlags::EXECUTABLE) {
-            self.note_untracked(ptr, size, alloc_flags, None);
+            self.windows.note_untracked(ptr, size, alloc_flags, None);
             return Ok(());
         }
         // Anything recorded from here on belongs to this epoch: if tracking is turned off while the pointer query
@@ -171,7 +174,7 @@ impl<O: DeviceOps> Engine<O> {
         let epoch = self.inventory.epoch();
         let info = self.classify(ptr, size, epoch)?;
         if !info.is_snapshottable() {
-            self.note_untracked(ptr, size, alloc_flags, Some(&info));
+            self.windows.note_untracked(ptr, size, alloc_flags, Some(&info));
             return Ok(());
         }
         // Remembered as untracked under an earlier allocation at this address whose free was never recorded.
@@ -440,7 +443,7 @@ impl<O: DeviceOps> Engine<O> {
     pub fn snap(&self, agent: Agent) -> core::result::Result<Box<Snapshot<'_, O>>, DeclineReason> {
         let Ok(_call) = self.enter() else { return Err(DeclineReason::Finalized) };
         let result = crate::snapshot::capture(self.parts(), agent);
-        self.window_snapshot(agent, result.as_ref().map(|snapshot| snapshot.info).map_err(|&reason| reason));
+        self.windows.on_snapshot(agent, result.as_ref().map(|snapshot| snapshot.info).map_err(|&reason| reason));
         result
     }
 
@@ -451,11 +454,77 @@ impl<O: DeviceOps> Engine<O> {
         match self.enter() {
             Ok(_call) => {
                 let (report, status) = crate::snapshot::restore(self.parts(), snapshot);
-                self.window_restore(&snapshot.info, &report, status.is_ok());
+                self.windows.on_restore(&snapshot.info, &report, status.is_ok());
                 (report, status)
             }
             Err(error) => (RestoreReport::default(), Err(error)),
         }
+    }
+
+    /// Opens a window on `agent`: fences it (copies naming it wait from now on), waits for the copies in
+    /// flight on it, then checks untracked memory and the projected cost against the policy. A decline leaves
+    /// nothing fenced and logs the outcome line. `InvalidArgument` for 0 passes; `CapacityExceeded` when
+    /// [`crate::window::WINDOW_AGENTS`] agents have windows or copies already.
+    pub fn window_open(&self, agent: Agent, options: WindowOptions) -> Result<Opened> {
+        options.check(agent)?;
+        let _call = self.enter()?;
+        let inputs = OpenInputs {
+            activity: &self.activity,
+            policy: &self.policy,
+            ops: &self.ops,
+            inventory: &self.inventory,
+            modules: &self.modules,
+        };
+        self.windows.open(&inputs, agent, &options)
+    }
+
+    /// Closes a window: reopens the fence, fills in and logs the outcome, and frees the handle. A handle that is
+    /// not an open window (closed already, or never issued) is `InvalidArgument`, with a log line. Works after
+    /// finalize too, so that no fence stays closed.
+    pub fn window_close(&self, handle: WindowHandle) -> Result<Outcome> {
+        self.windows.close(handle)
+    }
+
+    /// The host saw work submitted on `agent` from inside its open window (a tool callback launching a
+    /// dispatch): the outcome will say so. Does nothing when no window is open there; never waits.
+    pub fn window_note_reentry(&self, agent: Agent) {
+        self.windows.note_reentry(agent);
+    }
+
+    /// The agent's window state, for tests: whether a window is open or opening on it.
+    pub fn window_is_open(&self, agent: Agent) -> bool {
+        self.windows.is_open(agent)
+    }
+
+    /// Untracked memory live for `agent` now.
+    pub fn untracked_stats(&self, agent: Agent) -> Result<UntrackedStats> {
+        let _call = self.enter()?;
+        Ok(self.windows.untracked_stats(agent))
+    }
+
+    /// Counts an async copy that touches `agents` as in flight on each of them until
+    /// [`Engine::copy_end`] of the returned token, first waiting while a window of another thread is open on
+    /// any of them. Before any window was ever opened, returns [`UNCOUNTED_TOKEN`] at the cost of one relaxed
+    /// load. Never allocates. `InvalidArgument` for no agents; `CapacityExceeded` (nothing counted, with a log
+    /// line) for more than [`crate::window::fence::MAX_COPY_AGENTS`] distinct agents, more than
+    /// [`crate::window::fence::TOKEN_CAPACITY`] copies in flight, or an agent table that is full.
+    pub fn copy_begin(&self, agents: &[Agent]) -> Result<u64> {
+        if !self.windows.counts_copy(agents)? {
+            return Ok(UNCOUNTED_TOKEN);
+        }
+        let _call = self.enter()?;
+        self.windows.copy_begin(agents, &self.activity)
+    }
+
+    /// Ends the copy `token` stands for: it no longer counts as in flight on its agents. A token ended twice or
+    /// never issued is ignored, with a log line; [`UNCOUNTED_TOKEN`] is ignored silently.
+    pub fn copy_end(&self, token: u64) {
+        self.windows.copy_end(token);
+    }
+
+    /// Async copies in flight on `agent` (for tests and statistics).
+    pub fn copies_in_flight(&self, agent: Agent) -> u64 {
+        self.windows.copies_in_flight(agent)
     }
 
     /// The replay gate; a graph launch is warned about once per engine (per process for the C API).

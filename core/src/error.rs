@@ -139,8 +139,10 @@ pub type Result<T> = core::result::Result<T, Error>;
 
 c_enum! {
     /// Why a snapshot was declined. The discriminants are the C API's `kreplay_decline_reason_t` values.
+    #[derive(Default)]
     pub enum DeclineReason, unknown "unknown decline reason" {
         /// Not declined.
+        #[default]
         None = 0 => "not declined",
         /// No device operations have been installed, or tracking is off.
         NotConfigured = 1 => "no device ops are configured, or tracking is off",
@@ -166,12 +168,6 @@ c_enum! {
         OverCost = 11 => "the window's projected cost is above max_window_ns",
         /// A window is already open on this agent.
         WindowNested = 12 => "a window is already open on this agent",
-    }
-}
-
-impl Default for DeclineReason {
-    fn default() -> Self {
-        DeclineReason::None
     }
 }
 

@@ -1,5 +1,5 @@
 //! The async-copy fence. A host's wrapper around each async copy of the program calls
-//! [`Engine::copy_begin`] with the agents the copy touches and [`Engine::copy_end`] when its completion signal
+//! [`crate::Engine::copy_begin`] with the agents the copy touches and [`crate::Engine::copy_end`] when its completion signal
 //! fires. While no window has ever been opened, `copy_begin` is one relaxed load. Afterwards a copy counts as in
 //! flight on each agent it names, and waits (with back-off, holding no lock) while a window of another thread is
 //! open on any of them; a window opens only once the copies in flight on its agent are done.
@@ -15,11 +15,10 @@ use arrayvec::ArrayVec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::{AgentSlot, WindowState, current_thread};
-use crate::engine::Engine;
+use crate::activity::Activity;
 use crate::error::{Error, Result};
 use crate::lock::Backoff;
 use crate::log::Level;
-use crate::ops::DeviceOps;
 use crate::types::Agent;
 
 /// Copies that can be in flight at once while the fence is armed.
@@ -32,13 +31,6 @@ pub const UNCOUNTED_TOKEN: u64 = 0;
 const INDEX_BITS: u32 = TOKEN_CAPACITY.trailing_zeros();
 const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
 
-// The two low bits of a token slot's word; the rest is its sequence number, bumped by every end.
-const FREE: u64 = 0;
-const FILLING: u64 = 1;
-const IN_USE: u64 = 2;
-const ENDING: u64 = 3;
-const STATE_MASK: u64 = 3;
-
 struct TokenSlot {
     /// `sequence << 2 | state`.
     word: AtomicU64,
@@ -46,6 +38,13 @@ struct TokenSlot {
     /// Agent-slot indices the copy counts on; written by its `copy_begin` while the slot is `FILLING`.
     agents: [AtomicU32; MAX_COPY_AGENTS],
 }
+
+// The two low bits of a token slot's `word`; the rest is its sequence number, bumped by every end.
+const FREE: u64 = 0;
+const FILLING: u64 = 1;
+const IN_USE: u64 = 2;
+const ENDING: u64 = 3;
+const STATE_MASK: u64 = 3;
 
 /// The armed flag and the token table.
 pub struct Fence {
@@ -114,26 +113,24 @@ fn held_back(slot: &AgentSlot, me: usize) -> bool {
     slot.fenced.load(Ordering::SeqCst) && slot.owner.load(Ordering::Relaxed) != me
 }
 
-impl<O: DeviceOps> Engine<O> {
-    /// Counts an async copy that touches `agents` as in flight on each of them until
-    /// [`Engine::copy_end`] of the returned token, first waiting while a window of another thread is open on
-    /// any of them. Before any window was ever opened, returns [`UNCOUNTED_TOKEN`] at the cost of one relaxed
-    /// load. Never allocates. `InvalidArgument` for no agents; `CapacityExceeded` (nothing counted, with a log
-    /// line) for more than [`MAX_COPY_AGENTS`] distinct agents, more than [`TOKEN_CAPACITY`] copies in flight, or
-    /// an agent table that is full.
-    pub fn copy_begin(&self, agents: &[Agent]) -> Result<u64> {
+impl WindowState {
+    /// Whether a copy of `agents` is counted: `false` while no window has ever been opened (the caller returns
+    /// [`UNCOUNTED_TOKEN`] without entering the library, at the cost of one relaxed load). `InvalidArgument`
+    /// for no agents.
+    pub(crate) fn counts_copy(&self, agents: &[Agent]) -> Result<bool> {
         if agents.is_empty() {
             crate::log!(Level::Warning, "copy_begin: no agents named");
             return Err(Error::InvalidArgument);
         }
-        if !self.windows.fence.is_armed() {
-            return Ok(UNCOUNTED_TOKEN);
-        }
-        let _call = self.enter()?;
-        let state = &self.windows;
+        Ok(self.fence.is_armed())
+    }
+
+    /// Counts a copy of `agents` in flight (see [`crate::Engine::copy_begin`]); the fence is armed and the
+    /// agents are not empty. `activity` ends the wait at finalize.
+    pub(crate) fn copy_begin(&self, agents: &[Agent], activity: &Activity) -> Result<u64> {
         let mut named: ArrayVec<u32, MAX_COPY_AGENTS> = ArrayVec::new();
         for &agent in agents {
-            let Some((index, _)) = state.claim(agent) else {
+            let Some((index, _)) = self.claim(agent) else {
                 crate::log!(
                     Level::Warning,
                     "copy_begin: agent {:#x} cannot be fenced: {} agents have windows or copies already",
@@ -148,15 +145,15 @@ impl<O: DeviceOps> Engine<O> {
                 return Err(Error::CapacityExceeded);
             }
         }
-        let Some((token_index, sequence)) = state.fence.take_slot() else {
+        let Some((token_index, sequence)) = self.fence.take_slot() else {
             crate::log!(
                 Level::Warning,
                 "copy_begin: {TOKEN_CAPACITY} async copies are in flight already; this one is not fenced"
             );
             return Err(Error::CapacityExceeded);
         };
-        self.count_in(state, &named);
-        let slot = &state.fence.tokens[token_index];
+        self.count_in(&named, activity);
+        let slot = &self.fence.tokens[token_index];
         slot.count.store(named.len() as u32, Ordering::Relaxed);
         for (to, &index) in slot.agents.iter().zip(&named) {
             to.store(index, Ordering::Relaxed);
@@ -170,19 +167,19 @@ impl<O: DeviceOps> Engine<O> {
     /// Adds the copy to the in-flight count of every named agent, waiting first while any of them is held back
     /// by a window. A copy never holds one agent while it waits for another (a window on the first would time
     /// out on it for nothing). Finalize ends the waits: the copy is counted and goes ahead.
-    fn count_in(&self, state: &WindowState, named: &[u32]) {
+    fn count_in(&self, named: &[u32], activity: &Activity) {
         let me = current_thread();
         // Named agents have claimed slots, which are never given back.
-        let slots = || named.iter().filter_map(|&index| state.at(index as usize));
+        let slots = || named.iter().filter_map(|&index| self.at(index as usize));
         'retry: loop {
             for (done, slot) in slots().enumerate() {
                 slot.in_flight.fetch_add(1, Ordering::SeqCst);
-                if held_back(slot, me) && !self.is_finalized() {
+                if held_back(slot, me) && !activity.is_finalized() {
                     for undo in slots().take(done + 1) {
                         undo.in_flight.fetch_sub(1, Ordering::SeqCst);
                     }
                     let mut backoff = Backoff::new();
-                    while held_back(slot, me) && !self.is_finalized() {
+                    while held_back(slot, me) && !activity.is_finalized() {
                         backoff.snooze();
                     }
                     continue 'retry;
@@ -192,17 +189,15 @@ impl<O: DeviceOps> Engine<O> {
         }
     }
 
-    /// Ends the copy `token` stands for: it no longer counts as in flight on its agents. A token ended twice or
-    /// never issued is ignored, with a log line; [`UNCOUNTED_TOKEN`] is ignored silently.
-    pub fn copy_end(&self, token: u64) {
+    /// Ends the copy `token` stands for (see [`crate::Engine::copy_end`]).
+    pub(crate) fn copy_end(&self, token: u64) {
         if token == UNCOUNTED_TOKEN {
             return;
         }
-        let state = &self.windows;
         let index = (token & INDEX_MASK) as usize;
         // Token sequences are the slot's plus one (see `copy_begin`); 0 was never issued.
         let sequence = (token >> INDEX_BITS).wrapping_sub(1);
-        let slot = &state.fence.tokens[index];
+        let slot = &self.fence.tokens[index];
         let in_use = sequence << 2 | IN_USE;
         if slot.word.compare_exchange(in_use, sequence << 2 | ENDING, Ordering::Acquire, Ordering::Relaxed).is_err() {
             crate::log!(
@@ -213,7 +208,7 @@ impl<O: DeviceOps> Engine<O> {
         }
         let count = (slot.count.load(Ordering::Relaxed) as usize).min(MAX_COPY_AGENTS);
         for agent in &slot.agents[..count] {
-            if let Some(agent) = state.at(agent.load(Ordering::Relaxed) as usize) {
+            if let Some(agent) = self.at(agent.load(Ordering::Relaxed) as usize) {
                 agent.in_flight.fetch_sub(1, Ordering::SeqCst);
             }
         }
@@ -221,7 +216,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// Async copies in flight on `agent` (for tests and statistics).
-    pub fn copies_in_flight(&self, agent: Agent) -> u64 {
-        self.windows.find(agent).map_or(0, |(_, slot)| slot.in_flight.load(Ordering::Acquire))
+    pub(crate) fn copies_in_flight(&self, agent: Agent) -> u64 {
+        self.find(agent).map_or(0, |(_, slot)| slot.in_flight.load(Ordering::Acquire))
     }
 }

@@ -8,6 +8,9 @@
 //! - [`outcome`]: the record every window ends in, and its one `key=value` log line.
 //! - [`untracked`]: memory seen through the record calls that classification leaves out of snapshots.
 //!
+//! The engine's window calls enter the library and delegate to [`WindowState`], handing it what an open reads
+//! (`OpenInputs`); nothing here names the engine.
+//!
 //! Per-agent state lives in a fixed table of [`AgentSlot`]s, claimed by the first window or fenced copy that
 //! names an agent and never given back (an agent's in-flight count must outlive any one window), so nothing
 //! here allocates.
@@ -30,6 +33,7 @@ pub use admission::Rates;
 pub use fence::{Fence, UNCOUNTED_TOKEN};
 pub use outcome::{Outcome, UntrackedStats};
 pub use untracked::{Untracked, UntrackedKind};
+pub(crate) use windows::OpenInputs;
 pub use windows::{Opened, WindowHandle, WindowOptions};
 
 /// Agents that can have windows or fenced copies over the life of the process.

@@ -17,48 +17,32 @@ use crate::types::{Agent, AllocFlags, GlobalFlags, PointerInfo, PointerType};
 /// Untracked allocations and mappings remembered at once, process-wide.
 pub const UNTRACKED_CAPACITY: usize = 4096;
 
-/// Kinds of memory seen and not captured; the discriminants are the C API's `kreplay_untracked_kind_t`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum UntrackedKind {
-    /// Device memory that is not coarse-grained (also memory shared with a graphics API or another process).
-    FineGrained = 0,
-    /// Host memory the device can address.
-    Host = 1,
-    /// Unified / managed memory.
-    Managed = 2,
-    /// Kernel-argument memory.
-    Kernarg = 3,
-    /// Allocations made with the executable flag.
-    Executable = 4,
-    /// Virtual-memory mappings recorded with an unknown owner.
-    VmemUnknown = 5,
+crate::error::c_enum! {
+    /// Kinds of memory seen and not captured; the discriminants are the C API's `kreplay_untracked_kind_t`, the
+    /// texts the outcome line's keys.
+    pub enum UntrackedKind, unknown "unknown" {
+        /// Device memory that is not coarse-grained (also memory shared with a graphics API or another process).
+        FineGrained = 0 => "fine",
+        /// Host memory the device can address.
+        Host = 1 => "host",
+        /// Unified / managed memory.
+        Managed = 2 => "managed",
+        /// Kernel-argument memory.
+        Kernarg = 3 => "kernarg",
+        /// Allocations made with the executable flag.
+        Executable = 4 => "exec",
+        /// Virtual-memory mappings recorded with an unknown owner.
+        VmemUnknown = 5 => "vmem",
+    }
 }
 
 /// Number of [`UntrackedKind`]s.
-pub const UNTRACKED_KINDS: usize = 6;
+pub const UNTRACKED_KINDS: usize = UntrackedKind::ALL.len();
 
 impl UntrackedKind {
-    /// Every kind, in the order of their values.
-    pub const ALL: [UntrackedKind; UNTRACKED_KINDS] = [
-        UntrackedKind::FineGrained,
-        UntrackedKind::Host,
-        UntrackedKind::Managed,
-        UntrackedKind::Kernarg,
-        UntrackedKind::Executable,
-        UntrackedKind::VmemUnknown,
-    ];
-
     /// The short name the outcome line uses.
     pub const fn key(self) -> &'static str {
-        match self {
-            UntrackedKind::FineGrained => "fine",
-            UntrackedKind::Host => "host",
-            UntrackedKind::Managed => "managed",
-            UntrackedKind::Kernarg => "kernarg",
-            UntrackedKind::Executable => "exec",
-            UntrackedKind::VmemUnknown => "vmem",
-        }
+        self.describe()
     }
 
     /// The kind of an allocation that the record path does not track, or `None` for memory that is not the

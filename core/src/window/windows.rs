@@ -8,16 +8,20 @@
 
 use core::sync::atomic::Ordering;
 
-use super::admission::Measured;
+use super::admission::{DEFAULT_WARN_WINDOW_NS, Measured};
 use super::outcome::{self, Outcome, Record, UntrackedStats};
-use super::untracked::UntrackedKind;
-use super::{AgentSlot, WINDOW_AGENTS, current_thread};
+use super::untracked::{UNTRACKED_CAPACITY, UntrackedKind};
+use super::{AgentSlot, WINDOW_AGENTS, WindowState, current_thread};
+use crate::activity::Activity;
 use crate::clock;
-use crate::engine::Engine;
 use crate::error::{DeclineReason, Error, Result};
+use crate::inventory::Inventory;
 use crate::lock::Backoff;
 use crate::log::Level;
+use crate::modules::ModuleCache;
 use crate::ops::DeviceOps;
+use crate::opsets::OpsTable;
+use crate::policy::{AtomicPolicy, Policy};
 use crate::snapshot::{RestoreReport, SnapshotInfo};
 use crate::types::{Agent, PointerInfo};
 
@@ -40,7 +44,7 @@ pub struct WindowOptions {
     pub copy_timeout_ms: u32,
 }
 
-/// An open window. Plain data: [`Engine::window_close`] checks it against the agent's current window.
+/// An open window. Plain data: [`crate::Engine::window_close`] checks it against the agent's current window.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct WindowHandle(pub u64);
 
@@ -53,18 +57,152 @@ pub enum Opened {
     Declined(Outcome),
 }
 
-impl<O: DeviceOps> Engine<O> {
-    /// Opens a window on `agent`: fences it (copies naming it wait from now on), waits for the copies in
-    /// flight on it, then checks untracked memory and the projected cost against the policy. A decline leaves
-    /// nothing fenced and logs the outcome line. `InvalidArgument` for 0 passes; `CapacityExceeded` when
-    /// [`WINDOW_AGENTS`] agents have windows or copies already.
-    pub fn window_open(&self, agent: Agent, options: WindowOptions) -> Result<Opened> {
-        if options.passes == 0 {
+impl WindowOptions {
+    /// `InvalidArgument` (with a log line) for 0 passes; checked before the open enters the library.
+    pub(crate) fn check(&self, agent: Agent) -> Result<()> {
+        if self.passes == 0 {
             crate::log!(Level::Warning, "window_open(agent {:#x}): passes is 0", agent.0);
             return Err(Error::InvalidArgument);
         }
-        let _call = self.enter()?;
-        let Some((index, slot)) = self.windows.claim(agent) else {
+        Ok(())
+    }
+
+    fn copy_timeout_ms(&self) -> u32 {
+        if self.copy_timeout_ms == 0 { DEFAULT_COPY_TIMEOUT_MS } else { self.copy_timeout_ms }
+    }
+}
+
+/// What an open reads besides the window table, borrowed from the engine for the call: whether finalize has
+/// begun, the policy, and (for the projection) the ops' tier and digest facts and the agent's footprint.
+pub(crate) struct OpenInputs<'e, O: DeviceOps> {
+    pub activity: &'e Activity,
+    pub policy: &'e AtomicPolicy,
+    pub ops: &'e OpsTable<O>,
+    pub inventory: &'e Inventory,
+    pub modules: &'e ModuleCache,
+}
+
+impl<O: DeviceOps> OpenInputs<'_, O> {
+    /// The projected cost of a window of `passes` on `agent` (see [`super::admission`]).
+    fn project(&self, agent: Agent, slot: &AgentSlot, passes: u32, policy: &Policy) -> u64 {
+        let (device_tier, digests) = match self.ops.get() {
+            Ok(ops) => (policy.device_budget_bytes > 0 && ops.can_alloc_device(), ops.can_digest()),
+            Err(_) => (false, false),
+        };
+        let modules = self.modules.get(agent).map_or(0, |(list, _)| list.variables.iter().map(|v| v.size).sum());
+        let footprint = self.inventory.stats(agent).bytes.saturating_add(modules);
+        slot.rates.lock().project(footprint, passes, policy, device_tier, digests)
+    }
+}
+
+/// An open that has taken its agent's window word (`OPENING` at `generation`): it ends as a window or a decline.
+struct Opening<'s> {
+    agent: Agent,
+    index: usize,
+    slot: &'s AgentSlot,
+    generation: u64,
+}
+
+impl Opening<'_> {
+    /// Fences the agent (copies naming it wait from now on), then waits up to the options' timeout for the
+    /// copies already in flight; `CopiesInFlight` when some are still in flight then (or finalize began).
+    fn fence_and_wait(
+        &self,
+        state: &WindowState,
+        options: &WindowOptions,
+        activity: &Activity,
+        outcome: &mut Outcome,
+    ) -> core::result::Result<(), DeclineReason> {
+        state.fence.arm();
+        self.slot.owner.store(current_thread(), Ordering::Relaxed);
+        self.slot.fenced.store(true, Ordering::SeqCst);
+        let timeout_ms = options.copy_timeout_ms();
+        outcome.copies_waited = self.slot.in_flight.load(Ordering::SeqCst);
+        let start = clock::now_ns();
+        let mut backoff = Backoff::new();
+        while self.slot.in_flight.load(Ordering::SeqCst) != 0 {
+            if clock::since(start) >= u64::from(timeout_ms) * 1_000_000 || activity.is_finalized() {
+                let left = self.slot.in_flight.load(Ordering::SeqCst);
+                crate::log!(
+                    Level::Warning,
+                    "agent {:#x}: {left} async copies still in flight after {timeout_ms} ms; window declined",
+                    self.agent.0
+                );
+                return Err(DeclineReason::CopiesInFlight);
+            }
+            backoff.snooze();
+        }
+        Ok(())
+    }
+
+    /// `UntrackedMemory` when untracked memory of a kind the policy declines for is live on the agent.
+    fn check_untracked(&self, outcome: &Outcome, policy: &Policy) -> core::result::Result<(), DeclineReason> {
+        let live = outcome.untracked.live_mask();
+        if live & policy.untracked_decline_mask != 0 {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: untracked memory of kinds {live:#x} is live and untracked_decline_mask is {:#x}; window \
+                 declined",
+                self.agent.0,
+                policy.untracked_decline_mask
+            );
+            return Err(DeclineReason::UntrackedMemory);
+        }
+        Ok(())
+    }
+
+    /// `OverCost` when the projection is above `max_window_ns`; a warning when it is above `warn_window_ns`.
+    fn admit(&self, projected_ns: u64, policy: &Policy) -> core::result::Result<(), DeclineReason> {
+        if policy.max_window_ns != 0 && projected_ns > policy.max_window_ns {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: window projected at {} us, above max_window_ns = {} us; declined",
+                self.agent.0,
+                projected_ns / 1000,
+                policy.max_window_ns / 1000
+            );
+            return Err(DeclineReason::OverCost);
+        }
+        let warn = if policy.warn_window_ns == 0 { DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns };
+        if projected_ns > warn {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: window projected at {} us, above warn_window_ns = {} us",
+                self.agent.0,
+                projected_ns / 1000,
+                warn / 1000
+            );
+        }
+        Ok(())
+    }
+
+    /// The window is open: its record starts from `outcome`, and the handle names its slot and generation.
+    fn open(self, outcome: Outcome) -> Opened {
+        *self.slot.record.lock() = Record { outcome, snapshot_seen: false, restores_ok: 0 };
+        self.slot.reentry.store(false, Ordering::Relaxed);
+        self.slot.window.store(self.generation << 2 | OPEN, Ordering::Release);
+        Opened::Window(WindowHandle(self.generation << INDEX_BITS | self.index as u64))
+    }
+
+    /// Declines the open: the fence is reopened, the slot freed, the outcome logged.
+    fn decline(self, mut outcome: Outcome, reason: DeclineReason) -> Opened {
+        self.slot.fenced.store(false, Ordering::SeqCst);
+        self.slot.window.store(self.generation << 2 | NONE, Ordering::Release);
+        outcome.reason = reason;
+        outcome::log(&outcome);
+        Opened::Declined(outcome)
+    }
+}
+
+impl WindowState {
+    /// Opens a window on `agent` (see [`crate::Engine::window_open`]); the options are checked already.
+    pub(crate) fn open<O: DeviceOps>(
+        &self,
+        inputs: &OpenInputs<'_, O>,
+        agent: Agent,
+        options: &WindowOptions,
+    ) -> Result<Opened> {
+        let Some((index, slot)) = self.claim(agent) else {
             crate::log!(
                 Level::Warning,
                 "window_open(agent {:#x}): {WINDOW_AGENTS} agents have windows or copies already",
@@ -76,9 +214,24 @@ impl<O: DeviceOps> Engine<O> {
             agent,
             passes_requested: options.passes,
             passes_run: 1,
-            untracked: self.windows.untracked.stats(agent),
+            untracked: self.untracked.stats(agent),
             ..Outcome::default()
         };
+        let Some(opening) = Self::begin_open(agent, index, slot) else {
+            // Never a wait: the window in the way may be this thread's own.
+            outcome.reason = DeclineReason::WindowNested;
+            outcome::log(&outcome);
+            return Ok(Opened::Declined(outcome));
+        };
+        Ok(match self.checks(&opening, inputs, options, &mut outcome) {
+            Ok(()) => opening.open(outcome),
+            Err(reason) => opening.decline(outcome, reason),
+        })
+    }
+
+    /// Takes the agent's window word from `NONE` to `OPENING` at the next generation; `None` when a window is in
+    /// the way.
+    fn begin_open(agent: Agent, index: usize, slot: &AgentSlot) -> Option<Opening<'_>> {
         let word = slot.window.load(Ordering::Acquire);
         let generation = (word >> 2) + 1;
         let claimed = word & STATE_MASK == NONE
@@ -86,95 +239,30 @@ impl<O: DeviceOps> Engine<O> {
                 .window
                 .compare_exchange(word, generation << 2 | OPENING, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok();
-        if !claimed {
-            // Never a wait: the window in the way may be this thread's own.
-            outcome.reason = DeclineReason::WindowNested;
-            outcome::log(&outcome);
-            return Ok(Opened::Declined(outcome));
-        }
-
-        // Fence, then wait for the copies already in flight.
-        self.windows.fence.arm();
-        slot.owner.store(current_thread(), Ordering::Relaxed);
-        slot.fenced.store(true, Ordering::SeqCst);
-        let timeout_ms = if options.copy_timeout_ms == 0 { DEFAULT_COPY_TIMEOUT_MS } else { options.copy_timeout_ms };
-        outcome.copies_waited = slot.in_flight.load(Ordering::SeqCst);
-        let start = clock::now_ns();
-        let mut backoff = Backoff::new();
-        while slot.in_flight.load(Ordering::SeqCst) != 0 {
-            if clock::since(start) >= u64::from(timeout_ms) * 1_000_000 || self.is_finalized() {
-                let left = slot.in_flight.load(Ordering::SeqCst);
-                crate::log!(
-                    Level::Warning,
-                    "agent {:#x}: {left} async copies still in flight after {timeout_ms} ms; window declined",
-                    agent.0
-                );
-                return Ok(decline(slot, generation, outcome, DeclineReason::CopiesInFlight));
-            }
-            backoff.snooze();
-        }
-
-        // Untracked memory, then admission: both before any byte moves.
-        let policy = self.policy();
-        let live = outcome.untracked.live_mask();
-        if live & policy.untracked_decline_mask != 0 {
-            crate::log!(
-                Level::Warning,
-                "agent {:#x}: untracked memory of kinds {live:#x} is live and untracked_decline_mask is {:#x}; window \
-                 declined",
-                agent.0,
-                policy.untracked_decline_mask
-            );
-            return Ok(decline(slot, generation, outcome, DeclineReason::UntrackedMemory));
-        }
-        outcome.projected_ns = self.project_window(agent, slot, options.passes);
-        if policy.max_window_ns != 0 && outcome.projected_ns > policy.max_window_ns {
-            crate::log!(
-                Level::Warning,
-                "agent {:#x}: window projected at {} us, above max_window_ns = {} us; declined",
-                agent.0,
-                outcome.projected_ns / 1000,
-                policy.max_window_ns / 1000
-            );
-            return Ok(decline(slot, generation, outcome, DeclineReason::OverCost));
-        }
-        let warn =
-            if policy.warn_window_ns == 0 { super::admission::DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns };
-        if outcome.projected_ns > warn {
-            crate::log!(
-                Level::Warning,
-                "agent {:#x}: window projected at {} us, above warn_window_ns = {} us",
-                agent.0,
-                outcome.projected_ns / 1000,
-                warn / 1000
-            );
-        }
-
-        *slot.record.lock() = Record { outcome, snapshot_seen: false, restores_ok: 0 };
-        slot.reentry.store(false, Ordering::Relaxed);
-        slot.window.store(generation << 2 | OPEN, Ordering::Release);
-        Ok(Opened::Window(WindowHandle(generation << INDEX_BITS | index as u64)))
+        claimed.then_some(Opening { agent, index, slot, generation })
     }
 
-    /// The projected cost of a window of `passes` on `agent` (see [`super::admission`]).
-    fn project_window(&self, agent: Agent, slot: &AgentSlot, passes: u32) -> u64 {
-        let policy = self.policy();
-        let (device_tier, digests) = match self.ops() {
-            Ok(ops) => (policy.device_budget_bytes > 0 && ops.can_alloc_device(), ops.can_digest()),
-            Err(_) => (false, false),
-        };
-        let modules = self.modules.get(agent).map_or(0, |(list, _)| list.variables.iter().map(|v| v.size).sum());
-        let footprint = self.inventory.stats(agent).bytes.saturating_add(modules);
-        slot.rates.lock().project(footprint, passes, &policy, device_tier, digests)
+    /// The steps between taking the window word and opening: fence and wait for copies, then untracked memory
+    /// and admission, both before any byte moves. The first that fails names the decline.
+    fn checks<O: DeviceOps>(
+        &self,
+        opening: &Opening<'_>,
+        inputs: &OpenInputs<'_, O>,
+        options: &WindowOptions,
+        outcome: &mut Outcome,
+    ) -> core::result::Result<(), DeclineReason> {
+        opening.fence_and_wait(self, options, inputs.activity, outcome)?;
+        let policy = inputs.policy.get();
+        opening.check_untracked(outcome, &policy)?;
+        outcome.projected_ns = inputs.project(opening.agent, opening.slot, options.passes, &policy);
+        opening.admit(outcome.projected_ns, &policy)
     }
 
-    /// Closes a window: reopens the fence, fills in and logs the outcome, and frees the handle. A handle that is
-    /// not an open window (closed already, or never issued) is `InvalidArgument`, with a log line. Works after
-    /// finalize too, so that no fence stays closed.
-    pub fn window_close(&self, handle: WindowHandle) -> Result<Outcome> {
+    /// Closes a window (see [`crate::Engine::window_close`]).
+    pub(crate) fn close(&self, handle: WindowHandle) -> Result<Outcome> {
         let index = (handle.0 & ((1 << INDEX_BITS) - 1)) as usize;
         let generation = handle.0 >> INDEX_BITS;
-        let slot = self.windows.at(index).filter(|_| generation != 0);
+        let slot = self.at(index).filter(|_| generation != 0);
         let closing = slot.is_some_and(|slot| {
             slot.window
                 .compare_exchange(
@@ -203,10 +291,9 @@ impl<O: DeviceOps> Engine<O> {
         Ok(outcome)
     }
 
-    /// The host saw work submitted on `agent` from inside its open window (a tool callback launching a
-    /// dispatch): the outcome will say so. Does nothing when no window is open there; never waits.
-    pub fn window_note_reentry(&self, agent: Agent) {
-        if let Some((_, slot)) = self.windows.find(agent) {
+    /// Marks `agent`'s open window as re-entered (see [`crate::Engine::window_note_reentry`]).
+    pub(crate) fn note_reentry(&self, agent: Agent) {
+        if let Some((_, slot)) = self.find(agent) {
             if slot.window.load(Ordering::Acquire) & STATE_MASK == OPEN {
                 slot.reentry.store(true, Ordering::Relaxed);
             }
@@ -214,9 +301,8 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// Untracked memory live for `agent` now.
-    pub fn untracked_stats(&self, agent: Agent) -> Result<UntrackedStats> {
-        let _call = self.enter()?;
-        Ok(self.windows.untracked.stats(agent))
+    pub(crate) fn untracked_stats(&self, agent: Agent) -> UntrackedStats {
+        self.untracked.stats(agent)
     }
 
     /// The record path's hook for an allocation it does not track: remembered by kind, or ignored when it is
@@ -224,19 +310,19 @@ impl<O: DeviceOps> Engine<O> {
     pub(crate) fn note_untracked(&self, ptr: usize, size: usize, alloc_flags: u32, info: Option<&PointerInfo>) {
         let Some(kind) = UntrackedKind::of_allocation(alloc_flags, info) else { return };
         let owner = info.filter(|_| kind != UntrackedKind::Executable).map(|info| info.owner);
-        if !self.windows.untracked.insert(ptr, size, owner, kind) {
+        if !self.untracked.insert(ptr, size, owner, kind) {
             crate::log!(
                 Level::Warning,
                 "untracked allocation at {ptr:#x} ({size} bytes, {}) not remembered: {} are already; windows will \
                  under-report untracked memory",
                 kind.key(),
-                super::untracked::UNTRACKED_CAPACITY
+                UNTRACKED_CAPACITY
             );
         }
     }
 
     /// The snapshot hook: the first snapshot of `agent` while its window is open is the window's.
-    pub(crate) fn window_snapshot(&self, agent: Agent, result: core::result::Result<SnapshotInfo, DeclineReason>) {
+    pub(crate) fn on_snapshot(&self, agent: Agent, result: core::result::Result<SnapshotInfo, DeclineReason>) {
         let Some(slot) = self.open_window_slot(agent) else { return };
         let accounted = {
             let mut record = slot.record.lock();
@@ -282,7 +368,7 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// The restore hook: a restore of `agent`'s snapshot while its window is open is the window's.
-    pub(crate) fn window_restore(&self, info: &SnapshotInfo, report: &RestoreReport, ok: bool) {
+    pub(crate) fn on_restore(&self, info: &SnapshotInfo, report: &RestoreReport, ok: bool) {
         let (ns, digest_ns) = (report.elapsed_ns, report.digest_ns);
         let Some(slot) = self.open_window_slot(info.agent) else { return };
         {
@@ -313,26 +399,17 @@ impl<O: DeviceOps> Engine<O> {
 
     /// `agent`'s slot when a window may be open on it (a cheap pre-check; the hooks check again under the lock).
     fn open_window_slot(&self, agent: Agent) -> Option<&AgentSlot> {
-        if !self.windows.fence.is_armed() {
+        if !self.fence.is_armed() {
             return None;
         }
-        let (_, slot) = self.windows.find(agent)?;
+        let (_, slot) = self.find(agent)?;
         (slot.window.load(Ordering::Acquire) & STATE_MASK == OPEN).then_some(slot)
     }
 
-    /// The agent's window state, for tests: whether a window is open or opening on it.
-    pub fn window_is_open(&self, agent: Agent) -> bool {
-        self.windows.find(agent).is_some_and(|(_, slot)| slot.window.load(Ordering::Acquire) & STATE_MASK != NONE)
+    /// Whether a window is open or opening on `agent`.
+    pub(crate) fn is_open(&self, agent: Agent) -> bool {
+        self.find(agent).is_some_and(|(_, slot)| slot.window.load(Ordering::Acquire) & STATE_MASK != NONE)
     }
-}
-
-/// Declines an open that fenced its agent: the fence is reopened, the slot freed, the outcome logged.
-fn decline(slot: &AgentSlot, generation: u64, mut outcome: Outcome, reason: DeclineReason) -> Opened {
-    slot.fenced.store(false, Ordering::SeqCst);
-    slot.window.store(generation << 2 | NONE, Ordering::Release);
-    outcome.reason = reason;
-    outcome::log(&outcome);
-    Opened::Declined(outcome)
 }
 
 /// Which tier a capture's storage was wholly in (`Some(true)`: device), or `None` for a spill across both.
