@@ -6,7 +6,8 @@
 //! the module variables its cached scan knows at open, split between the device tier (up to the policy's device
 //! budget, with device ops) and host staging like a capture would place it. A snapshot moves the whole
 //! footprint (and digests it when dirty-only is on); a restore moves it all, or with dirty-only digests it and
-//! writes back the share that earlier restores had to write.
+//! writes back the share that earlier restores had to write. Once that share is measured, a dirty-only
+//! snapshot is projected to copy the same share (a re-capture copies only the blocks that changed).
 
 use crate::policy::Policy;
 
@@ -124,16 +125,19 @@ impl Rates {
             if bytes == 0 {
                 continue;
             }
-            let copy = tier.copy.ns_for(bytes, default_copy);
             let digest = if dirty { tier.digest.ns_for(bytes, DEFAULT_DIGEST_BYTES_PER_US) } else { 0 };
-            snapshot = snapshot.saturating_add(copy).saturating_add(digest);
             let written = if dirty && tier.dirty_share.ns > 0 {
                 u64::try_from(u128::from(bytes) * u128::from(tier.dirty_share.bytes) / u128::from(tier.dirty_share.ns))
                     .unwrap_or(bytes)
             } else {
                 bytes
             };
-            restore = restore.saturating_add(tier.copy.ns_for(written, default_copy)).saturating_add(digest);
+            // Once dirty-only windows have run, the agent's storage holds the last snapshot, and a re-capture
+            // copies only the blocks that changed, as a restore writes only those: both move the measured share
+            // (and the copy rate was measured on such small copies, so it applies to them alone).
+            let copy = tier.copy.ns_for(written, default_copy);
+            snapshot = snapshot.saturating_add(copy).saturating_add(digest);
+            restore = restore.saturating_add(copy).saturating_add(digest);
         }
         snapshot.saturating_add(restore.saturating_mul(u64::from(passes.saturating_sub(1))))
     }

@@ -311,7 +311,10 @@ fn measured_rates_replace_the_defaults_in_the_projection() {
         clean: 900_000,
         ..Default::default()
     });
+    // Copies now run at 600,000 bytes per 600 ns, digests at 1,000,000 per 500 ns, and a tenth is written: the
+    // snapshot (a re-capture) and the restore each copy 100,000 bytes (100 ns) and digest all (500 ns).
     let projected = rates.project(1_000_000, 2, &dirty, true, true);
+    assert_eq!(projected, 2 * (100 + 500), "dirty-only snapshot and restore both move the measured share");
     assert!(projected < rates.project(1_000_000, 2, &Policy::default(), false, false) + 1_000, "{projected}");
 }
 
