@@ -21,18 +21,12 @@ crate::error::c_enum! {
     /// Kinds of memory seen and not captured; the discriminants are the C API's `kreplay_untracked_kind_t`, the
     /// texts the outcome line's keys.
     pub enum UntrackedKind, unknown "unknown" {
-        /// Device memory that is not coarse-grained (also memory shared with a graphics API or another process).
-        FineGrained = 0 => "fine",
-        /// Host memory the device can address.
-        Host = 1 => "host",
-        /// Unified / managed memory.
-        Managed = 2 => "managed",
-        /// Kernel-argument memory.
-        Kernarg = 3 => "kernarg",
-        /// Allocations made with the executable flag.
-        Executable = 4 => "exec",
-        /// Virtual-memory mappings recorded with an unknown owner.
-        VmemUnknown = 5 => "vmem",
+        #[doc = "Device memory that is not coarse-grained (graphics and IPC memory too)."] FineGrained = 0 => "fine",
+        #[doc = "Host memory the device can address."] Host = 1 => "host",
+        #[doc = "Unified / managed memory."] Managed = 2 => "managed",
+        #[doc = "Kernel-argument memory."] Kernarg = 3 => "kernarg",
+        #[doc = "Allocations made with the executable flag."] Executable = 4 => "exec",
+        #[doc = "Virtual-memory mappings recorded with an unknown owner."] VmemUnknown = 5 => "vmem",
     }
 }
 
