@@ -612,10 +612,11 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
       break;
     }
     case origin_kind::none: {
-      // Loaded inside a call that carries no handle (with eager loading, every library loaded before the
-      // context is loaded inside cuDevicePrimaryCtxRetain). Exact only where one known library has exactly
-      // this cubin's kernels: then cuLibraryGetModule in this context is this module (checked below by every
-      // variable's address and size).
+      // Loaded inside a call the CUPTI layer does not follow: a launch (lazy loading; launches are not
+      // followed, for the overhead) or cuDevicePrimaryCtxRetain / cuCtxCreate (eager loading: every library
+      // loaded before the context). Exact only where one known library has exactly this cubin's entry kernels
+      // and no other module of this context has them too: then cuLibraryGetModule in this context is this
+      // module (checked below by every variable's address and size).
       size_t candidates = 0;
       size_t claimants = 0;
       CUlibrary library = library_by_kernels(module, &candidates, &claimants);
