@@ -29,6 +29,9 @@ constexpr uint16_t index_extended = 0xffff;  // SHN_XINDEX: the index is in .sym
 constexpr uint8_t symbol_object = 1;
 constexpr uint8_t symbol_func = 2;
 constexpr uint8_t symbol_cuda_object = 13;  // STT_LOPROC: a variable in a relocatable (-rdc) cubin
+// STO_CUDA_ENTRY in st_other: the function is a kernel (`__global__`), not a device function the compiler kept
+// out of line (readelf -sW shows it as "[<other>: 10]").
+constexpr uint8_t other_cuda_entry = 0x10;
 
 struct section_t {
   uint32_t name_offset;
@@ -131,6 +134,7 @@ class reader_t {
         return std::tie(a.name, a.kind, a.constant_bank, a.size) < std::tie(b.name, b.kind, b.constant_bank, b.size);
       });
       std::sort(out_.functions.begin(), out_.functions.end());
+      std::sort(out_.kernels.begin(), out_.kernels.end());
     }
   }
 
@@ -140,6 +144,7 @@ class reader_t {
     out_.detail = std::move(detail);
     out_.variables.clear();
     out_.functions.clear();
+    out_.kernels.clear();
     return false;
   }
 
@@ -290,10 +295,12 @@ class reader_t {
       const uint64_t at = table.offset + i * symbol_size;
       uint32_t name_offset = 0;
       uint8_t info = 0;
+      uint8_t other = 0;
       uint16_t index16 = 0;
       uint64_t value = 0, length = 0;
       load(image_, size_, at + 0, name_offset);
       load(image_, size_, at + 4, info);
+      load(image_, size_, at + 5, other);
       load(image_, size_, at + 6, index16);
       load(image_, size_, at + 8, value);
       load(image_, size_, at + 16, length);
@@ -341,6 +348,9 @@ class reader_t {
       }
       if (type == symbol_func) {
         out_.functions.emplace_back(name);
+        if ((other & other_cuda_entry) != 0) {
+          out_.kernels.emplace_back(name);
+        }
         continue;
       }
       if (per_block_or_thread(section.name)) {
@@ -375,6 +385,7 @@ module_symbols_t read(const void* image, size_t size) noexcept {
     // Only allocations throw here (std::bad_alloc, or std::length_error for a size no image can hold).
     out.variables.clear();
     out.functions.clear();
+    out.kernels.clear();
     out.detail.clear();
     out.error = error_t::out_of_memory;
   }

@@ -44,11 +44,15 @@ struct module_symbols_t {
   error_t error = error_t::none;
   std::string detail;                  // human-readable: which section/symbol/offset was wrong
   std::vector<variable_t> variables;   // every defined STT_OBJECT in .nv.global*/.nv.constant*, sorted by name
-  std::vector<std::string> functions;  // every defined STT_FUNC (kernel) name, sorted
+  std::vector<std::string> functions;  // every defined STT_FUNC name (kernels and out-of-line device code), sorted
+  // The entry kernels: defined STT_FUNC symbols with STO_CUDA_ENTRY (0x10) in st_other, sorted. This is the
+  // set the driver enumerates for the module (cuLibraryEnumerateKernels, cuModuleEnumerateFunctions), so it is
+  // what a cubin is matched against when its module must be found by its kernels.
+  std::vector<std::string> kernels;
 };
 
 // Never throws, never reads outside [image, image + size); a malformed image gives an error, never a guess.
-// On an error, `variables` and `functions` are empty.
+// On an error, `variables`, `functions` and `kernels` are empty.
 //
 // Symbols read as variables: STT_OBJECT, and NVIDIA's relocatable-object variable type (STT_LOPROC, 13, what
 // `nvcc -rdc=true -cubin` writes before device linking), of any binding. Undefined (SHN_UNDEF) symbols are

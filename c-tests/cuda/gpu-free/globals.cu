@@ -13,12 +13,15 @@ __device__ unsigned long long step_count;
 }
 static __device__ int g_hidden;
 
+// Kept out of line: an STT_FUNC without the entry bit, which is not one of the module's kernels.
+__device__ __noinline__ double g_sum_weights(int i) { return g_weights[i % 7] + g_weights[(i + 1) % 7]; }
+
 __global__ void k_globals(double* out) {
   __shared__ double scratch[32];  // per-block storage: .nv.shared, never a module variable
   scratch[threadIdx.x % 32] = g_table[threadIdx.x % 256];
   __syncthreads();
   out[threadIdx.x] = scratch[0] + g_counter + g_seed + g_weights[threadIdx.x % 7] +
                      g_particles[threadIdx.x % 10].velocity[1] + g_config.scale +
-                     static_cast<double>(physics::step_count) + g_hidden;
+                     static_cast<double>(physics::step_count) + g_hidden + g_sum_weights(threadIdx.x);
   g_hidden = static_cast<int>(threadIdx.x);
 }

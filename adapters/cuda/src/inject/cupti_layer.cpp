@@ -39,8 +39,12 @@ const P& params(const CUpti_CallbackData& data) {
 uint64_t address_of(const CUdeviceptr* out) { return out == nullptr ? 0 : static_cast<uint64_t>(*out); }
 uint64_t address_of(void* const* out) { return out == nullptr ? 0 : reinterpret_cast<uint64_t>(*out); }
 
-// The callback ids the layer enables, per domain. Nothing else is enabled: the cost of the library is one
-// callback on each of these calls, and launches are the only frequent ones.
+// The callback ids the layer enables, per domain. Nothing else is enabled, and none of these is made per kernel:
+// no launch (cuLaunchKernel*, cooperative launches), no cuLibraryGetKernel / cuKernelGetFunction. The cost of
+// tracking is one callback on each allocation, free, vmem, context and module-loading call. A module loaded
+// inside a call not listed here (a lazy load inside a launch, an eager one inside cuDevicePrimaryCtxRetain) is
+// found at snapshot time by its kernels (tracker::library_by_kernels). The launcher (issue 22) enables launch
+// callbacks of its own, only when a replay is asked for.
 constexpr CUpti_CallbackId driver_ids[] = {
     // Allocations and frees.
     CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
@@ -58,17 +62,13 @@ constexpr CUpti_CallbackId driver_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2,
     CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3,
     CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4, CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2,
-    // Calls inside which a module may be loaded: their handles say which module it is.
+    // Module and library loads and unloads, and the library calls inside which a lazy module may be loaded:
+    // their handles say which module it is.
     CUPTI_DRIVER_TRACE_CBID_cuModuleLoad, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
     CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx, CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
     CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile,
     CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule,
-    CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel,
     CUPTI_DRIVER_TRACE_CBID_cuLibraryGetGlobal, CUPTI_DRIVER_TRACE_CBID_cuLibraryGetManaged,
-    CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
 };
 // (CONTEXT_CREATED is not needed: a context's device comes from its creation call's parameters, or from one
 // cuCtxGetDevice_v2 when it is first seen.)
@@ -97,35 +97,11 @@ bool origin_at_entry(CUpti_CallbackId cbid, const CUpti_CallbackData& data, orig
     case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule:
       *out = {origin_kind::library, params<cuLibraryGetModule_params>(data).library, out->call};
       return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel:
-      *out = {origin_kind::library, params<cuLibraryGetKernel_params>(data).library, out->call};
-      return true;
     case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetGlobal:
       *out = {origin_kind::library, params<cuLibraryGetGlobal_params>(data).library, out->call};
       return true;
     case CUPTI_DRIVER_TRACE_CBID_cuLibraryGetManaged:
       *out = {origin_kind::library, params<cuLibraryGetManaged_params>(data).library, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction:
-      *out = {origin_kind::kernel, params<cuKernelGetFunction_params>(data).kernel, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-      *out = {origin_kind::function, params<cuLaunchKernel_params>(data).f, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
-      *out = {origin_kind::function, params<cuLaunchKernel_ptsz_params>(data).f, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-      *out = {origin_kind::function, params<cuLaunchKernelEx_params>(data).f, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
-      *out = {origin_kind::function, params<cuLaunchKernelEx_ptsz_params>(data).f, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-      *out = {origin_kind::function, params<cuLaunchCooperativeKernel_params>(data).f, out->call};
-      return true;
-    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
-      *out = {origin_kind::function, params<cuLaunchCooperativeKernel_ptsz_params>(data).f, out->call};
       return true;
     default:
       return false;

@@ -151,6 +151,17 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_inventory_stats(int device
   return kreplay_inventory_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
 }
 
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_live_bytes(int device, size_t* bytes_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || bytes_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  *bytes_out = g_injection.owner->live_bytes(device);
+  return KREPLAY_STATUS_SUCCESS;
+}
+
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked(int device, kreplay_inject_untracked_t* untracked_out) {
   if (!live()) {
     return KREPLAY_STATUS_NOT_CONFIGURED;

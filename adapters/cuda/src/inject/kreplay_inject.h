@@ -66,6 +66,10 @@ kreplay_status_t kreplay_inject_state(kreplay_inject_state_t* state_out);
 /* kreplay_inventory_stats of the device's agent. */
 kreplay_status_t kreplay_inject_inventory_stats(int device, kreplay_inventory_stats_t* stats_out);
 kreplay_status_t kreplay_inject_untracked(int device, kreplay_inject_untracked_t* untracked_out);
+/* The bytes of the device that the tracker itself saw allocated (device and pool allocations, vmem pages mapped
+ * read-write) minus those it saw freed or unmapped, counted from its own tables, not from kreplay's inventory:
+ * the two must agree. */
+kreplay_status_t kreplay_inject_live_bytes(int device, size_t* bytes_out);
 /* Modules loaded on the device (device -1: every device) and the variables their cubins define. */
 kreplay_status_t kreplay_inject_module_counts(int device, size_t* modules_out, size_t* variables_out);
 /* Resolves every variable of the device (cuModuleGetGlobal) and visits it. A module whose variables cannot be

@@ -20,6 +20,9 @@ struct tracker::module_t {
   std::string detail;
   std::vector<cubin::variable_t> variables;
   std::vector<std::string> functions;  // kept only for modules with variables (to check a resolved handle)
+  // Its entry kernels (the cubin's STO_CUDA_ENTRY functions), kept for every module: what associates a module
+  // loaded outside any followed call with its library, and what shows two cubins claiming one library.
+  std::vector<std::string> kernels;
   // Resolution, done once outside any callback; guarded by resolve_mutex.
   std::mutex resolve_mutex;
   bool resolved = false;
@@ -405,6 +408,7 @@ void tracker::module_loaded(CUcontext context, uint32_t module_id, const void* i
     module->error = symbols.error;
     module->detail = std::move(symbols.detail);
     module->variables = std::move(symbols.variables);
+    module->kernels = std::move(symbols.kernels);
     if (!module->variables.empty()) {
       module->functions = std::move(symbols.functions);
     }
@@ -455,11 +459,14 @@ void tracker::library_unloading(CUlibrary library) {
 }
 
 // Reads each known library's kernel names (once; context-independent queries, no module is loaded by them)
-// and keeps the libraries whose names are exactly the module's functions.
-CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates) {
+// and keeps the libraries whose names are exactly the module's entry kernels. A match counts only if it is
+// unique both ways: one library has exactly these kernels, and no other module of the same context has them
+// too (two cubins would then claim the one CUmodule cuLibraryGetModule gives in that context).
+CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants) {
   *candidates = 0;
+  *claimants = 0;
   if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
-      driver_.kernel_get_name == nullptr || module.functions.empty()) {
+      driver_.kernel_get_name == nullptr || module.kernels.empty()) {
     return nullptr;
   }
   std::vector<CUlibrary> unnamed;
@@ -503,12 +510,20 @@ CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates
   CUlibrary match = nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [library, entry] : libraries_) {
-    if (entry.named && !entry.unreadable && entry.names == module.functions) {
+    if (entry.named && !entry.unreadable && entry.names == module.kernels) {
       ++*candidates;
       match = library;
     }
   }
-  return *candidates == 1 ? match : nullptr;
+  if (*candidates != 1) {
+    return nullptr;
+  }
+  for (const auto& [id, other] : modules_) {
+    if (other->context == module.context && other->kernels == module.kernels) {
+      ++*claimants;
+    }
+  }
+  return *claimants == 1 ? match : nullptr;
 }
 
 void tracker::note_error(const std::string& text) {
@@ -597,12 +612,19 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
       break;
     }
     case origin_kind::none: {
-      // Loaded inside a call that carries no handle (with eager loading, every library loaded before the
-      // context is loaded inside cuDevicePrimaryCtxRetain). Exact only where one known library has exactly
-      // this cubin's kernels: then cuLibraryGetModule in this context is this module (checked below by every
-      // variable's address and size).
+      // Loaded inside a call the CUPTI layer does not follow: a launch (lazy loading; launches are not
+      // followed, for the overhead) or cuDevicePrimaryCtxRetain / cuCtxCreate (eager loading: every library
+      // loaded before the context). Exact only where one known library has exactly this cubin's entry kernels
+      // and no other module of this context has them too: then cuLibraryGetModule in this context is this
+      // module (checked below by every variable's address and size).
       size_t candidates = 0;
-      CUlibrary library = library_by_kernels(module, &candidates);
+      size_t claimants = 0;
+      CUlibrary library = library_by_kernels(module, &candidates, &claimants);
+      if (library == nullptr && claimants > 1) {
+        return fail(std::to_string(claimants) + " modules of its context have exactly its kernels and would "
+                    "all be the one module of the library that has them, so its variables cannot be located "
+                    "exactly");
+      }
       if (library == nullptr) {
         return fail(candidates == 0 ? std::string("no module or library handle was known on the loading thread "
                                                   "and no known library has exactly its kernels, so its "
@@ -774,6 +796,24 @@ untracked_t tracker::untracked(int ordinal) {
     out.bytes[index] += allocation.size;
   }
   return out;
+}
+
+size_t tracker::live_bytes(int ordinal) {
+  size_t bytes = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [address, allocation] : allocations_) {
+    if (captured(allocation.kind) && allocation.ordinal == ordinal) {
+      bytes += allocation.size;
+    }
+  }
+  for (const auto& [address, mapping] : mappings_) {
+    if (mapping.ordinal == ordinal) {
+      for (const auto& piece : mapping.recorded) {
+        bytes += piece.second;
+      }
+    }
+  }
+  return bytes;
 }
 
 void tracker::module_counts(int ordinal, size_t* modules, size_t* variables) {

@@ -46,11 +46,13 @@ struct untracked_t {
 // Which driver call was in progress on the loading thread when a module was loaded: the handle it carried is
 // how the module's CUmodule is found later (resolve_module in tracker.cpp).
 enum class origin_kind : uint8_t {
-  none,       // no call the injection follows (for example inside cuDevicePrimaryCtxRetain with eager loading)
+  none,       // no call the injection follows (a lazy load inside a launch, an eager one inside
+              // cuDevicePrimaryCtxRetain): found at snapshot time by its kernels (library_by_kernels)
   module,     // cuModuleLoad*: handle is the CUmodule the call returned
   library,    // cuLibraryLoad*, cuLibraryGet*: handle is the CUlibrary
-  kernel,     // cuKernelGetFunction: handle is the CUkernel
-  function,   // a launch: handle is the CUfunction (or a CUkernel passed as one)
+  kernel,     // cuKernelGetFunction: handle is the CUkernel (the CUPTI layer no longer follows it)
+  function,   // a launch: handle is the CUfunction (or a CUkernel passed as one); for the launcher (issue 22),
+              // whose launch callbacks are enabled only for a replay
 };
 struct origin_t {
   origin_kind kind = origin_kind::none;
@@ -136,6 +138,10 @@ class tracker {
 
   // ---- Introspection (the injection's C API and tests) ----------------------------------------------------
   untracked_t untracked(int ordinal);
+  // The captured bytes of `ordinal` live by the tracker's own tables (device and pool allocations, minus their
+  // frees, plus the vmem pages recorded mapped), counted apart from kreplay's inventory so the two can be
+  // compared.
+  size_t live_bytes(int ordinal);
   // Modules of `ordinal` (-1: every device) and the variables their cubins define.
   void module_counts(int ordinal, size_t* modules, size_t* variables);
   // Resolves and visits every variable of `ordinal`; the first failure's text goes to `detail`.
@@ -175,8 +181,9 @@ class tracker {
   };
 
   kreplay_status_t resolve(module_t& module, std::string* detail);
-  // The one known library whose kernels are exactly the module's functions, or null (none, or several).
-  CUlibrary library_by_kernels(const module_t& module, size_t* candidates);
+  // The one known library whose kernels are exactly the module's entry kernels, or null: none or several
+  // (*candidates libraries), or one but several modules of the same context with those kernels (*claimants).
+  CUlibrary library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants);
   // *stop is set when the visitor asked to stop the walk.
   kreplay_status_t visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                 std::string* detail, bool* stop);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ namespace {
 CUptiResult g_subscribe_result = CUPTI_SUCCESS;
 int g_subscribes = 0;
 int g_enabled = 0;
+std::set<std::pair<int, CUpti_CallbackId>> g_enabled_ids;  // (domain, id)
 CUptiResult fake_subscribe(CUpti_SubscriberHandle* out, CUpti_CallbackFunc, void*) {
   ++g_subscribes;
   if (g_subscribe_result == CUPTI_SUCCESS) {
@@ -33,8 +35,11 @@ CUptiResult fake_subscribe(CUpti_SubscriberHandle* out, CUpti_CallbackFunc, void
   return g_subscribe_result;
 }
 CUptiResult fake_unsubscribe(CUpti_SubscriberHandle) { return CUPTI_SUCCESS; }
-CUptiResult fake_enable(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId) {
+CUptiResult fake_enable(uint32_t enable, CUpti_SubscriberHandle, CUpti_CallbackDomain domain, CUpti_CallbackId id) {
   g_enabled += enable != 0 ? 1 : 0;
+  if (enable != 0) {
+    g_enabled_ids.insert({static_cast<int>(domain), id});
+  }
   return CUPTI_SUCCESS;
 }
 CUptiResult fake_result_string(CUptiResult result, const char** text) {
@@ -160,11 +165,36 @@ void a_held_cupti_gives_one_line_and_an_inert_layer(tracker& owner) {
   g_subscribe_result = CUPTI_SUCCESS;
 }
 
+bool enabled(CUpti_CallbackId id, CUpti_CallbackDomain domain = CUPTI_CB_DOMAIN_DRIVER_API) {
+  return g_enabled_ids.count({static_cast<int>(domain), id}) != 0;
+}
+
 void the_layer_enables_only_its_callbacks(cupti_layer& layer) {
   CHECK(layer.active());
   CHECK_EQ(static_cast<size_t>(g_enabled), layer.enabled_callbacks());
   // Each callback id named once; far fewer than the driver API's ~800 functions.
-  CHECK(layer.enabled_callbacks() > 40 && layer.enabled_callbacks() < 60);
+  CHECK_EQ(g_enabled_ids.size(), layer.enabled_callbacks());
+  CHECK(layer.enabled_callbacks() > 30 && layer.enabled_callbacks() < 45);
+  // What the inventory needs: allocations, frees, vmem, pools, contexts, module loads and unloads.
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuMemMap));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData));
+  CHECK(enabled(CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2));
+  CHECK(enabled(CUPTI_CBID_RESOURCE_MODULE_LOADED, CUPTI_CB_DOMAIN_RESOURCE));
+  // Nothing raised per kernel: no launch, no kernel lookup (the launcher enables its own, for a replay only).
+  for (CUpti_CallbackId hot : {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                               CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+                               CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                               CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+                               CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+                               CUPTI_DRIVER_TRACE_CBID_cuLibraryGetKernel,
+                               CUPTI_DRIVER_TRACE_CBID_cuKernelGetFunction,
+                               CUPTI_DRIVER_TRACE_CBID_cuModuleGetFunction}) {
+    CHECK(!enabled(hot));
+  }
 }
 
 void allocation_callbacks_reach_the_inventory() {
@@ -242,43 +272,121 @@ void a_module_loaded_inside_a_load_call_is_bound_to_its_handle() {
   module_unloading(81);
   CHECK_EQ(0, module_variables_in_snapshot());
 
-  // Lazy loading: the module arrives inside a launch, whose function names it.
-  const CUfunction bump = fake::handle<CUfunction>(0xF3);
-  fake::g_functions[bump] = {handle, "bump"};
-  cuLaunchKernel_params launch{};
-  launch.f = bump;
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_ENTER, launch);
-  module_loaded(82, cubin);
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_EXIT, launch);
-  CHECK_EQ(3, module_variables_in_snapshot());
-  module_unloading(82);
-
-  // Outside any followed call: declined, not guessed. After the launch above the frame stack is empty again.
+  // Outside any followed call (a lazy load inside a launch, whose callback is not enabled), with no library
+  // known: declined, not guessed.
   module_loaded(83, cubin);
   CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  CHECK(g_layer_tracker->last_error().find("module 83") != std::string::npos);
   module_unloading(83);
   CHECK_EQ(0, module_variables_in_snapshot());
+}
 
-  // Eager loading: cuLibraryLoadData before the context loads nothing; the module comes later inside a call
-  // without a handle, and is found through the one library whose kernels are exactly its functions.
-  const CUlibrary library = fake::handle<CUlibrary>(0xE2);
-  fake::g_library_kernels[library] = {"bump"};
-  fake::g_library_modules[library] = handle;
+// Loads the library `library` the way cudart does (cuLibraryLoadData, nothing loaded inside it).
+void load_library(CUlibrary library, std::vector<unsigned char>& cubin) {
   CUlibrary returned = nullptr;
-  cuLibraryLoadData_params load_library{};
-  load_library.library = &returned;
-  load_library.code = cubin.data();
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_ENTER, load_library);
+  cuLibraryLoadData_params load{};
+  load.library = &returned;
+  load.code = cubin.data();
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_ENTER, load);
   returned = library;
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_EXIT, load_library);
-  module_loaded(84, cubin);
-  CHECK_EQ(3, module_variables_in_snapshot());
-  module_unloading(84);
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData, "cuLibraryLoadData", CUPTI_API_EXIT, load);
+}
+
+void unload_library(CUlibrary library) {
   cuLibraryUnload_params unload{library};
   driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload, "cuLibraryUnload", CUPTI_API_ENTER, unload);
+}
+
+// The address `counter` resolved to in module `id` (0 if the snapshot's walk did not reach it).
+uint64_t counter_of(uint32_t id) {
+  std::map<uint32_t, uint64_t> counters;
+  std::string detail;
+  (void)g_layer_tracker->list_variables(0, [](void* data, const resolved_variable_t& v) {
+    if (std::strcmp(v.name, "counter") == 0) {
+      (*static_cast<std::map<uint32_t, uint64_t>*>(data))[v.module_id] = v.address;
+    }
+    return true;
+  }, &counters, &detail);
+  return counters[id];
+}
+
+// Lazy loading (a module loaded inside a launch) and eager loading (inside cuDevicePrimaryCtxRetain) both give
+// a module without a handle: it is found at snapshot time through the one library whose kernels are exactly
+// the cubin's entry kernels, or declined.
+void a_module_loaded_outside_any_call_is_found_by_its_kernels_or_declined() {
+  std::vector<unsigned char> cubin = read_cubin();
+  std::vector<unsigned char> storage_a(512), storage_b(512);
+  const CUdeviceptr a = (reinterpret_cast<CUdeviceptr>(storage_a.data()) + 15) & ~CUdeviceptr{15};
+  const CUdeviceptr b = (reinterpret_cast<CUdeviceptr>(storage_b.data()) + 15) & ~CUdeviceptr{15};
+  const CUmodule module_a = fake::handle<CUmodule>(0xEA);
+  const CUmodule module_b = fake::handle<CUmodule>(0xEB);
+  fake::g_globals[module_a] = {{"counter", {a, 4}}, {"table", {a + 16, 256}}, {"coeffs", {a + 272, 32}}};
+  fake::g_globals[module_b] = {{"counter", {b, 4}}, {"table", {b + 16, 256}}, {"coeffs", {b + 272, 32}}};
+  // Two libraries with different kernel sets: only the first is exactly the cubin's ({bump}); a superset is
+  // not a match.
+  const CUlibrary with_bump = fake::handle<CUlibrary>(0xE7);
+  const CUlibrary with_more = fake::handle<CUlibrary>(0xE8);
+  fake::g_library_kernels[with_bump] = {"bump"};
+  fake::g_library_modules[with_bump] = module_a;
+  fake::g_library_kernels[with_more] = {"bump", "scale"};
+  fake::g_library_modules[with_more] = module_b;
+  load_library(with_bump, cubin);
+  load_library(with_more, cubin);
+
+  // Lazy: nothing followed is in progress when the module arrives.
+  module_loaded(84, cubin);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  CHECK_EQ(a, counter_of(84));
+  module_unloading(84);
+
+  // Eager: the module arrives inside cuDevicePrimaryCtxRetain, which carries no module handle.
+  CUcontext retained = nullptr;
+  cuDevicePrimaryCtxRetain_params retain{&retained, 0};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUPTI_API_ENTER,
+              retain);
   module_loaded(85, cubin);
+  retained = ctx0;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", CUPTI_API_EXIT,
+              retain);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  CHECK_EQ(a, counter_of(85));
+
+  // Two cubins of one context with the same kernels would both claim the library's one module: declined.
+  module_loaded(86, cubin);
   CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  CHECK(g_layer_tracker->last_error().find("module 86") != std::string::npos);
+  CHECK(g_layer_tracker->last_error().find("2 modules of its context") != std::string::npos);
+  module_unloading(86);
+
+  // An ambiguous pair: a second library with exactly the same kernels. Declined, naming the module.
+  const CUlibrary twin = fake::handle<CUlibrary>(0xE9);
+  fake::g_library_kernels[twin] = {"bump"};
+  fake::g_library_modules[twin] = module_b;
+  load_library(twin, cubin);
+  module_loaded(87, cubin);
+  CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  const std::string why = g_layer_tracker->last_error();
+  CHECK(why.find("module 87") != std::string::npos);
+  CHECK(why.find("2 known libraries") != std::string::npos);
+  module_unloading(87);
   module_unloading(85);
+
+  // With the twin unloaded the match is unique again.
+  unload_library(twin);
+  module_loaded(90, cubin);
+  CHECK_EQ(3, module_variables_in_snapshot());
+  CHECK_EQ(a, counter_of(90));
+  module_unloading(90);
+
+  // Every variable is still checked: a size that differs from the cubin's declines.
+  fake::g_globals[module_a]["counter"] = {a, 8};
+  module_loaded(91, cubin);
+  CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
+  CHECK(g_layer_tracker->last_error().find("module 91") != std::string::npos);
+  module_unloading(91);
+  fake::g_globals[module_a]["counter"] = {a, 4};
+  unload_library(with_bump);
+  unload_library(with_more);
 }
 
 void loads_on_two_threads_at_once_bind_each_module_to_its_own_call() {
@@ -290,10 +398,10 @@ void loads_on_two_threads_at_once_bind_each_module_to_its_own_call() {
   const CUmodule launched = fake::handle<CUmodule>(0xE6);
   fake::g_globals[loaded] = {{"counter", {a, 4}}, {"table", {a + 16, 256}}, {"coeffs", {a + 272, 32}}};
   fake::g_globals[launched] = {{"counter", {b, 4}}, {"table", {b + 16, 256}}, {"coeffs", {b + 272, 32}}};
-  const CUfunction bump = fake::handle<CUfunction>(0xF6);
-  fake::g_functions[bump] = {launched, "bump"};
+  const CUlibrary library = fake::handle<CUlibrary>(0xE4);
+  fake::g_library_modules[library] = launched;
 
-  // Thread A is inside cuModuleLoadData while this thread launches a kernel whose module loads lazily.
+  // Thread A is inside cuModuleLoadData while this thread asks a library for its module, which loads lazily.
   std::atomic<int> phase{0};
   std::thread loader([&] {
     CUmodule out = nullptr;
@@ -308,11 +416,12 @@ void loads_on_two_threads_at_once_bind_each_module_to_its_own_call() {
   });
   while (phase.load() != 1) {
   }
-  cuLaunchKernel_params launch{};
-  launch.f = bump;
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_ENTER, launch);
+  CUmodule got = nullptr;
+  cuLibraryGetModule_params get{&got, library};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule, "cuLibraryGetModule", CUPTI_API_ENTER, get);
   module_loaded(89, cubin);
-  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, "cuLaunchKernel", CUPTI_API_EXIT, launch);
+  got = launched;
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuLibraryGetModule, "cuLibraryGetModule", CUPTI_API_EXIT, get);
   phase.store(2);
   loader.join();
 
@@ -376,6 +485,7 @@ int main() {
   RUN_TEST(kreplay_s_own_calls_are_never_tracked);
   RUN_TEST(vmem_callbacks_count_mapped_accessible_pages);
   RUN_TEST(a_module_loaded_inside_a_load_call_is_bound_to_its_handle);
+  RUN_TEST(a_module_loaded_outside_any_call_is_found_by_its_kernels_or_declined);
   RUN_TEST(loads_on_two_threads_at_once_bind_each_module_to_its_own_call);
   RUN_TEST(a_destroyed_context_forgets_its_allocations);
   return 0;

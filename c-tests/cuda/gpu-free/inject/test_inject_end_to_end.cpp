@@ -81,6 +81,7 @@ int main() {
   auto inventory = lookup<kreplay_status_t (*)(int, kreplay_inventory_stats_t*)>(inject,
                                                                                  "kreplay_inject_inventory_stats");
   auto untracked = lookup<kreplay_status_t (*)(int, kreplay_inject_untracked_t*)>(inject, "kreplay_inject_untracked");
+  auto live_bytes = lookup<kreplay_status_t (*)(int, size_t*)>(inject, "kreplay_inject_live_bytes");
   auto counts = lookup<kreplay_status_t (*)(int, size_t*, size_t*)>(inject, "kreplay_inject_module_counts");
   auto list = lookup<kreplay_status_t (*)(int, kreplay_inject_variable_visitor_t, void*, char*, size_t)>(
       inject, "kreplay_inject_list_variables");
@@ -91,6 +92,8 @@ int main() {
   if (mode == "off") {
     EXPECT(!s.tracking && !s.subscribed);
     EXPECT(subscribes() == 0);  // tracking off subscribes to nothing: CUPTI stays free for other tools
+    size_t ignored = 0;
+    EXPECT(live_bytes(0, &ignored) == KREPLAY_STATUS_NOT_CONFIGURED);
     return g_failures == 0 ? 0 : 1;
   }
   if (mode == "held") {
@@ -101,7 +104,7 @@ int main() {
     return g_failures == 0 ? 0 : 1;
   }
   EXPECT(s.tracking && s.subscribed);
-  EXPECT(s.callbacks_enabled == static_cast<size_t>(enabled()) && enabled() > 40);
+  EXPECT(s.callbacks_enabled == static_cast<size_t>(enabled()) && enabled() > 30);
 
   const CUcontext context = reinterpret_cast<CUcontext>(uintptr_t{0x1000});
   CUdeviceptr address = 0x9000000000;
@@ -116,6 +119,8 @@ int main() {
   kreplay_inject_untracked_t u{};
   EXPECT(untracked(0, &u) == KREPLAY_STATUS_SUCCESS);
   EXPECT(u.host_pinned_count == 1 && u.host_pinned_bytes == 4096 && u.managed_count == 0);
+  size_t live = 0;
+  EXPECT(live_bytes(0, &live) == KREPLAY_STATUS_SUCCESS && live == stats.bytes);
 
   // A module loaded inside cuModuleLoadData, resolved through the fake driver.
   std::ifstream in(KREPLAY_TEST_CUBIN, std::ios::binary);
@@ -156,6 +161,7 @@ int main() {
   cuMemFree_v2_params free_params{address};
   driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CUPTI_API_ENTER, free_params, context);
   EXPECT(inventory(0, &stats) == KREPLAY_STATUS_SUCCESS && stats.regions == 0);
+  EXPECT(live_bytes(0, &live) == KREPLAY_STATUS_SUCCESS && live == 0);
   EXPECT(state(&s) == KREPLAY_STATUS_SUCCESS && s.allocations == 2 && s.frees == 1 && s.modules_loaded == 1);
   if (g_failures == 0) {
     std::printf("end to end (%s): %d callbacks enabled, inventory and module variables through the C API\n",

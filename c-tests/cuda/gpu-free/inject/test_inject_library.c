@@ -43,6 +43,7 @@ int main(void) {
   LOOKUP(snapshot, "kreplay_inject_snapshot");
   EXPECT(initialize != NULL && state != NULL && stats != NULL && snapshot != NULL);
   EXPECT(dlsym(library, "kreplay_inject_untracked") != NULL);
+  EXPECT(dlsym(library, "kreplay_inject_live_bytes") != NULL);
   EXPECT(dlsym(library, "kreplay_inject_module_counts") != NULL);
   EXPECT(dlsym(library, "kreplay_inject_list_variables") != NULL);
   /* Nothing of kreplay, the adapter or the CUDA runtime leaks out. */

@@ -43,6 +43,7 @@ struct buffer_t {
 
 void allocations_of_each_kind_are_tracked_or_counted() {
   const kreplay_inventory_stats_t before = test_inventory(agent(0));
+  const size_t live_before = g_tracker->live_bytes(0);
   g_tracker->allocated(ctx0, 0x7000000000, 4096, memory_kind::device);
   g_tracker->allocated(ctx0, 0x7000100000, 8192, memory_kind::pool);
   g_tracker->allocated(ctx0, 0x7000200000, 1 << 20, memory_kind::managed);
@@ -51,6 +52,9 @@ void allocations_of_each_kind_are_tracked_or_counted() {
   const kreplay_inventory_stats_t during = test_inventory(agent(0));
   CHECK_EQ(before.regions + 2, during.regions);
   CHECK_EQ(before.bytes + 4096 + 8192, during.bytes);
+  // The tracker's own count: captured kinds only, and it agrees with the inventory.
+  CHECK_EQ(live_before + 4096 + 8192, g_tracker->live_bytes(0));
+  CHECK_EQ(0, g_tracker->live_bytes(1));
   const untracked_t untracked = g_tracker->untracked(0);
   CHECK_EQ(1, untracked.count[0]);
   CHECK_EQ(1 << 20, untracked.bytes[0]);

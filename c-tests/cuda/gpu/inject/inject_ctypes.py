@@ -46,7 +46,7 @@ class Injection:
         path = path or os.environ["CUDA_INJECTION64_PATH"]
         self.lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         for name in ("kreplay_inject_state", "kreplay_inject_inventory_stats", "kreplay_inject_untracked",
-                     "kreplay_inject_module_counts", "kreplay_inject_list_variables", "kreplay_inject_snapshot"):
+                     "kreplay_inject_live_bytes", "kreplay_inject_module_counts", "kreplay_inject_list_variables", "kreplay_inject_snapshot"):
             getattr(self.lib, name).restype = ctypes.c_int
 
     def state(self):
@@ -58,6 +58,12 @@ class Injection:
         s = InventoryStats()
         rc = self.lib.kreplay_inject_inventory_stats(device, ctypes.byref(s))
         return rc, s
+
+    def live_bytes(self, device=0):
+        """The bytes the tracker itself saw allocated minus freed on the device (its own tables)."""
+        value = size_t()
+        rc = self.lib.kreplay_inject_live_bytes(device, ctypes.byref(value))
+        return rc, value.value
 
     def untracked(self, device=0):
         u = Untracked()

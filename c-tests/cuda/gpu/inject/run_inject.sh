@@ -7,10 +7,13 @@
 # PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (c-tests/cuda/README.md: how to make it). Needs nvcc,
 # CMake, Ninja, and python3 with torch (torchvision optional) and cupy. Checks:
 #   (c) vars      kreplay_inject_vars: our own __device__/__constant__ variables (3 TUs, -rdc) and a JIT module
-#   (a) torch     a training step: inventory == memory_reserved, variables in PyTorch's and cuBLAS's modules, a
-#                 snapshot; weights bit-identical to a run without the library
+#   (a) torch     a training step: memory_reserved <= inventory <= the cuMemGetInfo difference, inventory == the
+#                 tracker's own allocated-minus-freed count, variables in PyTorch's modules and (eager loading)
+#                 cuBLAS's, a snapshot; weights bit-identical to a run without the library
 #   (b) cupy      pool, ElementwiseKernel, RawModule with a __device__ global; a snapshot
-#   (d) overhead  the step's median without the library, injected with tracking off, and on
+#   (d) overhead  the step's median without the library, injected with tracking off, and on: one untimed
+#                 warm-up run, then 5 interleaved rounds (plain, off, on), each run the median of 10 steps;
+#                 the summary gives the median over the rounds of each configuration
 #   (e) sanitizer the Compute Sanitizer API's view of the same step (when its headers are there)
 #   (f) conflict  CUPTI already held: one line, the program unharmed
 # (a), (b) and (c) run with lazy module loading (the driver's default) and again with CUDA_MODULE_LOADING=EAGER.
@@ -95,9 +98,12 @@ run_step "$out/cupy.log" "cupy lazy" injected 1 python3 "$src/cupy_prog.py"
 run_step "$out/cupy.log" "cupy eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
   timeout "$step_timeout" python3 "$src/cupy_prog.py"
 
-# (d) overhead, twice round so that a warm-up of the machine does not favour one configuration
+# (d) overhead. One untimed run first (the first runs of a fresh machine meet cold clocks and caches), then the
+# configurations interleaved, so that a drift of the machine spreads over all three.
 : >"$out/overhead.log"
-for round in 1 2; do
+run_step "$out/overhead.log" "warm-up (untimed)" timeout "$step_timeout" python3 "$src/torch_step.py" time
+rounds=${KREPLAY_INJECT_ROUNDS:-5}
+for round in $(seq 1 "$rounds"); do
   run_step "$out/overhead.log" "time plain $round" timeout "$step_timeout" python3 "$src/torch_step.py" time
   run_step "$out/overhead.log" "time tracking-off $round" injected 0 python3 "$src/torch_step.py" time
   run_step "$out/overhead.log" "time tracking-on $round" injected 1 python3 "$src/torch_step.py" time
@@ -121,9 +127,13 @@ held=$(grep -c 'already has a subscriber' "$out/conflict.log")
 echo "RESULT conflict injection_lines=$conflict_lines held_line=$held" >>"$out/conflict.log"
 
 # ---- Summary ------------------------------------------------------------------------------------------------
-median() {  # median CONFIG: the best of the rounds' medians
-  sed -n "/^== time $1 /,/^== time .*exit/p" "$out/overhead.log" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' |
-    sort -g | head -1
+rounds_of() {  # rounds_of CONFIG: each round's median, one a line, in order (the warm-up run is not a round)
+  sed -n "/^== time $1 [0-9]*\$/,/^== time .*exit/p" "$out/overhead.log" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p'
+}
+median() {  # median CONFIG: the median over the rounds
+  rounds_of "$1" | python3 -c 'import statistics as s, sys
+v = [float(x) for x in sys.stdin]
+print(f"{s.median(v):.3f}" if v else "")'
 }
 plain=$(median plain)
 off=$(median tracking-off)
@@ -134,11 +144,13 @@ count() { grep -c "^$1 " "$2"; }
   echo "| check | PASS | FAIL | figures |"
   echo "| --- | --- | --- | --- |"
   for name in vars torch cupy; do
-    figures=$(grep "^RESULT $name " "$out/$name.log" | sed "s/^RESULT $name //" | tr '\n' ';' | cut -c1-400)
+    figures=$(grep "^RESULT $name " "$out/$name.log" | sed "s/^RESULT $name //" | tr '\n' ';' | cut -c1-900)
     echo "| ($name) | $(count PASS "$out/$name.log") | $(count FAIL "$out/$name.log") | $figures |"
   done
-  echo "| (d) overhead | | | plain ${plain:-?} ms, tracking off ${off:-?} ms ($(pct "$off" "$plain"))," \
-       "tracking on ${on:-?} ms ($(pct "$on" "$plain")); bars: off <= 1 %, on <= 3 % |"
+  echo "| (d) overhead | | | median over $rounds rounds: plain ${plain:-?} ms, tracking off ${off:-?} ms" \
+       "($(pct "$off" "$plain")), tracking on ${on:-?} ms ($(pct "$on" "$plain")); bars: off <= 1 %, on <= 3 %;" \
+       "rounds: plain $(rounds_of plain | tr '\n' ' ')/ off $(rounds_of tracking-off | tr '\n' ' ')/" \
+       "on $(rounds_of tracking-on | tr '\n' ' ') |"
   echo "| (e) sanitizer | | | $(grep '^RESULT sanitizer' "$out/sanitizer.log" | sed 's/^RESULT sanitizer //' | tr '\n' ';') |"
   echo "| (f) conflict | | | $(grep '^RESULT conflict' "$out/conflict.log" | sed 's/^RESULT conflict //' | tr '\n' ';') (want 1 line, held_line=1, program_ran=1) |"
   echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"

@@ -1,10 +1,12 @@
 """Checks (a) and (d) of run_inject.sh on a PyTorch training step (torchvision ResNet-18 when torchvision is
 there, else a small CNN; fixed seed, deterministic algorithms).
 
-  python3 torch_step.py check   with the injection: inventory == memory_reserved, module variables in
-                                PyTorch's and cuBLAS's modules, a snapshot (snap + restore) of the device in the
-                                middle of training, and the final weights' digest (compared by the runner with
-                                a run without the library: bit-identical)
+  python3 torch_step.py check   with the injection: memory_reserved <= inventory <= the cuMemGetInfo difference,
+                                the inventory equal to the tracker's own allocated-minus-freed count, module
+                                variables in PyTorch's modules and (eager loading: CUDA_MODULE_LOADING=EAGER;
+                                reported only with lazy loading) in cuBLAS's, a snapshot (snap + restore) of
+                                the device in the middle of training, and the final weights' digest (compared
+                                by the runner with a run without the library: bit-identical)
   python3 torch_step.py time    the median of 10 steps after warm-up (for the overhead table)
   python3 torch_step.py digest  no checks: the final weights' digest only (the run without the library)
 Prints "RESULT torch ..." lines; exits 1 when a check fails."""
@@ -92,11 +94,21 @@ if mode == "check":
     reserved = torch.cuda.memory_reserved()
     free_now, _ = torch.cuda.mem_get_info()
     driver_used = free_before - free_now
-    check(rc == 0 and stats.bytes == reserved,
-          f"inventory bytes {stats.bytes} == memory_reserved {reserved} ({stats.regions} regions)")
+    # PyTorch's caching allocator holds memory_reserved; cuBLAS, cuDNN and the CUDA runtime allocate beside it
+    # with cudaMalloc of their own, which the injection sees too. The driver's cuMemGetInfo difference also
+    # counts what no allocation call names (module images, the context's own storage), so it bounds from above.
+    check(rc == 0 and reserved <= stats.bytes <= driver_used,
+          f"memory_reserved {reserved} <= inventory bytes {stats.bytes} <= cuMemGetInfo difference {driver_used} "
+          f"({stats.regions} regions)")
+    live_rc, live = inj.live_bytes(0)
+    check(live_rc == 0 and live == stats.bytes,
+          f"inventory bytes {stats.bytes} == bytes the tracker saw allocated minus freed {live}")
     print(f"RESULT torch model={name} inventory_bytes={stats.bytes} memory_reserved={reserved} "
-          f"mem_get_info_used_since_start={driver_used} difference={driver_used - stats.bytes} "
-          f"allocations={state.allocations} frees={state.frees} unknown_frees={state.unknown_frees}", flush=True)
+          f"tracker_live_bytes={live} mem_get_info_used_since_start={driver_used} "
+          f"above_driver={driver_used - stats.bytes} allocations={state.allocations} frees={state.frees} "
+          f"unknown_frees={state.unknown_frees}", flush=True)
+    print(f"RESULT torch outside_caching_allocator={stats.bytes - reserved} (inventory - memory_reserved: the "
+          f"allocations outside PyTorch's caching allocator, cuBLAS/cuDNN/runtime cudaMalloc)", flush=True)
     _, untracked = inj.untracked(0)
     print(f"RESULT torch untracked managed={untracked.managed_bytes} host_pinned={untracked.host_pinned_bytes} "
           f"host_mapped={untracked.host_mapped_bytes}", flush=True)
@@ -113,10 +125,18 @@ if mode == "check":
     new_modules = {m for m, *_ in after} - modules_before
     _, module_count, variable_count = inj.module_counts(0)
     check(rc == 0, f"every module's variables resolve after the matmul ({detail})")
-    check(len(new_modules) > 0,
-          f"cuBLAS's modules: variables in {len(new_modules)} modules first loaded by the matmul")
+    # Lazy loading loads no cuBLAS module with variables for this GEMM (the last H200 run: 0 of them); eager
+    # loading loads the modules of the cuBLAS library the GEMM brings in, all at once (the same run: 15), so the
+    # check is made with eager loading and only reported with lazy loading.
+    eager = os.environ.get("CUDA_MODULE_LOADING", "").upper() == "EAGER"
+    cublas_what = (f"cuBLAS's modules: variables in {len(new_modules)} modules first loaded by the matmul "
+                   f"({'eager' if eager else 'lazy'} loading)")
+    if eager:
+        check(len(new_modules) > 0, cublas_what)
+    else:
+        print("INFO " + cublas_what + ": reported, checked with eager loading only", flush=True)
     print(f"RESULT torch modules={module_count} cubin_variables={variable_count} resolved={len(after)} "
-          f"cublas_modules_with_variables={len(new_modules)}", flush=True)
+          f"cublas_modules_with_variables={len(new_modules)} loading={'eager' if eager else 'lazy'}", flush=True)
     sample = sorted(after, key=lambda v: -v[3])[:3]
     print("RESULT torch largest_variables=" + ",".join(f"{n}:{s}" for _, n, _, s, _ in sample), flush=True)
 
