@@ -444,12 +444,21 @@ static void test_every_invalid_argument_of_the_contract_changes_nothing(void) {
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close((kreplay_window_t*)&local, &outcome));
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close((kreplay_window_t*)(uintptr_t)0x1234, NULL));
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_untracked_stats(agent, NULL));
-  /* Nothing was fenced: the agent's window opens; a short outcome leaves it open; a double close is refused. */
+  /* Nothing was fenced: the agent's window opens. An older, shorter outcome still closes the window and gets only
+   * the fields it has; a double close is refused; an outcome too short to hold struct_size closes the window and
+   * is not written. */
   open = open_window(agent, 1);
-  outcome.struct_size = sizeof(size_t);
-  CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close(open, &outcome));
   CHECK_EQ(KREPLAY_DECLINE_WINDOW_NESTED, declined_open(agent, 1, 0));
-  CHECK_OK(kreplay_window_close(open, NULL));
+  memset(&outcome, 0x5a, sizeof outcome);
+  outcome.struct_size = offsetof(kreplay_window_outcome_t, passes_requested);
+  CHECK_OK(kreplay_window_close(open, &outcome));
+  CHECK_EQ(offsetof(kreplay_window_outcome_t, passes_requested), outcome.struct_size);
+  CHECK_EQ(agent.handle, outcome.agent.handle);
+  CHECK_EQ(0x5a5a5a5au, outcome.passes_requested);
+  CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close(open, NULL));
+  open = open_window(agent, 1);
+  outcome.struct_size = 4;
+  CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close(open, &outcome));
   CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay_window_close(open, NULL));
   /* reason_out may be NULL. */
   options = window_options(1, 0);

@@ -207,8 +207,10 @@ pub unsafe extern "C" fn kreplay_window_open(
 /// Closes a window: reopens the fence on its agent (copies waiting for it proceed), fills `*outcome_out`
 /// (also when the window's snapshot declined inside it), logs the outcome line (INFO when replayed, WARNING
 /// when declined) and frees the window; the handle is invalid afterwards. `INVALID_ARGUMENT`, with nothing
-/// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced),
-/// or an `outcome_out->struct_size` smaller than this version's struct. `outcome_out` may be NULL.
+/// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced).
+/// `outcome_out` may be NULL; a caller's `struct_size` smaller than this version's gets the fields it covers
+/// (its `struct_size` unchanged), and one too small to hold `struct_size` itself is `INVALID_ARGUMENT` with the
+/// window closed all the same (a window left open would keep its agent fenced).
 /// Thread-safe; works after `kreplay_finalize` too, so no fence stays closed.
 ///
 /// # Safety
@@ -229,22 +231,31 @@ pub unsafe extern "C" fn kreplay_window_close(
         // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
         unsafe { struct_size_of(outcome_out) }
     };
-    if !outcome_out.is_null() && struct_size < OUTCOME_V3_SIZE {
+    // The window closes whatever the outcome's size: a window left open would keep the agent fenced.
+    let outcome = match engine().window_close(WindowHandle(window.addr() as u64)) {
+        Ok(outcome) => outcome,
+        Err(error) => return error.into(),
+    };
+    if outcome_out.is_null() {
+        return KREPLAY_STATUS_SUCCESS;
+    }
+    if struct_size < size_of::<usize>() {
         kreplay_core::log!(
             Level::Warning,
-            "kreplay_window_close: outcome_out->struct_size {struct_size} is smaller than the version-3 outcome \
-             ({OUTCOME_V3_SIZE} bytes); the window stays open"
+            "kreplay_window_close: outcome_out->struct_size {struct_size} does not even cover struct_size; the \
+             window is closed and its outcome not written"
         );
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
-    match engine().window_close(WindowHandle(window.addr() as u64)) {
-        Ok(outcome) => {
-            // SAFETY: NULL or valid for a write of the whole version-3 struct (its struct_size says so).
-            unsafe { write_out(outcome_out, outcome.into()) };
-            KREPLAY_STATUS_SUCCESS
-        }
-        Err(error) => error.into(),
-    }
+    // A caller built against an older header gets the fields its struct has; its struct_size stays its own.
+    let full = kreplay_window_outcome_t { struct_size, ..outcome.into() };
+    let len = struct_size.min(OUTCOME_V3_SIZE);
+    // SAFETY: 1. `outcome_out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at
+    // most that; 2. `full` is a distinct local of `OUTCOME_V3_SIZE` bytes, at least `len`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&full as *const kreplay_window_outcome_t).cast::<u8>(), outcome_out.cast(), len)
+    };
+    KREPLAY_STATUS_SUCCESS
 }
 
 /// The host saw a dispatch submitted on `agent` from inside that agent's open window (a tool callback

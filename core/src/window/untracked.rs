@@ -194,14 +194,12 @@ impl Untracked {
     /// Remembers a mapping of unknown owner until unmaps cover it; false when the list is full (counted).
     pub fn insert_mapping(&self, base: usize, size: usize) -> bool {
         let mut table = self.table.lock();
-        unmap_from(&mut table.mappings, base, size);
+        let lost = unmap_from(&mut table.mappings, base, size);
         let entry = Entry { base, size, agent: None, kind: UntrackedKind::VmemUnknown };
         let fitted = table.mappings.try_push(entry).is_ok();
         self.publish(&table);
         drop(table);
-        if !fitted {
-            self.overflowed.fetch_add(1, Ordering::Relaxed);
-        }
+        self.overflowed.fetch_add(lost + usize::from(!fitted), Ordering::Relaxed);
         fitted
     }
 
@@ -218,15 +216,17 @@ impl Untracked {
         true
     }
 
-    /// Takes `[base, base + size)` out of the remembered mappings: covered ones are forgotten, partly covered ones
-    /// shrink by the bytes covered (a split keeps one entry for both parts).
+    /// Takes `[base, base + size)` out of the remembered mappings: covered ones are forgotten, cut ones keep the
+    /// parts outside it (an unmap inside a mapping splits it; a part with no room is counted as overflow).
     pub fn unmap(&self, base: usize, size: usize) {
         if self.live.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut table = self.table.lock();
-        unmap_from(&mut table.mappings, base, size);
+        let lost = unmap_from(&mut table.mappings, base, size);
         self.publish(&table);
+        drop(table);
+        self.overflowed.fetch_add(lost, Ordering::Relaxed);
     }
 
     /// Forgets everything (tracking was turned off: frees are no longer seen).
@@ -255,20 +255,32 @@ impl Untracked {
     }
 }
 
-fn unmap_from(mappings: &mut ArrayVec<Entry, UNTRACKED_MAPPINGS>, base: usize, size: usize) {
+/// Takes `[base, base + size)` out of `mappings`: a mapping it covers goes, one it cuts keeps the parts on either
+/// side (an unmap inside a mapping splits it in two). Returns how many parts found no room (counted as overflow).
+fn unmap_from(mappings: &mut ArrayVec<Entry, UNTRACKED_MAPPINGS>, base: usize, size: usize) -> usize {
     let end = base.saturating_add(size);
+    let mut right_parts: ArrayVec<Entry, UNTRACKED_MAPPINGS> = ArrayVec::new();
     mappings.retain(|e| {
         let e_end = e.base.saturating_add(e.size);
-        let covered = e_end.min(end).saturating_sub(e.base.max(base));
-        if covered >= e.size {
-            return false;
+        if e_end <= base || end <= e.base {
+            return true;
         }
-        if covered > 0 && base <= e.base {
-            e.base = end;
+        if end < e_end {
+            let _ = right_parts.try_push(Entry { base: end, size: e_end - end, ..*e });
         }
-        e.size -= covered;
-        true
+        if e.base < base {
+            e.size = base - e.base;
+            return true;
+        }
+        false
     });
+    let mut lost = 0;
+    for part in right_parts {
+        if mappings.try_push(part).is_err() {
+            lost += 1;
+        }
+    }
+    lost
 }
 
 #[cfg(test)]
@@ -319,9 +331,22 @@ mod tests {
         table.unmap(0x10000, 0x1000);
         assert_eq!(table.stats(Agent(9)).bytes[5], 0x3000);
         table.unmap(0x12000, 0x1000);
-        assert_eq!((table.stats(Agent(9)).count[5], table.stats(Agent(9)).bytes[5]), (1, 0x2000));
+        assert_eq!((table.stats(Agent(9)).count[5], table.stats(Agent(9)).bytes[5]), (2, 0x2000), "split in two");
         table.unmap(0x0, 0x100000);
         assert_eq!(table.stats(Agent(9)).count[5], 0);
+    }
+
+    #[test]
+    fn a_mapping_unmapped_piece_by_piece_from_the_inside_is_gone_at_the_end() {
+        static TABLE: Untracked = Untracked::new();
+        let table = &TABLE;
+        assert!(table.insert_mapping(0x10000, 0x4000));
+        table.unmap(0x11000, 0x1000);
+        table.unmap(0x12000, 0x2000);
+        assert_eq!((table.stats(Agent(9)).count[5], table.stats(Agent(9)).bytes[5]), (1, 0x1000));
+        table.unmap(0x10000, 0x1000);
+        assert_eq!((table.stats(Agent(9)).count[5], table.stats(Agent(9)).bytes[5]), (0, 0));
+        assert_eq!(table.stats(Agent(9)).overflowed, 0);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::ops::DeviceOps;
 use crate::opsets::OpsTable;
 use crate::policy::{AtomicPolicy, Policy};
 use crate::snapshot::{RestoreReport, SnapshotInfo};
+use crate::storage::budget::{Held, capture_budget};
 use crate::types::{Agent, PointerInfo};
 
 /// How long an open waits for async copies in flight when the host leaves `copy_timeout_ms` at 0.
@@ -85,13 +86,19 @@ pub(crate) struct OpenInputs<'e, O: DeviceOps> {
 impl<O: DeviceOps> OpenInputs<'_, O> {
     /// The projected cost of a window of `passes` on `agent` (see [`super::admission`]).
     fn project(&self, agent: Agent, slot: &AgentSlot, passes: u32, policy: &Policy) -> u64 {
-        let (device_tier, digests) = match self.ops.get() {
-            Ok(ops) => (policy.device_budget_bytes > 0 && ops.can_alloc_device(), ops.can_digest()),
-            Err(_) => (false, false),
+        // The device budget a capture would get now: the fixed one, the live one (a percent of the free device
+        // memory), or the smaller of both, as `storage::budget` decides it.
+        let (device_budget, digests) = match self.ops.get() {
+            Ok(ops) if ops.can_alloc_device() => {
+                (capture_budget(&*ops, agent, policy, Held::default()), ops.can_digest())
+            }
+            Ok(ops) => (0, ops.can_digest()),
+            Err(_) => (0, false),
         };
+        let policy = Policy { device_budget_bytes: device_budget, ..*policy };
         let modules = self.modules.get(agent).map_or(0, |(list, _)| list.variables.iter().map(|v| v.size).sum());
         let footprint = self.inventory.stats(agent).bytes.saturating_add(modules);
-        slot.rates.lock().project(footprint, passes, policy, device_tier, digests)
+        slot.rates.lock().project(footprint, passes, &policy, device_budget > 0, digests)
     }
 }
 

@@ -216,7 +216,7 @@ bool cupti_layer::start() {
     enabled_ = 0;
     return false;
   }
-  active_ = true;
+  active_.store(true, std::memory_order_release);
   log(KREPLAY_LOG_INFO, "subscribed to CUPTI: %zu callbacks enabled", enabled);
   return true;
 }
@@ -228,10 +228,16 @@ void CUPTIAPI cupti_layer::callback(void* userdata, CUpti_CallbackDomain domain,
     return;
   }
   auto* layer = static_cast<cupti_layer*>(userdata);
-  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-    layer->on_driver(cbid, *static_cast<const CUpti_CallbackData*>(data));
-  } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    layer->on_resource(cbid, *static_cast<const CUpti_ResourceData*>(data));
+  // No exception may unwind through CUPTI's C frames into the program: that would end the process. The tables
+  // allocate, so an out-of-memory is possible here; the event is then lost and every snapshot declines.
+  try {
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+      layer->on_driver(cbid, *static_cast<const CUpti_CallbackData*>(data));
+    } else if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+      layer->on_resource(cbid, *static_cast<const CUpti_ResourceData*>(data));
+    }
+  } catch (...) {
+    layer->tracker_.event_lost();
   }
 }
 

@@ -4,6 +4,7 @@
 #ifndef KREPLAY_CUDA_INJECT_CUPTI_LAYER_HPP
 #define KREPLAY_CUDA_INJECT_CUPTI_LAYER_HPP
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -33,7 +34,7 @@ class cupti_layer {
   // Subscribes and enables the callbacks. On failure prints one line to stderr saying why and what it means,
   // and stays inert (nothing enabled, nothing tracked); never throws.
   bool start();
-  bool active() const { return active_; }
+  bool active() const { return active_.load(std::memory_order_acquire); }
   size_t enabled_callbacks() const { return enabled_; }
 
   // CUPTI's entry point (userdata is the layer). Public so that tests can call it with fabricated data.
@@ -47,7 +48,7 @@ class cupti_layer {
   tracker& tracker_;
   cupti_api_t api_;
   CUpti_SubscriberHandle subscriber_ = nullptr;
-  bool active_ = false;
+  std::atomic<bool> active_{false};
   size_t enabled_ = 0;
 };
 

@@ -685,6 +685,16 @@ kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, co
 
 kreplay_status_t tracker::list_variables(int ordinal, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                          std::string* detail) {
+  if (const uint64_t lost = lost_events_.load(std::memory_order_relaxed); lost > 0) {
+    std::string text = std::to_string(lost) +
+                       " intercepted events could not be recorded (out of host memory inside a callback); "
+                       "snapshots are declined";
+    note_error(text);
+    if (detail != nullptr && detail->empty()) {
+      *detail = text;
+    }
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
   std::vector<std::shared_ptr<module_t>> modules;
   uint32_t unplaced = 0;  // a module with variables whose device is unknown: it may be this one
   bool any_unplaced = false;

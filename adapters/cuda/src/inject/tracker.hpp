@@ -12,6 +12,7 @@
 #ifndef KREPLAY_CUDA_INJECT_TRACKER_HPP
 #define KREPLAY_CUDA_INJECT_TRACKER_HPP
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -148,6 +149,9 @@ class tracker {
   kreplay_status_t list_variables(int ordinal, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                   std::string* detail);
   tracker_counts_t counts();
+  // An intercepted event could not be recorded (the host ran out of memory inside a callback): from now on every
+  // snapshot is declined, since the tables may miss an allocation or a module. Lock-free; allocates nothing.
+  void event_lost() noexcept { lost_events_.fetch_add(1, std::memory_order_relaxed); }
   // The text of the last module-resolution failure ("" if none).
   std::string last_error();
 
@@ -201,6 +205,7 @@ class tracker {
   std::map<CUlibrary, library_t> libraries_;
   tracker_counts_t counts_{};
   std::string last_error_;
+  std::atomic<uint64_t> lost_events_{0};
 };
 
 }  // namespace kreplay::cuda::inject
