@@ -698,8 +698,10 @@ enum kreplay_status_t kreplay_window_open(struct kreplay_agent_t agent,
 // Closes a window: reopens the fence on its agent (copies waiting for it proceed), fills `*outcome_out`
 // (also when the window's snapshot declined inside it), logs the outcome line (INFO when replayed, WARNING
 // when declined) and frees the window; the handle is invalid afterwards. `INVALID_ARGUMENT`, with nothing
-// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced),
-// or an `outcome_out->struct_size` smaller than this version's struct. `outcome_out` may be NULL.
+// changed: a handle that is NULL, already closed or never issued (handles are checked, never dereferenced).
+// `outcome_out` may be NULL; a caller's `struct_size` smaller than this version's gets the fields it covers
+// (its `struct_size` unchanged), and one too small to hold `struct_size` itself is `INVALID_ARGUMENT` with the
+// window closed all the same (a window left open would keep its agent fenced).
 // Thread-safe; works after `kreplay_finalize` too, so no fence stays closed.
 //
 // # Safety
