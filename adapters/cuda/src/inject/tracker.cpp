@@ -222,7 +222,9 @@ void tracker::allocated(CUcontext context, uint64_t address, size_t size, memory
     check(kreplay_record_vmem_map_unknown_owner(reinterpret_cast<void*>(address), size),
           "kreplay_record_vmem_map_unknown_owner", address, counts_, mutex_);
   }
-  if (captured(kind) && ordinal >= 0) {
+  if ((captured(kind) && ordinal >= 0) || !captured(kind)) {
+    // Managed and host memory go to kreplay too: pointer_info classifies them, so kreplay counts them as untracked
+    // memory of their kind (kreplay_untracked_stats, the window's outcome, the policy's decline mask).
     check(kreplay_record_alloc(reinterpret_cast<void*>(address), size, 0), "kreplay_record_alloc", address,
           counts_, mutex_);
   }
@@ -248,9 +250,10 @@ void tracker::freeing(uint64_t address) {
   }
   t_last_free = {address, allocation.size, allocation.kind, allocation.ordinal, allocation.context, true};
   log(KREPLAY_LOG_TRACE, "free %s 0x%" PRIx64, kind_name(allocation.kind), address);
-  if (captured(allocation.kind) && allocation.ordinal >= 0) {
+  if ((captured(allocation.kind) && allocation.ordinal >= 0) || !captured(allocation.kind)) {
+    // For managed and host memory kreplay answers NOT_FOUND (nothing captured) and forgets its untracked entry.
     check(kreplay_record_free(reinterpret_cast<void*>(address)), "kreplay_record_free", address, counts_, mutex_);
-  } else if (captured(allocation.kind)) {
+  } else {
     check(kreplay_record_vmem_unmap(reinterpret_cast<void*>(address), allocation.size), "kreplay_record_vmem_unmap",
           address, counts_, mutex_);
   }
@@ -756,6 +759,7 @@ kreplay_status_t tracker::pointer_info(const void* ptr, kreplay_pointer_info_t* 
           info.global_flags = KREPLAY_GLOBAL_FLAG_COARSE_GRAINED;
           break;
         case memory_kind::managed:
+          info.type = KREPLAY_POINTER_MANAGED;
           info.global_flags = KREPLAY_GLOBAL_FLAG_FINE_GRAINED;
           break;
         case memory_kind::host_pinned:
