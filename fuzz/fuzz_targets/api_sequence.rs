@@ -1502,8 +1502,10 @@ fn window_close(model: &mut Model, agent: usize, stale: bool) {
         Some(true) | None => assert_eq!(outcome.reason, KREPLAY_DECLINE_NONE),
         Some(false) => assert_ne!(outcome.reason, KREPLAY_DECLINE_NONE),
     }
+    // Restores of the agent count toward the window whichever snapshot they write back (API.md: restores of the
+    // agent while its window is open are accounted to it); only the footprint needs the window's own snapshot.
     if window.snapshot != Some(true) {
-        assert_eq!((outcome.footprint_bytes, outcome.passes_run), (0, 1));
+        assert_eq!(outcome.footprint_bytes, 0);
     }
     for agent in agents() {
         let mut untracked = kreplay_untracked_t::default();
