@@ -93,6 +93,14 @@ kreplay_status_t op_digest(void* user_data, kreplay_agent_t agent, const kreplay
                                                   : KREPLAY_STATUS_DEVICE_ERROR;
 }
 
+kreplay_status_t op_device_free_bytes(void* user_data, kreplay_agent_t agent, size_t* bytes_out) {
+  own_call_scope own;
+  const kreplay_device_ops_t* ops = base(user_data);
+  // A failure means budget 0 for that capture (host staging), never a decline.
+  return ops != nullptr && ops->device_free_bytes != nullptr ? ops->device_free_bytes(ops->user_data, agent, bytes_out)
+                                                             : KREPLAY_STATUS_DEVICE_ERROR;
+}
+
 void op_release(void* user_data) {
   state_t* state = static_cast<state_t*>(user_data);
   {
@@ -127,6 +135,7 @@ kreplay_status_t make_ops(tracker& owner, base_ops_factory_t factory, kreplay_de
   ops.device_free = op_device_free;
   ops.digest = op_digest;
   ops.release = op_release;
+  ops.device_free_bytes = op_device_free_bytes;
   *ops_out = ops;
   return KREPLAY_STATUS_SUCCESS;
 }

@@ -150,6 +150,11 @@ inline kreplay_status_t unused_pointer_info(void*, const void*, kreplay_pointer_
 inline kreplay_status_t unused_iterate(void*, kreplay_agent_t, kreplay_module_variable_visitor_t, void*) {
   return KREPLAY_STATUS_DEVICE_ERROR;
 }
+inline constexpr size_t kFreeBytes = 12345;
+inline kreplay_status_t free_bytes(void*, kreplay_agent_t, size_t* bytes_out) {
+  *bytes_out = kFreeBytes;
+  return KREPLAY_STATUS_SUCCESS;
+}
 inline void release(void*) { ++g_base_released; }
 inline kreplay_status_t make_base(kreplay_device_ops_t* out) {
   ++g_base_made;
@@ -160,6 +165,7 @@ inline kreplay_status_t make_base(kreplay_device_ops_t* out) {
   ops.iterate_module_variables = unused_iterate;
   ops.copy_batch = copy_batch;
   ops.release = release;
+  ops.device_free_bytes = free_bytes;
   *out = ops;
   return KREPLAY_STATUS_SUCCESS;
 }

@@ -488,5 +488,10 @@ int main() {
   RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
   RUN_TEST(a_snapshot_covers_tracked_allocations_of_its_device_only);
   CHECK_EQ(1, fake::g_base_made);
+  // The live device budget's op reaches the base ops (device_budget_percent works under the injection).
+  size_t free_bytes = 0;
+  CHECK(ops.device_free_bytes != nullptr);
+  CHECK_OK(ops.device_free_bytes(ops.user_data, kreplay_agent_t{1}, &free_bytes));
+  CHECK_EQ(fake::kFreeBytes, free_bytes);
   return 0;
 }
