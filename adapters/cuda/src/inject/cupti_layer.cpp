@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 
 #include "guard.hpp"
 #include "log.hpp"
+#include "replay.hpp"
 
 namespace kreplay::cuda::inject {
 namespace {
@@ -131,7 +133,8 @@ bool from(void* library, cupti_api_t& out) {
   return library != nullptr && find(library, "cuptiSubscribe", out.subscribe) &&
          find(library, "cuptiUnsubscribe", out.unsubscribe) &&
          find(library, "cuptiEnableCallback", out.enable_callback) &&
-         find(library, "cuptiGetResultString", out.get_result_string);
+         find(library, "cuptiGetResultString", out.get_result_string) &&
+         (find(library, "cuptiGetCallbackName", out.get_callback_name) || true);
 }
 
 }  // namespace
@@ -203,12 +206,33 @@ bool cupti_layer::start() {
   for (CUpti_CallbackId id : resource_ids) {
     enable(CUPTI_CB_DOMAIN_RESOURCE, id);
   }
+  size_t wanted = std::size(driver_ids) + std::size(resource_ids);
+  if (replay_ != nullptr) {
+    // A replay: the launches, the stream captures (no replay while one is in progress) and every memcpy and
+    // memset (they wait while a window of another thread is open), found by name.
+    for (size_t i = 0; i < replay_launch_id_count; ++i) {
+      enable(CUPTI_CB_DOMAIN_DRIVER_API, replay_launch_ids[i]);
+    }
+    for (size_t i = 0; i < replay_capture_id_count; ++i) {
+      enable(CUPTI_CB_DOMAIN_DRIVER_API, replay_capture_ids[i]);
+    }
+    wanted += replay_launch_id_count + replay_capture_id_count;
+    copy_ids_.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
+    for (uint32_t id = 1; api_.get_callback_name != nullptr && id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+      const char* name = nullptr;
+      if (api_.get_callback_name(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name != nullptr &&
+          (std::strncmp(name, "cuMemcpy", 8) == 0 || std::strncmp(name, "cuMemset", 8) == 0)) {
+        copy_ids_[id] = true;
+        enable(CUPTI_CB_DOMAIN_DRIVER_API, id);
+        ++wanted;
+      }
+    }
+  }
   enabled_ = enabled;
   if (!all) {
     // A callback left off would be an allocation or a module missed: better nothing than a wrong inventory.
     std::fprintf(stderr, "kreplay-inject: CUPTI refused %zu of %zu callbacks; the injection stays inert\n",
-                 std::size(driver_ids) + std::size(resource_ids) - enabled,
-                 std::size(driver_ids) + std::size(resource_ids));
+                 wanted - enabled, wanted);
     if (api_.unsubscribe != nullptr) {
       (void)api_.unsubscribe(subscriber_);
     }
@@ -241,9 +265,47 @@ void CUPTIAPI cupti_layer::callback(void* userdata, CUpti_CallbackDomain domain,
   }
 }
 
+void cupti_layer::on_replay(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  if (is_capture_callback(cbid)) {
+    replay_->on_capture(cbid, data);
+    return;
+  }
+  if (cbid < copy_ids_.size() && copy_ids_[cbid]) {
+    replay_->on_copy(data);
+    return;
+  }
+  // A launch: a module the replayer loads at its entry (the launched function's, lazily loaded) is bound to
+  // the launched function through a frame of its own, so its variables are located exactly.
+  const bool graph = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    if (!graph) {
+      // cuLaunchKernel, _ptsz and the cooperative forms have the function first; cuLaunchKernelEx second.
+      const bool ex = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx ||
+                      cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
+      CUfunction function = ex ? params<cuLaunchKernelEx_params>(data).f : params<cuLaunchKernel_params>(data).f;
+      if (t_depth < max_depth) {
+        t_frames[t_depth].origin = {origin_kind::function, function, data.functionName != nullptr ? data.functionName : "launch"};
+        t_frames[t_depth].pending = 0;
+      }
+      ++t_depth;
+    }
+    replay_->on_launch(cbid, data);
+    return;
+  }
+  replay_->on_launch(cbid, data);
+  if (!graph && t_depth > 0) {
+    --t_depth;
+  }
+}
+
 void cupti_layer::on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   const bool enter = data.callbackSite == CUPTI_API_ENTER;
   tracker& t = tracker_;
+  if (replay_ != nullptr && (is_launch_callback(cbid) || is_capture_callback(cbid) ||
+                             (cbid < copy_ids_.size() && copy_ids_[cbid]))) {
+    on_replay(cbid, data);
+    return;
+  }
 
   // Module-loading calls: a frame per call on this thread.
   origin_t origin;

@@ -7,10 +7,15 @@
 #include <atomic>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <cupti.h>
 
 #include "tracker.hpp"
+
+namespace kreplay::cuda::inject {
+class replayer;
+}
 
 namespace kreplay::cuda::inject {
 
@@ -19,6 +24,8 @@ struct cupti_api_t {
   CUptiResult (*unsubscribe)(CUpti_SubscriberHandle) = nullptr;
   CUptiResult (*enable_callback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId) = nullptr;
   CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;
+  // Optional: only a replay needs it (to find every memcpy and memset callback id by its name).
+  CUptiResult (*get_callback_name)(CUpti_CallbackDomain, uint32_t, const char**) = nullptr;
 };
 
 // The libcupti already in the process (PyTorch loads its own), else KREPLAY_CUPTI_PATH, else libcupti.so.13 by
@@ -30,6 +37,10 @@ class cupti_layer {
   cupti_layer(tracker& tracker, const cupti_api_t& api);
   cupti_layer(const cupti_layer&) = delete;
   cupti_layer& operator=(const cupti_layer&) = delete;
+
+  // Before start(): a replay (kreplay-cuda-replay) is asked for. start() then also enables the launch, stream
+  // capture, memcpy and memset callbacks and hands them to `replay`; without it none of them is enabled.
+  void attach(replayer* replay) { replay_ = replay; }
 
   // Subscribes and enables the callbacks. On failure prints one line to stderr saying why and what it means,
   // and stays inert (nothing enabled, nothing tracked); never throws.
@@ -45,8 +56,12 @@ class cupti_layer {
   void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData& data);
 
+  void on_replay(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+
   tracker& tracker_;
   cupti_api_t api_;
+  replayer* replay_ = nullptr;
+  std::vector<bool> copy_ids_;  // driver ids of the memcpy / memset calls (a replay only)
   CUpti_SubscriberHandle subscriber_ = nullptr;
   std::atomic<bool> active_{false};
   size_t enabled_ = 0;

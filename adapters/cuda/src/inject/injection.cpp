@@ -16,6 +16,8 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "ops.hpp"
+#include "replay.hpp"
+#include "replay_config.hpp"
 #include "tracker.hpp"
 
 #define KREPLAY_INJECT_EXPORT extern "C" __attribute__((visibility("default")))
@@ -30,6 +32,7 @@ struct injection_t {
   driver_api_t driver;
   tracker* owner = nullptr;
   cupti_layer* layer = nullptr;
+  replayer* replay = nullptr;  // kreplay-cuda-replay asked for a replay (KREPLAY_REPLAY=1)
 };
 injection_t g_injection;
 std::once_flag g_once;
@@ -56,6 +59,24 @@ kreplay_log_level_t level_from_environment() {
 }
 
 kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) { return adapter::make_ops(ops_out); }
+
+void finish_replay() {
+  if (g_injection.replay != nullptr) {
+    g_injection.replay->finish();
+  }
+}
+
+// The replay the launcher asked for, made before the CUPTI layer starts (which then enables the launch
+// callbacks). Null, with one line on stderr, when the options are malformed or the driver lacks what it needs:
+// the program then runs with tracking only.
+replayer* make_replayer(const replay_config_t& config, const kreplay_device_ops_t& ops) {
+  replay_driver_t driver;
+  if (!resolve_replay_driver(driver)) {
+    std::fputs("kreplay-cuda-replay: the driver lacks the launch functions; nothing is replayed\n", stderr);
+    return nullptr;
+  }
+  return new (std::nothrow) replayer(*g_injection.owner, config, ops, driver);
+}
 
 void initialize() {
   set_log_level(level_from_environment());
@@ -92,12 +113,45 @@ void initialize() {
     log(KREPLAY_LOG_WARNING, "kreplay_configure refused the injection's ops; the injection stays inert");
     return;
   }
+  replay_config_t config;
+  std::string config_error;
+  if (!parse_replay_config([](const char* name) { return std::getenv(name); }, &config, &config_error)) {
+    std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", config_error.c_str());
+    config.enabled = false;
+  }
   kreplay_policy_t policy = adapter::recommended_policy();
+  if (config.enabled) {
+    policy = replay_policy(config, policy);
+  }
   (void)kreplay_set_policy(&policy);
   kreplay_tracking_enable(true);
   g_injection.layer = new (std::nothrow) cupti_layer(*g_injection.owner, cupti);
-  if (g_injection.layer == nullptr || !g_injection.layer->start()) {
+  if (g_injection.layer == nullptr) {
     kreplay_tracking_enable(false);
+    return;
+  }
+  if (config.enabled) {
+    g_injection.replay = make_replayer(config, ops);
+    std::string why;
+    if (g_injection.replay != nullptr && !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
+      std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", why.c_str());
+      delete g_injection.replay;
+      g_injection.replay = nullptr;
+    }
+    g_injection.layer->attach(g_injection.replay);
+  }
+  if (!g_injection.layer->start()) {
+    kreplay_tracking_enable(false);
+    if (config.enabled) {
+      std::fputs("kreplay-cuda-replay: CUPTI could not be subscribed (see above): nothing is replayed\n", stderr);
+    }
+    return;
+  }
+  if (g_injection.replay != nullptr) {
+    std::atexit(finish_replay);
+    // CUPTI takes one subscriber (before CUPTI 13.2): say at the start what that means for the program.
+    std::fputs("kreplay-cuda-replay: kreplay holds CUPTI's only subscriber slot: PyTorch's profiler (Kineto), "
+               "Nsight Systems and Nsight Compute record no CUDA activity in this process\n", stderr);
   }
 }
 

@@ -1,0 +1,721 @@
+#include "replay.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <cupti_checkpoint.h>
+
+#include "guard.hpp"
+#include "log.hpp"
+
+namespace kreplay::cuda::inject {
+
+// cupti_checkpoint.h declares its C++ names in a namespace of its own.
+using NV::Cupti::Checkpoint::CUpti_Checkpoint;
+
+const CUpti_CallbackId replay_launch_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+const size_t replay_launch_id_count = std::size(replay_launch_ids);
+const CUpti_CallbackId replay_capture_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,         CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,      CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,  CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,           CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
+};
+const size_t replay_capture_id_count = std::size(replay_capture_ids);
+
+bool is_launch_callback(CUpti_CallbackId cbid) {
+  return std::find(std::begin(replay_launch_ids), std::end(replay_launch_ids), cbid) != std::end(replay_launch_ids);
+}
+bool is_capture_callback(CUpti_CallbackId cbid) {
+  return std::find(std::begin(replay_capture_ids), std::end(replay_capture_ids), cbid) !=
+         std::end(replay_capture_ids);
+}
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+template <typename F>
+void find(void* library, const char* name, F& out) {
+  out = reinterpret_cast<F>(dlsym(library, name));
+}
+
+bool succeeded(const CUpti_CallbackData& data) {
+  return data.functionReturnValue != nullptr &&
+         *static_cast<const CUresult*>(data.functionReturnValue) == CUDA_SUCCESS;
+}
+
+template <typename P>
+const P& params(const CUpti_CallbackData& data) {
+  return *static_cast<const P*>(data.functionParams);
+}
+
+enum class launch_kind : uint8_t { kernel, kernel_ex, cooperative, graph };
+
+// The stream a replayed pass uses: the per-thread forms name the per-thread default stream with 0.
+CUstream stream_for(CUstream stream, bool per_thread) {
+  return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
+}
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+// One launch between its ENTER and its EXIT on the calling thread.
+struct replayer::pending_t {
+  launch_kind kind = launch_kind::kernel;
+  CUfunction function = nullptr;   // as the program passed it (a CUfunction, or a CUkernel passed as one)
+  CUfunction loaded = nullptr;     // a CUfunction of it in the launch's context, for the queries
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  unsigned shared_bytes = 0;
+  CUstream stream = nullptr;       // already mapped by stream_for
+  void** kernel_params = nullptr;  // the program's, valid until the launch call returns
+  void** extra = nullptr;
+  CUlaunchConfig config{};
+  std::vector<CUlaunchAttribute> attributes;
+  // The private copy of the arguments (when the driver can say where each one is).
+  std::vector<unsigned char> argument_bytes;
+  std::vector<void*> argument_pointers;
+  std::vector<void*> extra_copy;
+  size_t extra_size = 0;
+
+  int device = -1;
+  kreplay_agent_t agent{0};
+  bool replaying = false;          // a window and snapshot are held: EXIT runs the further passes
+  uint64_t fence_token = 0;        // a launch run once while another thread's window may be open
+  kreplay_window_t* window = nullptr;
+  kreplay_snapshot_t* snapshot = nullptr;
+  CUpti_Checkpoint checkpoint{};
+  CUevent start_event = nullptr;
+  CUevent end_event = nullptr;
+  clock_type::time_point entered;
+  std::vector<std::pair<const void*, size_t>> footprint;  // --verify: the regions digested
+  launch_row_t row;
+};
+
+namespace {
+thread_local replayer::pending_t* t_pending = nullptr;
+thread_local uint64_t t_copy_token = 0;
+}  // namespace
+
+bool resolve_replay_driver(replay_driver_t& out) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (cuda == nullptr) {
+    return false;
+  }
+  find(cuda, "cuCtxSynchronize", out.ctx_synchronize);
+  find(cuda, "cuLaunchKernel", out.launch_kernel);
+  find(cuda, "cuLaunchKernelEx", out.launch_kernel_ex);
+  find(cuda, "cuLaunchCooperativeKernel", out.launch_cooperative);
+  find(cuda, "cuFuncGetName", out.func_get_name);
+  find(cuda, "cuKernelGetName", out.kernel_get_name);
+  find(cuda, "cuKernelGetFunction", out.kernel_get_function);
+  find(cuda, "cuFuncGetParamInfo", out.func_get_param_info);
+  find(cuda, "cuFuncIsLoaded", out.func_is_loaded);
+  find(cuda, "cuFuncLoad", out.func_load);
+  find(cuda, "cuEventCreate", out.event_create);
+  find(cuda, "cuEventRecord", out.event_record);
+  find(cuda, "cuEventElapsedTime_v2", out.event_elapsed);
+  if (out.event_elapsed == nullptr) {
+    find(cuda, "cuEventElapsedTime", out.event_elapsed);
+  }
+  find(cuda, "cuEventDestroy_v2", out.event_destroy);
+  return out.ctx_synchronize != nullptr && out.launch_kernel != nullptr && out.launch_kernel_ex != nullptr &&
+         out.launch_cooperative != nullptr;
+}
+
+bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::string* where) {
+  auto from = [&](void* library) {
+    if (library == nullptr) {
+      return false;
+    }
+    find(library, "cuptiCheckpointSave", out.save);
+    find(library, "cuptiCheckpointRestore", out.restore);
+    find(library, "cuptiCheckpointFree", out.free);
+    return out.save != nullptr && out.restore != nullptr && out.free != nullptr;
+  };
+  if (const char* path = std::getenv("KREPLAY_CHECKPOINT_PATH"); path != nullptr && *path != '\0') {
+    *where = std::string("KREPLAY_CHECKPOINT_PATH=") + path;
+    return from(dlopen(path, RTLD_NOW | RTLD_LOCAL));
+  }
+  Dl_info info{};
+  if (cupti_symbol != nullptr && dladdr(cupti_symbol, &info) != 0 && info.dli_fname != nullptr) {
+    std::string beside = info.dli_fname;
+    beside = beside.substr(0, beside.rfind('/') + 1) + "libcheckpoint.so";
+    if (from(dlopen(beside.c_str(), RTLD_NOW | RTLD_LOCAL))) {
+      *where = beside;
+      return true;
+    }
+  }
+  *where = "libcheckpoint.so by the loader's search";
+  if (from(dlopen("libcheckpoint.so", RTLD_NOW | RTLD_LOCAL))) {
+    return true;
+  }
+  *where = "no libcheckpoint.so beside libcupti or on the loader's path (set KREPLAY_CHECKPOINT_PATH)";
+  return false;
+}
+
+std::string csv_header() {
+  return "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
+         "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify\n";
+}
+
+std::string csv_row(const launch_row_t& r) {
+  char numbers[512];
+  std::snprintf(numbers, sizeof(numbers),
+                "%d,%ux%ux%u,%ux%ux%u,%" PRIu32 ",%" PRIu32 ",%zu,%zu,%.4f,%.4f,%.4f,%.4f,%d,", r.device, r.grid[0],
+                r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.passes_asked, r.passes_run,
+                r.footprint_bytes, r.bytes_moved, r.snapshot_ms, r.restore_ms, r.kernel_ms, r.extra_pass_ms,
+                r.replayed ? 1 : 0);
+  return std::to_string(r.index) + "," + quoted(r.kernel) + "," + numbers + quoted(r.reason) + "," +
+         quoted(r.verify) + "\n";
+}
+
+replayer::replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
+                   const replay_driver_t& driver)
+    : tracker_(tracker), config_(config), ops_(ops), driver_(driver), selector_(config) {
+  started_ = clock_type::now();
+  last_progress_ = started_;
+}
+
+bool replayer::start(const void* cupti_symbol, std::string* why) {
+  if (config_.backend == replay_backend::cupti) {
+    std::string where;
+    if (!resolve_checkpoint(checkpoint_, cupti_symbol, &where)) {
+      *why = "--backend cupti: " + where;
+      return false;
+    }
+    log(KREPLAY_LOG_INFO, "CUPTI's Checkpoint API: %s", where.c_str());
+  }
+  if (!config_.output.empty()) {
+    csv_ = std::fopen(config_.output.c_str(), "w");
+    if (csv_ == nullptr) {
+      *why = "cannot write the report " + config_.output + ": " + std::strerror(errno);
+      return false;
+    }
+    std::fputs(csv_header().c_str(), csv_);
+    std::fflush(csv_);
+  }
+  return true;
+}
+
+void replayer::on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  const bool ends = cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture ||
+                    cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz;
+  if (ends && data.callbackSite == CUPTI_API_ENTER) {
+    // Counted from its start: a launch after an end call has begun is no longer captured.
+    if (captures_.load(std::memory_order_relaxed) > 0) {
+      captures_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } else if (!ends && data.callbackSite == CUPTI_API_EXIT && succeeded(data)) {
+    captures_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void replayer::on_copy(const CUpti_CallbackData& data) {
+  // A copy or memset of the program: while a window of another thread is open on its device, it waits for
+  // the window's close (kreplay's fence), then counts as in flight until its call returns. An asynchronous
+  // copy still queued when a later window opens is drained by that window's synchronisation.
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    const int device = tracker_.device_of(data.context);
+    if (device >= 0) {
+      const kreplay_agent_t agent{static_cast<uint64_t>(device) + 1};
+      if (kreplay_copy_begin(&agent, 1, &t_copy_token) != KREPLAY_STATUS_SUCCESS) {
+        t_copy_token = 0;
+      }
+    }
+  } else if (t_copy_token != 0) {
+    kreplay_copy_end(t_copy_token);
+    t_copy_token = 0;
+  }
+}
+
+void replayer::on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    if (t_pending != nullptr) {
+      // A launch inside a launch's callbacks (another tool's): not ours to replay.
+      return;
+    }
+    enter(cbid, data);
+  } else {
+    exit(data);
+  }
+}
+
+void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  auto* p = new (std::nothrow) pending_t;
+  if (p == nullptr) {
+    return;
+  }
+  t_pending = p;
+  p->entered = clock_type::now();
+  p->row.index = launches_.fetch_add(1, std::memory_order_relaxed);
+  p->row.passes_asked = config_.passes;
+  p->row.passes_run = 1;
+  const bool per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
+                          cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
+                          cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz ||
+                          cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  auto dims = [&](const auto& q) {
+    p->function = q.f;
+    p->grid[0] = q.gridDimX, p->grid[1] = q.gridDimY, p->grid[2] = q.gridDimZ;
+    p->block[0] = q.blockDimX, p->block[1] = q.blockDimY, p->block[2] = q.blockDimZ;
+    p->shared_bytes = q.sharedMemBytes;
+    p->stream = stream_for(q.hStream, per_thread);
+    p->kernel_params = q.kernelParams;
+  };
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+      dims(params<cuLaunchKernel_params>(data));
+      p->extra = params<cuLaunchKernel_params>(data).extra;
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+      dims(params<cuLaunchKernel_ptsz_params>(data));
+      p->extra = params<cuLaunchKernel_ptsz_params>(data).extra;
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      p->kind = launch_kind::cooperative;
+      dims(params<cuLaunchCooperativeKernel_params>(data));
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      p->kind = launch_kind::cooperative;
+      dims(params<cuLaunchCooperativeKernel_ptsz_params>(data));
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      // The two parameter structs are laid out alike.
+      const auto& q = params<cuLaunchKernelEx_params>(data);
+      p->kind = launch_kind::kernel_ex;
+      p->function = q.f;
+      p->kernel_params = q.kernelParams;
+      p->extra = q.extra;
+      if (q.config != nullptr) {
+        p->config = *q.config;
+        p->attributes.assign(q.config->attrs, q.config->attrs + (q.config->attrs != nullptr ? q.config->numAttrs : 0));
+        p->config.attrs = p->attributes.empty() ? nullptr : p->attributes.data();
+        p->config.hStream = stream_for(q.config->hStream, per_thread);
+        p->grid[0] = q.config->gridDimX, p->grid[1] = q.config->gridDimY, p->grid[2] = q.config->gridDimZ;
+        p->block[0] = q.config->blockDimX, p->block[1] = q.config->blockDimY, p->block[2] = q.config->blockDimZ;
+        p->stream = p->config.hStream;
+      }
+      break;
+    }
+    default:
+      p->kind = launch_kind::graph;
+      p->stream = stream_for(params<cuGraphLaunch_params>(data).hStream, per_thread);
+      break;
+  }
+  std::copy(std::begin(p->grid), std::end(p->grid), std::begin(p->row.grid));
+  std::copy(std::begin(p->block), std::end(p->block), std::begin(p->row.block));
+  p->device = tracker_.device_of(data.context);
+  p->row.device = p->device;
+  p->agent = kreplay_agent_t{static_cast<uint64_t>(p->device < 0 ? 0 : p->device) + 1};
+
+  // The function's name, and a CUfunction of it loaded in this context: a lazily loaded module is loaded now,
+  // before the snapshot, so that its variables are captured (the CUPTI layer follows the load).
+  const char* name = nullptr;
+  if (p->kind == launch_kind::graph) {
+    p->row.kernel = "(graph launch)";
+  } else {
+    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_LOADED;
+    if (driver_.func_get_name != nullptr && driver_.func_get_name(&name, p->function) == CUDA_SUCCESS) {
+      p->loaded = p->function;
+    } else if (driver_.kernel_get_name != nullptr &&
+               driver_.kernel_get_name(&name, reinterpret_cast<CUkernel>(p->function)) == CUDA_SUCCESS &&
+               driver_.kernel_get_function != nullptr) {
+      if (driver_.kernel_get_function(&p->loaded, reinterpret_cast<CUkernel>(p->function)) != CUDA_SUCCESS) {
+        p->loaded = nullptr;
+      }
+    }
+    if (p->loaded != nullptr && driver_.func_is_loaded != nullptr && driver_.func_load != nullptr &&
+        driver_.func_is_loaded(&state, p->loaded) == CUDA_SUCCESS && state != CU_FUNCTION_LOADING_STATE_LOADED) {
+      (void)driver_.func_load(p->loaded);
+    }
+    p->row.kernel = name != nullptr ? name : "(unnamed)";
+  }
+
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const launch_selector::verdict verdict =
+        p->kind == launch_kind::graph ? launch_selector::verdict::replay : selector_.classify(name);
+    if (verdict != launch_selector::verdict::replay) {
+      reason = launch_selector::text(verdict);
+    }
+  }
+  if (reason.empty() && p->kind == launch_kind::graph) {
+    reason = "graph launch: its kernels raise no launch callback, run once";
+  }
+  if (reason.empty() && captures_.load(std::memory_order_relaxed) > 0) {
+    reason = "a stream capture is in progress: the launch may not execute, run once";
+  }
+  if (reason.empty() && p->device < 0) {
+    reason = "the launch's device is unknown";
+  }
+  if (reason.empty() && p->loaded == nullptr) {
+    reason = "the function cannot be queried in the launch's context";
+  }
+  if (!reason.empty()) {
+    p->row.reason = reason;
+    // Run once, after any other thread's window on the device has closed (the fence).
+    if (p->device >= 0 && kreplay_copy_begin(&p->agent, 1, &p->fence_token) != KREPLAY_STATUS_SUCCESS) {
+      p->fence_token = 0;
+    }
+    return;
+  }
+
+  // The private copy of the arguments: the driver says where each one is and its size.
+  if (p->kernel_params != nullptr && driver_.func_get_param_info != nullptr) {
+    std::vector<std::pair<size_t, size_t>> layout;
+    for (size_t i = 0;; ++i) {
+      size_t offset = 0;
+      size_t size = 0;
+      if (driver_.func_get_param_info(p->loaded, i, &offset, &size) != CUDA_SUCCESS) {
+        break;
+      }
+      layout.emplace_back(offset, size);
+    }
+    size_t total = 0;
+    for (const auto& [offset, size] : layout) {
+      total = std::max(total, offset + size);
+    }
+    p->argument_bytes.assign(total, 0);
+    p->argument_pointers.resize(layout.size());
+    for (size_t i = 0; i < layout.size(); ++i) {
+      std::memcpy(p->argument_bytes.data() + layout[i].first, p->kernel_params[i], layout[i].second);
+      p->argument_pointers[i] = p->argument_bytes.data() + layout[i].first;
+    }
+  } else if (p->extra != nullptr) {
+    // CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE: one buffer holds every argument.
+    const void* buffer = nullptr;
+    for (size_t i = 0; p->extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = p->extra[i + 1];
+      } else if (p->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        p->extra_size = *static_cast<const size_t*>(p->extra[i + 1]);
+      }
+    }
+    if (buffer != nullptr) {
+      p->argument_bytes.assign(static_cast<const unsigned char*>(buffer),
+                               static_cast<const unsigned char*>(buffer) + p->extra_size);
+      p->extra_copy = {CU_LAUNCH_PARAM_BUFFER_POINTER, p->argument_bytes.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
+                       &p->extra_size, CU_LAUNCH_PARAM_END};
+    }
+  }
+
+  // Drain the context (every stream: the snapshot must see the memory the launch will see), then the window
+  // and the snapshot.
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    p->row.reason = "the context could not be synchronised before the launch";
+    return;
+  }
+  if (!backend_begin(*p)) {
+    return;
+  }
+  p->replaying = true;
+  if (driver_.event_create != nullptr && driver_.event_create(&p->start_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+      driver_.event_create(&p->end_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+    (void)driver_.event_record(p->start_event, p->stream);
+  }
+}
+
+bool replayer::backend_begin(pending_t& p) {
+  const auto begun = clock_type::now();
+  if (config_.backend == replay_backend::cupti) {
+    p.checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
+    p.checkpoint.ctx = nullptr;  // the current context: the launch's
+    p.checkpoint.allowOverwrite = 1;
+    const CUptiResult saved = checkpoint_.save(&p.checkpoint);
+    p.row.snapshot_ms = ms_between(begun, clock_type::now());
+    if (saved != CUPTI_SUCCESS) {
+      p.row.reason = "cuptiCheckpointSave failed (" + std::to_string(static_cast<int>(saved)) + ")";
+      (void)checkpoint_.free(&p.checkpoint);
+      return false;
+    }
+    kreplay_inventory_stats_t stats{};
+    if (kreplay_inventory_stats(p.agent, &stats) == KREPLAY_STATUS_SUCCESS) {
+      p.row.footprint_bytes = stats.bytes;
+    }
+    return true;
+  }
+  kreplay_window_options_t options{};
+  options.struct_size = sizeof(options);
+  options.passes = config_.passes;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  if (kreplay_window_open(p.agent, &options, &p.window, &reason) != KREPLAY_STATUS_SUCCESS) {
+    p.window = nullptr;
+    p.row.reason = std::string("window declined: ") + kreplay_decline_reason_string(reason);
+    return false;
+  }
+  if (kreplay_snap(p.agent, &p.snapshot, &reason) != KREPLAY_STATUS_SUCCESS) {
+    p.snapshot = nullptr;
+    std::string why = std::string("snapshot declined: ") + kreplay_decline_reason_string(reason);
+    if (reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
+      why += " (" + tracker_.last_error() + ")";
+    }
+    backend_end(p);
+    p.row.reason = why;
+    return false;
+  }
+  return true;
+}
+
+bool replayer::backend_restore(pending_t& p) {
+  if (!config_.restore) {
+    return true;
+  }
+  if (config_.backend == replay_backend::cupti) {
+    return checkpoint_.restore(&p.checkpoint) == CUPTI_SUCCESS;
+  }
+  kreplay_restore_report_t report{};
+  return kreplay_restore(p.snapshot, &report) == KREPLAY_STATUS_SUCCESS;
+}
+
+void replayer::backend_end(pending_t& p) {
+  if (config_.backend == replay_backend::cupti) {
+    (void)checkpoint_.free(&p.checkpoint);
+    return;
+  }
+  if (p.snapshot != nullptr) {
+    kreplay_snapshot_free(p.snapshot);
+    p.snapshot = nullptr;
+  }
+  if (p.window != nullptr) {
+    kreplay_window_outcome_t outcome{};
+    outcome.struct_size = sizeof(outcome);
+    if (kreplay_window_close(p.window, &outcome) == KREPLAY_STATUS_SUCCESS) {
+      p.row.footprint_bytes = outcome.footprint_bytes;
+      p.row.bytes_moved = outcome.bytes_moved;
+      p.row.snapshot_ms = static_cast<double>(outcome.snapshot_ns) / 1e6;
+      p.row.restore_ms = static_cast<double>(outcome.restore_ns) / 1e6;
+    }
+    p.window = nullptr;
+  }
+}
+
+bool replayer::digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out) {
+  constexpr size_t block = 64 * 1024;
+  if (ops_.digest == nullptr) {
+    return false;
+  }
+  if (p.footprint.empty()) {
+    auto visit = [](void* data, const void* base, size_t bytes, uint64_t) {
+      static_cast<std::vector<std::pair<const void*, size_t>>*>(data)->emplace_back(base, bytes);
+    };
+    if (kreplay_inventory_foreach(p.agent, visit, &p.footprint) != KREPLAY_STATUS_SUCCESS) {
+      return false;
+    }
+  }
+  size_t total = 0;
+  for (const auto& [base, bytes] : p.footprint) {
+    total += (bytes + block - 1) / block;
+  }
+  out->assign(total, kreplay_digest_t{});
+  std::vector<kreplay_digest_job_t> jobs;
+  jobs.reserve(p.footprint.size());
+  size_t at = 0;
+  for (const auto& [base, bytes] : p.footprint) {
+    jobs.push_back({base, bytes, out->data() + at});
+    at += (bytes + block - 1) / block;
+  }
+  return jobs.empty() || ops_.digest(ops_.user_data, p.agent, jobs.data(), jobs.size(), block) == KREPLAY_STATUS_SUCCESS;
+}
+
+void replayer::run_passes(pending_t& p) {
+  float kernel_ms = 0;
+  if (p.end_event != nullptr) {
+    (void)driver_.event_record(p.end_event, p.stream);
+  }
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    p.row.reason = "the launch failed on the device (pass 1)";
+    return;
+  }
+  if (p.end_event != nullptr && driver_.event_elapsed(&kernel_ms, p.start_event, p.end_event) == CUDA_SUCCESS) {
+    p.row.kernel_ms = kernel_ms;
+  }
+  std::vector<kreplay_digest_t> first;
+  std::vector<kreplay_digest_t> again;
+  bool verifying = config_.verify && digest_footprint(p, &first);
+  if (config_.verify && !verifying) {
+    p.row.verify = "not possible (no digest)";
+  } else if (verifying) {
+    p.row.verify = "same";
+  }
+  std::vector<double> extra;
+  own_call_scope own;  // the relaunches and their callbacks are kreplay's, not the program's
+  for (uint32_t pass = 2; pass <= config_.passes; ++pass) {
+    const auto begun = clock_type::now();
+    if (!backend_restore(p)) {
+      p.row.reason = "restore failed: before pass " + std::to_string(pass) + ", the later passes were not run";
+      break;
+    }
+    if (p.start_event != nullptr) {
+      (void)driver_.event_record(p.start_event, p.stream);
+    }
+    void** arguments = p.argument_pointers.empty() ? p.kernel_params : p.argument_pointers.data();
+    void** extra_arguments = p.extra_copy.empty() ? p.extra : p.extra_copy.data();
+    if (!p.argument_pointers.empty()) {
+      extra_arguments = nullptr;
+    }
+    CUresult launched = CUDA_ERROR_INVALID_VALUE;
+    switch (p.kind) {
+      case launch_kind::kernel:
+        launched = driver_.launch_kernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+                                         p.block[2], p.shared_bytes, p.stream, arguments, extra_arguments);
+        break;
+      case launch_kind::kernel_ex:
+        launched = driver_.launch_kernel_ex(&p.config, p.function, arguments, extra_arguments);
+        break;
+      case launch_kind::cooperative:
+        launched = driver_.launch_cooperative(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+                                              p.block[2], p.shared_bytes, p.stream, arguments);
+        break;
+      case launch_kind::graph:
+        break;
+    }
+    if (p.end_event != nullptr) {
+      (void)driver_.event_record(p.end_event, p.stream);
+    }
+    if (launched != CUDA_SUCCESS || driver_.ctx_synchronize() != CUDA_SUCCESS) {
+      p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
+                     std::to_string(static_cast<int>(launched)) + "; the program keeps what the passes before left";
+      break;
+    }
+    const auto done = clock_type::now();
+    ++p.row.passes_run;
+    float pass_kernel_ms = 0;
+    if (p.end_event == nullptr || driver_.event_elapsed(&pass_kernel_ms, p.start_event, p.end_event) != CUDA_SUCCESS) {
+      pass_kernel_ms = 0;
+    }
+    extra.push_back(ms_between(begun, done) - pass_kernel_ms);
+    if (verifying && digest_footprint(p, &again) && p.row.verify == "same") {
+      size_t differ = 0;
+      for (size_t i = 0; i < first.size() && i < again.size(); ++i) {
+        differ += std::memcmp(&first[i], &again[i], sizeof(kreplay_digest_t)) != 0 ? 1 : 0;
+      }
+      if (differ != 0) {
+        p.row.verify = "differs: pass " + std::to_string(pass) + ", " + std::to_string(differ) + " blocks of 64 KiB";
+      }
+    }
+  }
+  if (!extra.empty()) {
+    std::sort(extra.begin(), extra.end());
+    p.row.extra_pass_ms = extra[extra.size() / 2];
+  }
+}
+
+void replayer::exit(const CUpti_CallbackData& data) {
+  pending_t* p = t_pending;
+  if (p == nullptr) {
+    return;
+  }
+  t_pending = nullptr;
+  std::unique_ptr<pending_t> owned(p);
+  if (p->fence_token != 0) {
+    kreplay_copy_end(p->fence_token);
+  }
+  if (p->replaying) {
+    if (!succeeded(data)) {
+      p->row.reason = "the program's launch failed: nothing replayed";
+    } else {
+      run_passes(*p);
+    }
+    backend_end(*p);
+    p->row.replayed = p->row.passes_run > 1 || config_.passes == 1;
+    if (p->row.replayed && p->row.passes_run < p->row.passes_asked && p->row.reason.empty()) {
+      p->row.reason = "fewer passes than asked";
+    }
+  }
+  if (p->start_event != nullptr) {
+    (void)driver_.event_destroy(p->start_event);
+  }
+  if (p->end_event != nullptr) {
+    (void)driver_.event_destroy(p->end_event);
+  }
+  report(p->row, p->replaying ? ms_between(p->entered, clock_type::now()) : 0.0);
+}
+
+void replayer::report(launch_row_t& row, double replay_ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (row.replayed) {
+    ++replayed_;
+  } else {
+    ++declined_[row.reason.substr(0, row.reason.find(':'))];
+  }
+  if (row.verify.rfind("differs", 0) == 0) {
+    ++differed_;
+    log(KREPLAY_LOG_WARNING, "launch %" PRIu64 " (%s): %s", row.index, row.kernel.c_str(), row.verify.c_str());
+  }
+  replay_ms_ += replay_ms;
+  if (csv_ != nullptr && !finished_) {
+    std::fputs(csv_row(row).c_str(), csv_);
+    std::fflush(csv_);
+  }
+  progress_locked(clock_type::now());
+}
+
+void replayer::progress_locked(clock_type::time_point now) {
+  if (config_.progress_seconds <= 0 || ms_between(last_progress_, now) < config_.progress_seconds * 1e3) {
+    return;
+  }
+  last_progress_ = now;
+  uint64_t declined = 0;
+  for (const auto& [why, count] : declined_) {
+    declined += count;
+  }
+  std::fprintf(stderr, "kreplay-cuda-replay: %.1f s: %" PRIu64 " launches, %" PRIu64 " replayed, %" PRIu64
+               " run once, %.1f s replaying\n",
+               ms_between(started_, now) / 1e3, replayed_ + declined, replayed_, declined, replay_ms_ / 1e3);
+}
+
+void replayer::finish() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_) {
+    return;
+  }
+  finished_ = true;
+  const double total_ms = ms_between(started_, clock_type::now());
+  uint64_t declined = 0;
+  for (const auto& [why, count] : declined_) {
+    declined += count;
+  }
+  std::fprintf(stderr,
+               "kreplay-cuda-replay: %" PRIu64 " launches: %" PRIu64 " replayed (%u passes, backend %s), %" PRIu64
+               " run once; %.3f s replaying, %.3f s the program's own (of %.3f s)",
+               replayed_ + declined, replayed_, config_.passes,
+               config_.backend == replay_backend::cupti ? "cupti" : "kreplay", declined, replay_ms_ / 1e3,
+               (total_ms - replay_ms_) / 1e3, total_ms / 1e3);
+  if (config_.verify) {
+    std::fprintf(stderr, "; verify: %" PRIu64 " launches whose passes differed", differed_);
+  }
+  std::fputs("\n", stderr);
+  for (const auto& [why, count] : declined_) {
+    std::fprintf(stderr, "kreplay-cuda-replay:   run once: %" PRIu64 " x %s\n", count, why.c_str());
+  }
+  if (csv_ != nullptr) {
+    std::fclose(csv_);
+    csv_ = nullptr;
+  }
+}
+
+}  // namespace kreplay::cuda::inject

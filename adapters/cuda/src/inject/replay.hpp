@@ -1,0 +1,153 @@
+// The replay loop of kreplay-cuda-replay, inside the injection library: for each selected kernel launch of an
+// unmodified program (driver API: cuLaunchKernel, cuLaunchKernelEx, cooperative launches, and their per-thread
+// stream forms), drain the context, open a replay window, snapshot, let the program's own launch run (pass 1),
+// then for every further pass restore and relaunch the same function with the same configuration and a
+// private copy of its arguments; close the window. What the program sees afterwards is the last pass's memory.
+//
+// Launches that are never replayed run once, each with its reason in the report: not selected, an excluded
+// communication kernel, a stream capture in progress, a graph launch, a window or snapshot that declined. While
+// a window is open, the program's launches, copies and memsets from other threads wait for it (kreplay's
+// async-copy fence). One CSV row per launch, a progress line and a closing summary on stderr.
+//
+// Everything here runs inside CUPTI driver callbacks (the launch's own ENTER and EXIT), where the driver
+// allows synchronisation, copies and launches; kreplay's own calls run under the re-entry guard, so they are
+// neither tracked nor replayed.
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_HPP
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <cupti.h>
+
+#include "kreplay.h"
+#include "replay_config.hpp"
+#include "tracker.hpp"
+
+namespace kreplay::cuda::inject {
+
+// The driver functions the loop calls, from the libcuda.so.1 in the process (tests fill them with fakes).
+struct replay_driver_t {
+  CUresult (*ctx_synchronize)() = nullptr;
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void**, void**) = nullptr;
+  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
+  CUresult (*launch_cooperative)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 CUstream, void**) = nullptr;
+  CUresult (*func_get_name)(const char**, CUfunction) = nullptr;
+  CUresult (*kernel_get_name)(const char**, CUkernel) = nullptr;
+  CUresult (*kernel_get_function)(CUfunction*, CUkernel) = nullptr;
+  CUresult (*func_get_param_info)(CUfunction, size_t, size_t*, size_t*) = nullptr;
+  CUresult (*func_is_loaded)(CUfunctionLoadingState*, CUfunction) = nullptr;
+  CUresult (*func_load)(CUfunction) = nullptr;
+  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
+  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*event_destroy)(CUevent) = nullptr;
+};
+bool resolve_replay_driver(replay_driver_t& out);
+
+// CUPTI's Checkpoint API (libcheckpoint.so, beside libcupti), for --backend cupti.
+struct checkpoint_api_t {
+  CUptiResult (*save)(void*) = nullptr;     // cuptiCheckpointSave(CUpti_Checkpoint*)
+  CUptiResult (*restore)(void*) = nullptr;  // cuptiCheckpointRestore
+  CUptiResult (*free)(void*) = nullptr;     // cuptiCheckpointFree
+};
+// libcheckpoint.so from KREPLAY_CHECKPOINT_PATH, else beside the libcupti that `cupti_symbol` lives in, else
+// by the loader's search. `where` says which, or why none.
+bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::string* where);
+
+// Which callback ids a replay adds to the tracker's (cupti_layer enables them).
+bool is_launch_callback(CUpti_CallbackId cbid);
+bool is_capture_callback(CUpti_CallbackId cbid);
+extern const CUpti_CallbackId replay_launch_ids[];
+extern const size_t replay_launch_id_count;
+extern const CUpti_CallbackId replay_capture_ids[];
+extern const size_t replay_capture_id_count;
+
+// One row of the report.
+struct launch_row_t {
+  uint64_t index = 0;
+  std::string kernel;
+  int device = -1;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  uint32_t passes_asked = 0;
+  uint32_t passes_run = 0;
+  size_t footprint_bytes = 0;
+  size_t bytes_moved = 0;
+  double snapshot_ms = 0;
+  double restore_ms = 0;        // every restore of the launch
+  double kernel_ms = 0;         // pass 1, by events around it
+  double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
+  bool replayed = false;
+  std::string reason;           // why it ran once ("" when replayed)
+  std::string verify = "off";   // "same", or "differs: pass P, B blocks"
+};
+// The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
+std::string csv_header();
+std::string csv_row(const launch_row_t& row);
+
+class replayer {
+ public:
+  replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
+           const replay_driver_t& driver);
+  replayer(const replayer&) = delete;
+  replayer& operator=(const replayer&) = delete;
+
+  // Opens the report, resolves the backend. False (with why) when the replay cannot run: the library then
+  // tracks only, and the launcher's summary says so.
+  bool start(const void* cupti_symbol, std::string* why);
+
+  // From the CUPTI layer, for the ids above and for every memcpy / memset id (is_copy).
+  void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void on_copy(const CUpti_CallbackData& data);
+
+  // The closing summary on stderr and the report's last flush (atexit). Idempotent.
+  void finish();
+
+  struct pending_t;  // replay.cpp: a launch between its ENTER and EXIT on one thread
+
+ private:
+  void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void exit(const CUpti_CallbackData& data);
+  void run_passes(pending_t& p);
+  bool backend_begin(pending_t& p);
+  bool backend_restore(pending_t& p);
+  void backend_end(pending_t& p);
+  bool digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out);
+  void report(launch_row_t& row, double replay_ms);
+  void progress_locked(std::chrono::steady_clock::time_point now);
+
+  tracker& tracker_;
+  replay_config_t config_;
+  kreplay_device_ops_t ops_;
+  replay_driver_t driver_;
+  checkpoint_api_t checkpoint_;
+  launch_selector selector_;
+  std::atomic<int> captures_{0};          // stream captures in progress, process-wide
+  std::atomic<uint64_t> launches_{0};
+
+  std::mutex mutex_;                      // the selector, the counts, the report file
+  FILE* csv_ = nullptr;
+  std::map<std::string, uint64_t> declined_;
+  uint64_t replayed_ = 0;
+  uint64_t differed_ = 0;
+  double replay_ms_ = 0;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_progress_;
+  bool finished_ = false;
+};
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_HPP

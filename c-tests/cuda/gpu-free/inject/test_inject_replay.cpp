@@ -1,0 +1,431 @@
+// GPU-free tests of kreplay-cuda-replay's loop (adapters/cuda/src/inject/replay.cpp) and of its options
+// (replay_config.cpp): launches fabricated as CUPTI raises them, a fake driver whose "kernels" are host
+// functions over host memory, and kreplay itself (real snapshots and restores through the injection's ops, with
+// memcpy copies and a host digest). The program's own launch (pass 1) is run by the test between the ENTER
+// and the EXIT callback, as the driver would.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cupti_layer.hpp"
+#include "fakes.hpp"
+#include "ops.hpp"
+#include "replay.hpp"
+#include "replay_config.hpp"
+
+using namespace kreplay::cuda::inject;
+
+namespace {
+
+const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+
+// ---- The fake device: kernels are host functions of (pass, argument) over one buffer --------------------------
+alignas(64) int g_buffer[4096];
+struct kernel_t {
+  std::string name;
+  std::function<void(int pass, int argument)> body;
+};
+std::map<CUfunction, kernel_t> g_kernels;
+std::map<CUfunction, int> g_launches;        // relaunches made by the replayer, per function
+std::vector<const void*> g_argument_sources; // where each relaunch read its argument from
+int g_pass = 1;
+CUresult g_relaunch_result = CUDA_SUCCESS;
+
+CUresult synchronize() { return CUDA_SUCCESS; }
+void run(CUfunction f, void** params) {
+  const int argument = params != nullptr ? *static_cast<const int*>(params[0]) : 0;
+  g_argument_sources.push_back(params != nullptr ? params[0] : nullptr);
+  ++g_launches[f];
+  g_kernels.at(f).body(++g_pass, argument);
+}
+CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                void** params, void**) {
+  if (g_relaunch_result != CUDA_SUCCESS) {
+    return g_relaunch_result;
+  }
+  run(f, params);
+  return CUDA_SUCCESS;
+}
+CUresult launch_ex(const CUlaunchConfig*, CUfunction f, void** params, void**) {
+  run(f, params);
+  return CUDA_SUCCESS;
+}
+CUresult func_name(const char** name, CUfunction f) {
+  auto found = g_kernels.find(f);
+  if (found == g_kernels.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *name = found->second.name.c_str();
+  return CUDA_SUCCESS;
+}
+CUresult param_info(CUfunction, size_t index, size_t* offset, size_t* size) {
+  if (index > 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *offset = 0;
+  *size = sizeof(int);
+  return CUDA_SUCCESS;
+}
+CUresult event_create(CUevent* event, unsigned) {
+  static uintptr_t next = 0x9000;
+  *event = fake::handle<CUevent>(next++);
+  return CUDA_SUCCESS;
+}
+CUresult event_record(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult event_elapsed(float* ms, CUevent, CUevent) {
+  *ms = 0.001f;
+  return CUDA_SUCCESS;
+}
+CUresult event_destroy(CUevent) { return CUDA_SUCCESS; }
+
+replay_driver_t fake_driver() {
+  replay_driver_t d;
+  d.ctx_synchronize = synchronize;
+  d.launch_kernel = launch;
+  d.launch_kernel_ex = launch_ex;
+  d.launch_cooperative = [](CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void** params) {
+    run(f, params);
+    return CUDA_SUCCESS;
+  };
+  d.func_get_name = func_name;
+  d.func_get_param_info = param_info;
+  d.event_create = event_create;
+  d.event_record = event_record;
+  d.event_elapsed = event_elapsed;
+  d.event_destroy = event_destroy;
+  return d;
+}
+
+// A digest per block: FNV-1a over its bytes (enough to tell equal blocks from different ones here).
+kreplay_status_t digest(void*, kreplay_agent_t, const kreplay_digest_job_t* jobs, size_t count, size_t block) {
+  for (size_t j = 0; j < count; ++j) {
+    const auto* bytes = static_cast<const unsigned char*>(jobs[j].address);
+    for (size_t at = 0, k = 0; at < jobs[j].bytes; at += block, ++k) {
+      uint64_t h = 1469598103934665603ull;
+      for (size_t i = at; i < jobs[j].bytes && i < at + block; ++i) {
+        h = (h ^ bytes[i]) * 1099511628211ull;
+      }
+      std::memcpy(&jobs[j].digests_out[k], &h, sizeof(h));
+      std::memset(reinterpret_cast<unsigned char*>(&jobs[j].digests_out[k]) + sizeof(h), 0,
+                  sizeof(kreplay_digest_t) - sizeof(h));
+    }
+  }
+  return KREPLAY_STATUS_SUCCESS;
+}
+kreplay_status_t make_base(kreplay_device_ops_t* out) {
+  CHECK_OK(fake::make_base(out));
+  out->digest = digest;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+// ---- Fabricated launches ----------------------------------------------------------------------------------------
+CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.functionName = "cuLaunchKernel";
+  data.functionParams = params;
+  data.functionReturnValue = result;
+  data.context = ctx0;
+  return data;
+}
+
+// The program launches `f` with `argument`: ENTER, the launch itself (pass 1), EXIT.
+void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS) {
+  int value = argument;
+  void* params[] = {&value};
+  cuLaunchKernel_params p{f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr};
+  CUresult ok = CUDA_SUCCESS;
+  CUpti_CallbackData enter = callback_data(CUPTI_API_ENTER, &p, &ok);
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, enter);
+  g_pass = 1;
+  if (result == CUDA_SUCCESS) {
+    g_kernels.at(f).body(1, argument);
+  }
+  value = -999;  // the program's argument storage changed: a relaunch must use the copy taken at the entry
+  CUpti_CallbackData exit = callback_data(CUPTI_API_EXIT, &p, &result);
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, exit);
+}
+
+const CUfunction add_kernel = fake::handle<CUfunction>(0xA1);       // buffer[i] += argument: deterministic
+const CUfunction pass_kernel = fake::handle<CUfunction>(0xA2);      // buffer[0] = pass: differs per pass
+const CUfunction nccl_kernel = fake::handle<CUfunction>(0xA3);
+const CUfunction other_kernel = fake::handle<CUfunction>(0xA4);
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+replay_config_t config_with(std::map<std::string, std::string> values) {
+  replay_config_t config;
+  std::string error;
+  values.emplace("KREPLAY_REPLAY", "1");
+  values.emplace("KREPLAY_REPLAY_PROGRESS", "0");
+  auto get = [&](const char* name) -> const char* {
+    auto found = values.find(name);
+    return found != values.end() ? found->second.c_str() : nullptr;
+  };
+  CHECK(parse_replay_config(get, &config, &error));
+  return config;
+}
+
+std::string tmp_csv(const char* name) { return std::string("/tmp/kreplay_replay_test_") + name + "_" +
+                                               std::to_string(getpid()) + ".csv"; }
+
+tracker* g_tracker = nullptr;
+kreplay_device_ops_t g_ops{};
+
+// ---- Tests -------------------------------------------------------------------------------------------------------
+
+void options_parse_and_refuse_malformed_values() {
+  replay_config_t c = config_with({{"KREPLAY_REPLAY_PASSES", "3"}, {"KREPLAY_REPLAY_TIER", "auto"},
+                                   {"KREPLAY_REPLAY_DEVICE_BUDGET", "512M"}, {"KREPLAY_REPLAY_DIRTY_ONLY", "off"},
+                                   {"KREPLAY_REPLAY_BACKEND", "cupti"}, {"KREPLAY_REPLAY_VERIFY", "1"},
+                                   {"KREPLAY_REPLAY_LAUNCH_SKIP", "7"}, {"KREPLAY_REPLAY_LAUNCH_COUNT", "2"}});
+  CHECK(c.enabled && c.passes == 3 && c.device_budget == (512u << 20) && !c.dirty_only && c.verify);
+  CHECK(c.backend == replay_backend::cupti && c.launch_skip == 7 && c.launch_count == 2);
+  CHECK(c.tier == replay_tier::host);  // the Checkpoint API picks its own storage
+  const char* bad[][2] = {{"KREPLAY_REPLAY_PASSES", "0"},       {"KREPLAY_REPLAY_PASSES", "1001"},
+                          {"KREPLAY_REPLAY_PASSES", "3x"},      {"KREPLAY_REPLAY_TIER", "gpu"},
+                          {"KREPLAY_REPLAY_DEVICE_BUDGET", "1T"}, {"KREPLAY_REPLAY_DEVICE_BUDGET", "-5"},
+                          {"KREPLAY_REPLAY_KERNEL_NAME", "(("}, {"KREPLAY_REPLAY_EXCLUDE", "[a"},
+                          {"KREPLAY_REPLAY_BACKEND", "ncu"},    {"KREPLAY_REPLAY_DIRTY_ONLY", "maybe"},
+                          {"KREPLAY_REPLAY_PROGRESS", "-1"},    {"KREPLAY_REPLAY_LAUNCH_SKIP", "x"}};
+  for (const auto& entry : bad) {
+    replay_config_t out;
+    std::string error;
+    auto get = [&](const char* name) -> const char* { return std::strcmp(name, entry[0]) == 0 ? entry[1] : nullptr; };
+    CHECK(!parse_replay_config(get, &out, &error));
+    CHECK(error.find(entry[0]) != std::string::npos && error.find(entry[1]) != std::string::npos);
+  }
+  size_t bytes = 0;
+  CHECK(parse_bytes("64K", &bytes) && bytes == 65536);
+  CHECK(parse_bytes("2G", &bytes) && bytes == (size_t{2} << 30));
+  CHECK(!parse_bytes("", &bytes) && !parse_bytes("5MB", &bytes) && !parse_bytes("99999999999999999999G", &bytes));
+  // The tiers as policies.
+  kreplay_policy_t base{};
+  base.struct_size = sizeof(base);
+  CHECK(replay_policy(config_with({{"KREPLAY_REPLAY_TIER", "host"}}), base).device_budget_bytes == 0);
+  kreplay_policy_t device = replay_policy(config_with({{"KREPLAY_REPLAY_TIER", "device"},
+                                                       {"KREPLAY_REPLAY_DEVICE_BUDGET", "1M"}}), base);
+  CHECK(device.device_budget_bytes == (1u << 20) && device.dirty_only);
+  CHECK(replay_policy(config_with({{"KREPLAY_REPLAY_TIER", "auto"}}), base).device_budget_percent == 50);
+}
+
+void the_selector_counts_like_ncu() {
+  replay_config_t c = config_with({{"KREPLAY_REPLAY_KERNEL_NAME", "^gemm"}, {"KREPLAY_REPLAY_LAUNCH_SKIP", "1"},
+                                   {"KREPLAY_REPLAY_LAUNCH_COUNT", "2"}});
+  launch_selector s(c);
+  using v = launch_selector::verdict;
+  CHECK(s.classify("relu") == v::not_matched);
+  CHECK(s.classify("gemm_a") == v::skipped);
+  CHECK(s.classify("relu") == v::not_matched);
+  CHECK(s.classify("gemm_b") == v::replay);
+  CHECK(s.classify("gemm_ncclX") == v::excluded);  // counted as selected, then excluded
+  CHECK(s.classify("gemm_c") == v::count_reached);
+  launch_selector everything(config_with({{"KREPLAY_REPLAY_EXCLUDE", ""}}));
+  CHECK(everything.classify("ncclKernel_AllReduce") == v::replay);
+  launch_selector defaults(config_with({}));
+  CHECK(defaults.classify("ncclDevKernel_AllReduce_Sum") == v::excluded);
+  CHECK(defaults.classify("nvshmemi_barrier") == v::excluded);
+  CHECK(defaults.classify(nullptr) == v::replay);
+}
+
+void csv_rows_quote_names_and_texts() {
+  launch_row_t row;
+  row.index = 4;
+  row.kernel = "void k<\"a\", 2>(int)";
+  row.device = 0;
+  row.reason = "snapshot declined: x, y";
+  const std::string line = csv_row(row);
+  CHECK(line.rfind("4,\"void k<\"\"a\"\", 2>(int)\",0,", 0) == 0);
+  CHECK(line.find(",\"snapshot declined: x, y\",\"off\"\n") != std::string::npos);
+  const std::string header = csv_header();
+  CHECK(std::count(header.begin(), header.end(), ',') == 15);
+}
+
+void every_pass_sees_the_same_inputs_and_the_program_the_last_pass() {
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  const std::string csv = tmp_csv("passes");
+  replay_config_t config = config_with({{"KREPLAY_REPLAY_PASSES", "3"}, {"KREPLAY_REPLAY_OUTPUT", csv},
+                                        {"KREPLAY_REPLAY_VERIFY", "1"}});
+  replayer r(*g_tracker, config, g_ops, fake_driver());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  g_launches.clear();
+  g_argument_sources.clear();
+  program_launch(r, add_kernel, 5);
+  CHECK(g_launches[add_kernel] == 2);  // passes 2 and 3
+  for (int v : g_buffer) {
+    CHECK(v == 15);  // restored before each pass: one addition, not three
+  }
+  // The relaunches read a private copy of the argument, not the program's storage.
+  CHECK(g_argument_sources.size() == 2 && g_argument_sources[0] == g_argument_sources[1]);
+  program_launch(r, pass_kernel, 0);  // writes the pass number: its passes differ
+  CHECK(g_buffer[0] == 3);            // the last pass's result
+  r.finish();
+  const std::vector<std::string> lines = read_lines(csv);
+  for (const std::string& line : lines) {
+    std::printf("csv: %s\n", line.c_str());
+  }
+  CHECK(lines.size() == 3);
+  CHECK(lines[1].find("\"add_kernel\",0,1x1x1,32x1x1,3,3,") != std::string::npos);
+  CHECK(lines[1].find(",1,\"\",\"same\"") != std::string::npos);
+  CHECK(lines[2].find("\"differs: pass 2, 1 blocks of 64 KiB\"") != std::string::npos);
+  std::remove(csv.c_str());
+}
+
+void the_control_without_restore_changes_the_result() {
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  replayer r(*g_tracker, config_with({{"KREPLAY_REPLAY_PASSES", "3"}, {"KREPLAY_REPLAY_RESTORE", "0"}}), g_ops,
+             fake_driver());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  program_launch(r, add_kernel, 5);
+  CHECK(g_buffer[0] == 25 && g_buffer[4095] == 25);  // three additions: the test can tell
+  r.finish();
+}
+
+void launches_never_replayed_run_once_with_their_reason() {
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  const std::string csv = tmp_csv("once");
+  replayer r(*g_tracker, config_with({{"KREPLAY_REPLAY_PASSES", "4"}, {"KREPLAY_REPLAY_KERNEL_NAME", "kernel$"},
+                                      {"KREPLAY_REPLAY_OUTPUT", csv}}),
+             g_ops, fake_driver());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  g_launches.clear();
+  program_launch(r, other_kernel, 1);  // "other_kern": not matched
+  program_launch(r, nccl_kernel, 1);   // excluded
+  // A stream capture in progress: the launch is recorded into a graph, not executed.
+  cuStreamBeginCapture_v2_params begin{nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL};
+  CUresult ok = CUDA_SUCCESS;
+  CUpti_CallbackData data = callback_data(CUPTI_API_EXIT, &begin, &ok);
+  r.on_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, data);
+  program_launch(r, add_kernel, 1);
+  cuStreamEndCapture_params end{nullptr, nullptr};
+  data = callback_data(CUPTI_API_ENTER, &end, &ok);
+  r.on_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, data);
+  // The program's own launch failed: nothing to replay.
+  program_launch(r, add_kernel, 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+  // A relaunch that fails: reported, the later passes not run.
+  g_relaunch_result = CUDA_ERROR_LAUNCH_FAILED;
+  program_launch(r, add_kernel, 1);
+  g_relaunch_result = CUDA_SUCCESS;
+  // A graph launch runs once.
+  cuGraphLaunch_params graph{fake::handle<CUgraphExec>(0x77), nullptr};
+  data = callback_data(CUPTI_API_ENTER, &graph, &ok);
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, data);
+  data = callback_data(CUPTI_API_EXIT, &graph, &ok);
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, data);
+  // And one that is replayed, after all of them.
+  program_launch(r, add_kernel, 1);
+  r.finish();
+  CHECK(g_launches[other_kernel] == 0 && g_launches[nccl_kernel] == 0);
+  const std::vector<std::string> lines = read_lines(csv);
+  CHECK(lines.size() == 8);
+  CHECK(lines[1].find("not selected: the name does not match") != std::string::npos);
+  CHECK(lines[2].find("excluded: a communication kernel") != std::string::npos);
+  CHECK(lines[3].find("a stream capture is in progress") != std::string::npos);
+  CHECK(lines[4].find("the program's launch failed") != std::string::npos);
+  CHECK(lines[5].find("relaunch failed: pass 2") != std::string::npos && lines[5].find(",4,1,") != std::string::npos);
+  CHECK(lines[6].find("(graph launch)") != std::string::npos && lines[6].find("graph launch:") != std::string::npos);
+  CHECK(lines[7].find(",4,4,") != std::string::npos && lines[7].find(",1,\"\",\"off\"") != std::string::npos);
+  std::remove(csv.c_str());
+}
+
+// The CUPTI layer enables the launch, capture, memcpy and memset ids only when a replay is attached.
+std::set<CUpti_CallbackId> g_ids;
+CUptiResult enable(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    g_ids.insert(id);
+  }
+  return CUPTI_SUCCESS;
+}
+CUptiResult subscribe(CUpti_SubscriberHandle* out, CUpti_CallbackFunc, void*) {
+  *out = fake::handle<CUpti_SubscriberHandle>(0x5);
+  return CUPTI_SUCCESS;
+}
+CUptiResult callback_name(CUpti_CallbackDomain, uint32_t id, const char** name) {
+  *name = id == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2   ? "cuMemcpyHtoD_v2"
+          : id == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async ? "cuMemsetD8Async"
+                                                          : "cuSomethingElse";
+  return CUPTI_SUCCESS;
+}
+
+void the_layer_adds_launch_callbacks_only_for_a_replay() {
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.enable_callback = enable;
+  api.get_callback_name = callback_name;
+  cupti_layer plain(*g_tracker, api);
+  CHECK(plain.start());
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == 0 &&
+        g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 0);
+  const size_t tracking_only = g_ids.size();
+  g_ids.clear();
+  replayer r(*g_tracker, config_with({}), g_ops, fake_driver());
+  cupti_layer replaying(*g_tracker, api);
+  replaying.attach(&r);
+  CHECK(replaying.start());
+  for (size_t i = 0; i < replay_launch_id_count; ++i) {
+    CHECK(g_ids.count(replay_launch_ids[i]) == 1);
+  }
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 1 && g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) == 1);
+  CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + 2);
+  r.finish();
+}
+
+}  // namespace
+
+int main() {
+  fake::g_context_devices = {{ctx0, 0}};
+  g_kernels[add_kernel] = {"add_kernel", [](int, int a) {
+                             for (int& v : g_buffer) {
+                               v += a;
+                             }
+                           }};
+  g_kernels[pass_kernel] = {"pass_kernel", [](int pass, int) { g_buffer[0] = pass; }};
+  g_kernels[nccl_kernel] = {"ncclDevKernel_kernel", [](int, int) { g_buffer[1] += 1000; }};
+  g_kernels[other_kernel] = {"other_kern", [](int, int) {}};
+  static tracker owner(fake::driver());
+  g_tracker = &owner;
+  CHECK_OK(make_ops(owner, make_base, &g_ops));
+  CHECK_OK(kreplay_configure(&g_ops));
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof(policy);
+  policy.dirty_only = true;
+  CHECK_OK(kreplay_set_policy(&policy));
+  kreplay_tracking_enable(true);
+  owner.context_device(ctx0, 0, true);
+  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+
+  RUN_TEST(options_parse_and_refuse_malformed_values);
+  RUN_TEST(the_selector_counts_like_ncu);
+  RUN_TEST(csv_rows_quote_names_and_texts);
+  RUN_TEST(every_pass_sees_the_same_inputs_and_the_program_the_last_pass);
+  RUN_TEST(the_control_without_restore_changes_the_result);
+  RUN_TEST(launches_never_replayed_run_once_with_their_reason);
+  RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
+  return 0;
+}

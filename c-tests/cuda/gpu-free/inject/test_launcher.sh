@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# GPU-free test of kreplay-cuda-replay (adapters/cuda/src/launcher): --help lists every option, malformed
+# options are refused before the program starts, and the program runs with the library's environment (the
+# injection library found beside the launcher, the options as KREPLAY_REPLAY_*, stale ones removed).
+#   test_launcher.sh LAUNCHER
+set -u
+launcher=${1:?usage: test_launcher.sh LAUNCHER}
+failures=0
+check() {  # check WHAT CONDITION...
+  local what=$1
+  shift
+  if "$@"; then echo "PASS $what"; else echo "FAIL $what"; failures=$((failures + 1)); fi
+}
+
+help=$("$launcher" --help)
+check "--help exits 0" test $? -eq 0
+for option in --passes --kernel-name --launch-skip --launch-count --tier --dirty-only --device-budget --verify \
+              --backend --exclude --progress --debug-no-restore --output; do
+  check "--help lists $option" grep -q -- "$option" <<<"$help"
+done
+
+out=$("$launcher" --passes 0 -- true 2>&1); rc=$?
+check "--passes 0 is refused (rc $rc)" test "$rc" -eq 2
+check "the refusal names the option's variable and value" grep -q "KREPLAY_REPLAY_PASSES=0" <<<"$out"
+out=$("$launcher" --tier gpu -- true 2>&1); rc=$?
+check "--tier gpu is refused (rc $rc): $out" test "$rc" -eq 2
+out=$("$launcher" --frobnicate -- true 2>&1); rc=$?
+check "an unknown option is refused (rc $rc)" test "$rc" -eq 2
+out=$("$launcher" --passes 2>&1); rc=$?
+check "an option without its value is refused (rc $rc)" test "$rc" -eq 2
+out=$("$launcher" 2>&1); rc=$?
+check "no program is refused (rc $rc)" test "$rc" -eq 2
+out=$("$launcher" -- /nonexistent/program 2>&1); rc=$?
+check "a program that cannot run gives 127 (rc $rc)" test "$rc" -eq 127
+
+env_out=$(KREPLAY_REPLAY_VERIFY=1 CUDA_INJECTION64_PATH=/other.so "$launcher" --passes 3 --tier=device \
+          --kernel-name '^gemm' --exclude '' -o /tmp/r.csv --debug-no-restore -- env 2>/tmp/kreplay_launcher_err.$$)
+rc=$?
+check "the program runs (rc $rc)" test "$rc" -eq 0
+check "the other injection library is replaced, with a line" grep -q "CUDA_INJECTION64_PATH=/other.so is replaced" \
+  /tmp/kreplay_launcher_err.$$
+rm -f /tmp/kreplay_launcher_err.$$
+library=$(sed -n 's/^CUDA_INJECTION64_PATH=//p' <<<"$env_out")
+check "CUDA_INJECTION64_PATH names the injection library ($library)" test -f "$library"
+check "the library is libkreplay_cuda_inject.so" test "$(basename "$library")" = libkreplay_cuda_inject.so
+for expected in KREPLAY_REPLAY=1 KREPLAY_REPLAY_PASSES=3 KREPLAY_REPLAY_TIER=device \
+                'KREPLAY_REPLAY_KERNEL_NAME=^gemm' KREPLAY_REPLAY_EXCLUDE= KREPLAY_REPLAY_OUTPUT=/tmp/r.csv \
+                KREPLAY_REPLAY_RESTORE=0; do
+  check "the program sees $expected" grep -qx -- "$expected" <<<"$env_out"
+done
+check "a stale KREPLAY_REPLAY_VERIFY from the caller is removed" bash -c '! grep -q "^KREPLAY_REPLAY_VERIFY=" <<<"$1"' _ "$env_out"
+out=$("$launcher" -- sh -c 'exit 7' 2>&1); rc=$?
+check "the program's exit status is the launcher's (rc $rc)" test "$rc" -eq 7
+
+echo "$failures failed"
+exit $((failures != 0))
