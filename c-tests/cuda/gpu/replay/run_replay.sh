@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# kreplay-cuda-replay on four real programs, built and run in one go on a machine with an NVIDIA GPU, from the
+# repository root:
+#
+#   c-tests/cuda/gpu/replay/run_replay.sh PREBUILT_DIR OUT_DIR
+#
+# PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (c-tests/cuda/README.md). Needs nvcc, CMake, Ninja and
+# python3 with torch, torchvision and cupy. Programs (fixed seeds, deterministic settings, one checksum each):
+#   globals      replay_globals (globals.cu): __device__ globals mutated by its kernels, __constant__ ones
+#                rewritten by the host, one JIT module launched through the driver API
+#   cupy         cupy_prog.py: elementwise, a reduction, cuBLAS and cuRAND on about 1 GiB, in place
+#   resnet       torch_prog.py resnet: ResNet-18, batch 32, 224 x 224, SGD with momentum, 3 steps
+#   transformer  torch_prog.py transformer: a 4-layer transformer encoder, AdamW, 3 steps
+# For each: the plain run's checksum, then every kernel replayed with 3 passes on the host tier with
+# dirty-only and --verify, on the device tier, and on the device tier with a budget of half the footprint: each
+# checksum must equal the plain run's. The control, relaunch without restore (--debug-no-restore), must differ
+# (under a timeout; cuDNN's split-K weight-gradient kernels are left out of it: relaunched without restore they
+# hung the GPU). Then the cost (KREPLAY_RUN_PERF=0 skips it): ResNet-18, 2 steps, every kernel at 5 passes,
+# kreplay (host tier, dirty-only) against CUPTI's Checkpoint API. OUT_DIR receives replay.tar.gz (every log
+# and report) and summary.txt. The exit status is 1 when a check failed.
+set -u -o pipefail
+
+prebuilt=$(realpath "${1:?usage: run_replay.sh PREBUILT_DIR OUT_DIR}")
+out=$(realpath "${2:?usage: run_replay.sh PREBUILT_DIR OUT_DIR}")
+src=$(cd "$(dirname "$0")" && pwd)
+build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
+timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
+work="$out/replay"
+mkdir -p "$work"
+archive="$prebuilt/libkreplay.a"
+if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
+  mkdir -p /tmp/kreplay-prebuilt
+  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
+  archive=/tmp/kreplay-prebuilt/libkreplay.a
+fi
+summary="$out/summary.txt"
+: >"$summary"
+failures=0
+row() { echo "$*" | tee -a "$summary"; }
+verdict() {  # verdict WHAT CONDITION...
+  local what=$1
+  shift
+  if "$@"; then row "PASS $what"; else row "FAIL $what"; failures=$((failures + 1)); fi
+}
+
+{
+  echo "== $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+  python3 -c 'import torch, torchvision, cupy; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cupy", cupy.__version__)' 2>&1
+} >"$work/env.log" 2>&1
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$work/env.log" 2>&1 &&
+  cmake --build "$build" --target kreplay_cuda_inject kreplay_cuda_replay replay_globals -j "$(nproc)" >>"$work/env.log" 2>&1
+build_rc=$?
+launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
+if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
+  tail -40 "$work/env.log"
+  row "FAIL build ($build_rc)"
+  tar -C "$out" -czf "$out/replay.tar.gz" replay
+  exit 1
+fi
+
+declare -A command=(
+  [globals]="$build/replay_globals"
+  [cupy]="python3 $src/cupy_prog.py"
+  [resnet]="python3 $src/torch_prog.py resnet"
+  [transformer]="python3 $src/torch_prog.py transformer"
+)
+run() {  # run LOG cmd...: the command under the timeout, its output in LOG; prints the checksum
+  local log=$1
+  shift
+  local start=$SECONDS
+  timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
+  local rc=$?
+  echo "== exit $rc after $((SECONDS - start)) s" >>"$log"
+  sed -n 's/^CHECKSUM //p' "$log" | tail -1
+}
+csv_figure() {  # csv_figure REPORT max_footprint|replayed|rows|differs: from the launcher's CSV (names have commas)
+  python3 - "$@" <<'PY'
+import csv, sys
+try:
+    rows = list(csv.DictReader(open(sys.argv[1])))
+except OSError:
+    rows = []
+what = sys.argv[2]
+if what == "max_footprint":
+    print(max([int(r["footprint_bytes"]) for r in rows] or [0]))
+elif what == "replayed":
+    print(sum(r["replayed"] == "1" for r in rows))
+elif what == "rows":
+    print(len(rows))
+else:
+    names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
+    print(len(names), "; ".join(sorted(set(names))[:5]))
+PY
+}
+
+for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer}; do
+  cmd=${command[$program]}
+  plain=$(run "$work/$program.plain.log" $cmd)
+  verdict "$program: the plain run gives a checksum (${plain:-none})" test -n "$plain"
+  host=$(run "$work/$program.host.log" "$launcher" --passes 3 --tier host --dirty-only on --verify --progress 10 \
+         -o "$work/$program.host.csv" -- $cmd)
+  footprint=$(csv_figure "$work/$program.host.csv" max_footprint)
+  verdict "$program: host tier + dirty-only + verify, 3 passes: checksum $host == $plain" \
+    test -n "$host" -a "$host" = "$plain"
+  row "INFO $program: host: $(csv_figure "$work/$program.host.csv" replayed) of $(csv_figure "$work/$program.host.csv" rows) launches replayed, largest footprint $footprint bytes; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$program.host.log" | tail -1)"
+  row "INFO $program: --verify: launches whose passes differed, and their kernels: $(csv_figure "$work/$program.host.csv" differs)"
+  device=$(run "$work/$program.device.log" "$launcher" --passes 3 --tier device --progress 10 \
+           -o "$work/$program.device.csv" -- $cmd)
+  verdict "$program: device tier, 3 passes: checksum $device == $plain" test -n "$device" -a "$device" = "$plain"
+  half=$((footprint / 2))
+  halfsum=$(run "$work/$program.half.log" "$launcher" --passes 3 --tier device --device-budget "$half" \
+            --progress 10 -o "$work/$program.half.csv" -- $cmd)
+  verdict "$program: device tier, budget $half bytes (half the footprint), 3 passes: checksum $halfsum == $plain" \
+    test -n "$halfsum" -a "$halfsum" = "$plain"
+  exclude='nccl|nvshmem|segment_k'
+  control=$(run_timeout=120 run "$work/$program.control.log" "$launcher" --passes 3 --tier host \
+            --debug-no-restore --exclude "$exclude" --progress 10 -o "$work/$program.control.csv" -- $cmd)
+  verdict "$program: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
+    test "$control" != "$plain"
+done
+
+if [[ ${KREPLAY_RUN_PERF:-1} != 0 ]]; then
+  export KREPLAY_PROG_STEPS=2
+  cmd=${command[resnet]}
+  run "$work/perf.plain.log" $cmd >/dev/null
+  for backend in kreplay cupti; do
+    run "$work/perf.$backend.log" "$launcher" --passes 5 --tier host --dirty-only on --backend "$backend" \
+      --progress 10 -o "$work/perf.$backend.csv" -- $cmd >/dev/null
+  done
+  python3 "$src/replay_figures.py" "$work" | tee -a "$summary"
+  grep -q '^FAIL' <(python3 "$src/replay_figures.py" "$work") && failures=$((failures + 1))
+fi
+
+tar -C "$out" -czf "$out/replay.tar.gz" replay
+row "failures: $failures"
+exit $((failures != 0))
