@@ -17,9 +17,13 @@
 #                 plain), the tracker's events during the timed steps; PASS/FAIL against the 1 % and 3 % bars
 #   (e) sanitizer the Compute Sanitizer API's view of the same step (when its headers are there)
 #   (f) conflict  CUPTI already held: one line, the program unharmed
+#   (g) untracked kreplay_inject_untracked: managed, pinned and mapped host memory of known sizes counted by the
+#                 tracker and held by kreplay as untracked memory (kreplay_inject_untracked_stats), both back to
+#                 their values before after the frees; the inventory holds only the device block
 # (a), (b) and (c) run with lazy module loading (the driver's default) and again with CUDA_MODULE_LOADING=EAGER.
-# OUT_DIR receives 8 files: env.log, vars.log, torch.log, cupy.log, overhead.log, sanitizer.log, conflict.log,
-# summary.txt (the table printed last). The exit status is 1 when any check failed (a missed overhead bar too).
+# OUT_DIR receives 9 files: env.log, vars.log, untracked.log, torch.log, cupy.log, overhead.log, sanitizer.log,
+# conflict.log, summary.txt (the table printed last). The exit status is 1 when any check failed (a missed
+# overhead bar too).
 set -u -o pipefail
 
 prebuilt=$(realpath "${1:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
@@ -46,7 +50,7 @@ fi
 } >"$out/env.log" 2>&1
 
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$out/env.log" 2>&1 &&
-  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars -j "$(nproc)" >>"$out/env.log" 2>&1
+  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars kreplay_inject_untracked -j "$(nproc)" >>"$out/env.log" 2>&1
 build_rc=$?
 cmake --build "$build" --target kreplay_sanitizer_probe -j "$(nproc)" >>"$out/env.log" 2>&1
 probe_rc=$?
@@ -81,6 +85,10 @@ run_step() {  # run_step LOG LABEL cmd...: appends to LOG, prints the exit statu
 run_step "$out/vars.log" "vars lazy" injected 1 "$build/kreplay_inject_vars"
 run_step "$out/vars.log" "vars eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
   timeout "$step_timeout" "$build/kreplay_inject_vars"
+
+# (g) managed, pinned and mapped host memory: counted, held by kreplay as untracked, forgotten at the frees
+: >"$out/untracked.log"
+run_step "$out/untracked.log" "untracked" injected 1 "$build/kreplay_inject_untracked"
 
 # (a) PyTorch. The run without the library goes first: it takes a fresh machine's cold start (a probe's first
 # lazy-loading runs, PyTorch and CuPy alike, did not finish in 100 s; the eager runs after them did).
@@ -131,7 +139,7 @@ count() { grep -c "^$1 " "$2"; }
 {
   echo "| check | PASS | FAIL | figures |"
   echo "| --- | --- | --- | --- |"
-  for name in vars torch cupy; do
+  for name in vars untracked torch cupy; do
     figures=$(grep "^RESULT $name " "$out/$name.log" | sed "s/^RESULT $name //" | tr '\n' ';' | cut -c1-900)
     echo "| ($name) | $(count PASS "$out/$name.log") | $(count FAIL "$out/$name.log") | $figures |"
   done
@@ -142,9 +150,9 @@ count() { grep -c "^$1 " "$2"; }
        "$(grep -E '^(PASS|FAIL) overhead' "$out/overhead.log" | sed 's/ overhead / /' | tr '\n' ';') |"
   echo "| (e) sanitizer | | | $(grep '^RESULT sanitizer' "$out/sanitizer.log" | sed 's/^RESULT sanitizer //' | tr '\n' ';') |"
   echo "| (f) conflict | | | $(grep '^RESULT conflict' "$out/conflict.log" | sed 's/^RESULT conflict //' | tr '\n' ';') (want 1 line, held_line=1, program_ran=1) |"
-  echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"
+  echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,untracked,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"
 } | tee "$out/summary.txt"
 
-failed=$(cat "$out"/{vars,torch,cupy,overhead}.log | grep -c '^FAIL ')
+failed=$(cat "$out"/{vars,untracked,torch,cupy,overhead}.log | grep -c '^FAIL ')
 [[ $failed -eq 0 && $digests -eq 1 && $conflict_lines -eq 1 ]] && exit 0
 exit 1

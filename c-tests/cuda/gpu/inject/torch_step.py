@@ -91,6 +91,9 @@ if mode == "check":
     _, untracked = inj.untracked(0)
     print(f"RESULT torch untracked managed={untracked.managed_bytes} host_pinned={untracked.host_pinned_bytes} "
           f"host_mapped={untracked.host_mapped_bytes}", flush=True)
+    _, held = inj.untracked_stats(0)
+    print(f"RESULT torch kreplay_untracked host={held.of('host')[1]} managed={held.of('managed')[1]} (bytes kreplay "
+          f"holds as untracked: host = pinned + mapped above)", flush=True)
 
     rc, before, detail = inj.variables(0)
     modules_before = {m for m, *_ in before}
