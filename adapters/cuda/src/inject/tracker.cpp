@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "cubin.hpp"
@@ -27,6 +28,10 @@ struct tracker::module_t {
   std::mutex resolve_mutex;
   bool resolved = false;
   std::vector<uint64_t> addresses;  // of variables, in order
+  // Paired within a group of interchangeable modules (library_by_kernels); `rebind` asks for the pairing to be
+  // redone (set from callbacks, without resolve_mutex, when the group's members may have changed).
+  std::atomic<bool> grouped{false};
+  std::atomic<bool> rebind{false};
 };
 
 namespace {
@@ -155,6 +160,7 @@ void tracker::context_destroyed(CUcontext context) {
         ++it;
       }
     }
+    regroup_locked();
     contexts_.erase(context);
     for (auto it = primary_.begin(); it != primary_.end();) {
       it = it->second == context ? primary_.erase(it) : std::next(it);
@@ -422,6 +428,7 @@ void tracker::module_loaded(CUcontext context, uint32_t module_id, const void* i
     std::lock_guard<std::mutex> lock(mutex_);
     modules_[module_id] = std::move(module);
     ++counts_.modules_loaded;
+    regroup_locked();
   }
   kreplay_modules_changed();
 }
@@ -441,6 +448,7 @@ void tracker::module_unloading(uint32_t module_id) {
     known = modules_.erase(module_id) != 0;
     if (known) {
       ++counts_.modules_unloaded;
+      regroup_locked();
     }
   }
   if (known) {
@@ -454,24 +462,28 @@ void tracker::library_loaded(CUlibrary library) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   libraries_[library] = library_t{};
+  regroup_locked();
 }
 
 void tracker::library_unloading(CUlibrary library) {
   std::lock_guard<std::mutex> lock(mutex_);
-  libraries_.erase(library);
+  if (libraries_.erase(library) != 0) {
+    regroup_locked();
+  }
 }
 
-// Reads each known library's kernel names (once; context-independent queries, no module is loaded by them)
-// and keeps the libraries whose names are exactly the module's entry kernels. A match counts only if it is
-// unique both ways: one library has exactly these kernels, and no other module of the same context has them
-// too (two cubins would then claim the one CUmodule cuLibraryGetModule gives in that context).
-CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants) {
-  *candidates = 0;
-  *claimants = 0;
-  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
-      driver_.kernel_get_name == nullptr || module.kernels.empty()) {
-    return nullptr;
+void tracker::regroup_locked() {
+  if (!any_grouped_) {
+    return;  // nothing paired yet: the common case while a program starts and loads its libraries
   }
+  for (const auto& [id, module] : modules_) {
+    if (module->grouped.load(std::memory_order_relaxed)) {
+      module->rebind.store(true, std::memory_order_relaxed);
+    }
+  }
+}
+
+void tracker::name_libraries() {
   std::vector<CUlibrary> unnamed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -510,23 +522,156 @@ CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates
       found->second = std::move(entry);
     }
   }
-  CUlibrary match = nullptr;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [library, entry] : libraries_) {
-    if (entry.named && !entry.unreadable && entry.names == module.kernels) {
-      ++*candidates;
-      match = library;
+}
+
+namespace {
+
+// How many names two sorted lists have in common.
+size_t common_names(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t n = 0;
+  for (auto i = a.begin(), j = b.begin(); i != a.end() && j != b.end();) {
+    if (*i < *j) {
+      ++i;
+    } else if (*j < *i) {
+      ++j;
+    } else {
+      ++n;
+      ++i;
+      ++j;
     }
   }
-  if (*candidates != 1) {
+  return n;
+}
+
+// The module's variables as (name, size, kind), sorted: what must be equal for two modules to be interchangeable.
+std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>> variable_set(
+    const std::vector<cubin::variable_t>& variables) {
+  std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>> out;
+  out.reserve(variables.size());
+  for (const cubin::variable_t& variable : variables) {
+    out.emplace_back(variable.name, variable.size, variable.kind);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string counted(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+// Association by kernels, for a module loaded outside any followed call (a launch under lazy loading,
+// cuDevicePrimaryCtxRetain under eager loading). The premise, as for every module-less load: such a module is the
+// module, in its context, of a library the tracker saw loaded, and a library has one module per context. With K
+// the module's entry kernels:
+// - the libraries whose kernels are exactly K (read from the driver) are the candidates; a module of the same
+//   context with kernels K loaded inside a library call is that library's module, so that library is not;
+// - the modules of the context with kernels K loaded outside any followed call are the claimants (the module
+//   among them). A claimant loaded through a module handle or a launch (no library known) makes it a decline;
+// - k claimants and k candidates are paired. For k = 1 the pairing is the association. For k > 1 the k modules
+//   are the k libraries' modules in some order that cannot be told, but when they all define the same variables
+//   (names, sizes, kinds) any one-to-one pairing captures the same set of variables: they are paired in order
+//   (claimants by id, candidates by handle), each still checked by cuModuleGetGlobal, and paired again whenever
+//   a module or library comes or goes. Anything else is declined with the figures that explain why.
+CUlibrary tracker::library_by_kernels(module_t& module, std::string* why) {
+  module.grouped.store(false, std::memory_order_relaxed);
+  const std::string located = ", so its variables cannot be located exactly";
+  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
+      driver_.kernel_get_name == nullptr) {
+    *why = "no module or library handle was known on the loading thread and the driver cannot list a library's "
+           "kernels" + located;
     return nullptr;
   }
-  for (const auto& [id, other] : modules_) {
-    if (other->context == module.context && other->kernels == module.kernels) {
-      ++*claimants;
+  name_libraries();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<CUlibrary> candidates;  // libraries_ is ordered by handle, so these are too
+  size_t known = 0;
+  size_t unreadable = 0;
+  for (const auto& [library, entry] : libraries_) {
+    ++known;
+    if (!entry.named || entry.unreadable) {
+      ++unreadable;  // (not named: loaded since name_libraries ran)
+    } else if (entry.names == module.kernels) {
+      candidates.push_back(library);
     }
   }
-  return *claimants == 1 ? match : nullptr;
+  std::vector<const module_t*> claimants;  // modules_ is ordered by id, so these are too
+  size_t through_handle = 0;
+  for (const auto& [id, other] : modules_) {
+    if (other->context != module.context || other->kernels != module.kernels) {
+      continue;
+    }
+    if (other->origin.kind == origin_kind::none) {
+      claimants.push_back(other.get());
+    } else if (other->origin.kind == origin_kind::library) {
+      candidates.erase(std::remove(candidates.begin(), candidates.end(), static_cast<CUlibrary>(other->origin.handle)),
+                       candidates.end());
+    } else {
+      ++through_handle;
+    }
+  }
+  const auto self = std::find(claimants.begin(), claimants.end(), &module);
+  const size_t k = claimants.size();
+  std::string figures = " (" + counted(module.kernels.size(), "entry kernel", "entry kernels") +
+                        (module.kernels.empty() ? std::string() : ", the first " + module.kernels.front()) +
+                        (module.variables.empty() ? std::string() : "; first variable " + module.variables.front().name) +
+                        "; " + counted(known, "library", "libraries") + " known, " + std::to_string(unreadable) +
+                        " unreadable)";
+  if (self != claimants.end() && through_handle == 0 && candidates.size() == k) {
+    const auto variables = variable_set(module.variables);
+    bool interchangeable = true;
+    for (const module_t* other : claimants) {
+      interchangeable = interchangeable && (other == &module || variable_set(other->variables) == variables);
+    }
+    if (interchangeable) {
+      // Marked under mutex_, so that a module or library that comes or goes from now on asks for a new pairing
+      // (k = 1 too: a second library with these kernels would make a group of two, paired afresh in order).
+      module.grouped.store(true, std::memory_order_relaxed);
+      any_grouped_ = true;
+      return candidates[static_cast<size_t>(self - claimants.begin())];
+    }
+    *why = counted(k, "module", "modules") + " of its context and " + counted(k, "known library", "known libraries") +
+           " have exactly its kernels, but the modules do not all define the same variables, so which is which "
+           "cannot be told" + located + figures;
+    return nullptr;
+  }
+  if (candidates.empty() && through_handle == 0) {
+    // The closest library, by kernels in common: what the module may be (for whoever reads the decline).
+    size_t best = 0;
+    size_t best_size = 0;
+    size_t as_close = 0;
+    for (const auto& [library, entry] : libraries_) {
+      if (!entry.named || entry.unreadable) {
+        continue;
+      }
+      const size_t shared = common_names(entry.names, module.kernels);
+      if (shared > best || (shared == best && as_close == 0)) {
+        best = shared;
+        best_size = entry.names.size();
+        as_close = 1;
+      } else if (shared == best) {
+        ++as_close;
+      }
+    }
+    std::string closest = as_close == 0 ? std::string("; no readable library")
+                                        : "; the closest readable library has " + std::to_string(best) + " of its " +
+                                              std::to_string(best_size) + " kernels among the module's " +
+                                              std::to_string(module.kernels.size()) +
+                                              (as_close > 1 ? " (" + std::to_string(as_close) + " libraries as close)"
+                                                            : std::string());
+    figures.insert(figures.size() - 1, closest);
+    *why = "no module or library handle was known on the loading thread and no known library has exactly its "
+           "kernels" + located + figures;
+    return nullptr;
+  }
+  *why = counted(k, "module", "modules") + " of its context (loaded outside any followed call" +
+         (through_handle > 0 ? ", and " + std::to_string(through_handle) + " more through a module handle or a launch"
+                             : std::string()) +
+         ") and " + counted(candidates.size(), "known library", "known libraries") +
+         " have exactly its kernels; only as many modules as libraries, all loaded outside any followed call, can be "
+         "paired" + located + figures;
+  return nullptr;
 }
 
 void tracker::note_error(const std::string& text) {
@@ -617,23 +762,13 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
     case origin_kind::none: {
       // Loaded inside a call the CUPTI layer does not follow: a launch (lazy loading; launches are not
       // followed, for the overhead) or cuDevicePrimaryCtxRetain / cuCtxCreate (eager loading: every library
-      // loaded before the context). Exact only where one known library has exactly this cubin's entry kernels
-      // and no other module of this context has them too: then cuLibraryGetModule in this context is this
-      // module (checked below by every variable's address and size).
-      size_t candidates = 0;
-      size_t claimants = 0;
-      CUlibrary library = library_by_kernels(module, &candidates, &claimants);
-      if (library == nullptr && claimants > 1) {
-        return fail(std::to_string(claimants) + " modules of its context have exactly its kernels and would "
-                    "all be the one module of the library that has them, so its variables cannot be located "
-                    "exactly");
-      }
+      // loaded before the context). Paired with a library by its entry kernels where that is exact
+      // (library_by_kernels); cuLibraryGetModule in this context is then this module, or one interchangeable
+      // with it (checked below by every variable's address and size).
+      std::string why;
+      CUlibrary library = library_by_kernels(module, &why);
       if (library == nullptr) {
-        return fail(candidates == 0 ? std::string("no module or library handle was known on the loading thread "
-                                                  "and no known library has exactly its kernels, so its "
-                                                  "variables cannot be located exactly")
-                                    : std::to_string(candidates) + " known libraries have exactly its kernels, so "
-                                                                   "its variables cannot be located exactly");
+        return fail(why);
       }
       if (!from_library(library)) {
         return fail("cuLibraryGetModule failed for the library with its kernels");
@@ -670,6 +805,10 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
 kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&),
                                        void* data, std::string* detail, bool* stop) {
   std::lock_guard<std::mutex> lock(module.resolve_mutex);
+  if (module.rebind.exchange(false, std::memory_order_relaxed)) {
+    module.resolved = false;  // its group changed since it was paired
+    module.addresses.clear();
+  }
   kreplay_status_t status = resolve(module, detail);
   if (status != KREPLAY_STATUS_SUCCESS) {
     return status;

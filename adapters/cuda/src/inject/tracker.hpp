@@ -185,9 +185,16 @@ class tracker {
   };
 
   kreplay_status_t resolve(module_t& module, std::string* detail);
-  // The one known library whose kernels are exactly the module's entry kernels, or null: none or several
-  // (*candidates libraries), or one but several modules of the same context with those kernels (*claimants).
-  CUlibrary library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants);
+  // Reads the kernel names of the libraries not read yet (outside callbacks; context-independent queries).
+  void name_libraries();
+  // The known library whose module in the module's context is `module`, found by its entry kernels, or null
+  // with the reason in figures in *why (tracker.cpp says when a match is exact). Marks the module `grouped`
+  // when it was paired within a group of interchangeable modules (the pairing is redone when modules or
+  // libraries come or go).
+  CUlibrary library_by_kernels(module_t& module, std::string* why);
+  // A module or library came or went: the pairings made within groups are redone at the next resolution.
+  // Called with mutex_ held.
+  void regroup_locked();
   // *stop is set when the visitor asked to stop the walk.
   kreplay_status_t visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                 std::string* detail, bool* stop);
@@ -204,6 +211,7 @@ class tracker {
   std::map<uint32_t, std::shared_ptr<module_t>> modules_;
   std::map<CUlibrary, library_t> libraries_;
   tracker_counts_t counts_{};
+  bool any_grouped_ = false;  // some module was paired within a group (guarded by mutex_)
   std::string last_error_;
   std::atomic<uint64_t> lost_events_{0};
 };
