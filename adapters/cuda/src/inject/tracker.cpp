@@ -626,6 +626,7 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
   std::vector<CUlibrary> candidates;                        // ordered by handle (libraries_ is)
   std::vector<std::pair<uint32_t, signature_t>> claimants;  // ordered by id (modules_ is)
   size_t through_handle = 0;
+  size_t claimed = 0;  // candidates whose module in this context is known (loaded inside a call on them)
   std::string figures;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -646,7 +647,9 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
         claimants.emplace_back(id, variable_set(other->variables));
       } else if (other->origin.kind == origin_kind::library) {
         const auto known = static_cast<CUlibrary>(other->origin.handle);
-        candidates.erase(std::remove(candidates.begin(), candidates.end(), known), candidates.end());
+        const auto kept = std::remove(candidates.begin(), candidates.end(), known);
+        claimed += static_cast<size_t>(candidates.end() - kept);
+        candidates.erase(kept, candidates.end());
       } else {
         ++through_handle;
       }
@@ -655,7 +658,7 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
               (module.kernels.empty() ? std::string() : ", the first " + module.kernels.front()) + "; " +
               counted(libraries_.size(), "library", "libraries") + " known, " + std::to_string(unreadable) +
               " unreadable";
-    if (candidates.empty() && through_handle == 0) {
+    if (candidates.empty() && claimed == 0 && through_handle == 0) {
       // The closest library by kernels in common: what the modules may be, for whoever reads the decline.
       size_t best = 0;
       size_t best_size = 0;
@@ -683,7 +686,7 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
     figures += ")";
   }
   const size_t k = claimants.size();
-  if (candidates.empty() && through_handle == 0) {
+  if (candidates.empty() && claimed == 0 && through_handle == 0) {
     out.why = "no module or library handle was known on the loading thread and no known library has exactly its "
               "kernels" + located() + figures;
     return out;
@@ -693,6 +696,8 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
               (through_handle > 0 ? ", and " + std::to_string(through_handle) + " more through a module handle or a "
                                     "launch" : std::string()) +
               ") and " + counted(candidates.size(), "known library", "known libraries") +
+              (claimed > 0 ? " (besides " + std::to_string(claimed) + " whose module in this context is known)"
+                           : std::string()) +
               " have exactly its kernels; only as many modules as libraries, all loaded outside any followed call, "
               "can be paired" + located() + figures;
     return out;

@@ -547,6 +547,32 @@ void modules_without_kernels_are_paired_by_their_variables() {
   }
 }
 
+void a_library_whose_module_is_known_is_no_candidate() {
+  const std::vector<unsigned char> cubin = read_cubin();
+  library_fixture_t loaded(0xE1, 0xCB, {"bump"}, kVarsVariables);
+  auto other = std::make_unique<library_fixture_t>(0xE2, 0xCC, std::vector<std::string>{"bump"}, kVarsVariables);
+  // Module 131 arrived inside cuLibraryLoadData of `loaded`: it is that library's module. Module 132, loaded
+  // outside any followed call, can then only be `other`'s, though both libraries have its kernels.
+  g_tracker->module_loaded(ctx0, 131, cubin.data(), cubin.size(),
+                           origin_t{origin_kind::library, loaded.library, "cuLibraryLoadData"});
+  g_tracker->module_loaded(ctx0, 132, cubin.data(), cubin.size(), kNone);
+  listing_t listed;
+  std::string detail;
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK_EQ(loaded.address_of("counter"), at(listed, 131, "counter"));
+  CHECK_EQ(other->address_of("counter"), at(listed, 132, "counter"));
+  // Without `other` no library is left for it: declined, and the figures say why.
+  g_tracker->module_unloading(132);
+  other.reset();
+  g_tracker->module_loaded(ctx0, 133, cubin.data(), cubin.size(), kNone);
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("module 133") != std::string::npos);
+  CHECK(detail.find("and 0 known libraries (besides 1 whose module in this context is known) have exactly its "
+                    "kernels") != std::string::npos);
+  g_tracker->module_unloading(131);
+  g_tracker->module_unloading(133);
+}
+
 void a_context_reset_forgets_its_allocations_and_modules_on_its_device_only() {
   module_fixture_t module(0xB3);
   const kreplay_inventory_stats_t before0 = test_inventory(agent(0));
@@ -672,6 +698,7 @@ int main() {
   RUN_TEST(interchangeable_modules_are_paired_one_to_one_with_their_libraries);
   RUN_TEST(modules_with_different_variables_are_told_apart_by_their_libraries_globals);
   RUN_TEST(modules_without_kernels_are_paired_by_their_variables);
+  RUN_TEST(a_library_whose_module_is_known_is_no_candidate);
   RUN_TEST(a_context_reset_forgets_its_allocations_and_modules_on_its_device_only);
   RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
   RUN_TEST(a_snapshot_covers_tracked_allocations_of_its_device_only);
