@@ -32,6 +32,7 @@ bool resolve_driver(driver_api_t& out) {
   find(cuda, "cuLibraryGetKernelCount", out.library_get_kernel_count);
   find(cuda, "cuLibraryEnumerateKernels", out.library_enumerate_kernels);
   find(cuda, "cuKernelGetName", out.kernel_get_name);
+  find(cuda, "cuLibraryGetGlobal", out.library_get_global);
   find(cuda, "cuMemGetInfo_v2", out.mem_get_info);
   // The handle stays open for the life of the process, like the driver itself.
   return true;

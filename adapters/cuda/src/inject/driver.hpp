@@ -22,6 +22,8 @@ struct driver_api_t {
   CUresult (*library_get_kernel_count)(unsigned int*, CUlibrary) = nullptr;                // cuLibraryGetKernelCount
   CUresult (*library_enumerate_kernels)(CUkernel*, unsigned int, CUlibrary) = nullptr;     // cuLibraryEnumerateKernels
   CUresult (*kernel_get_name)(const char**, CUkernel) = nullptr;      // cuKernelGetName
+  // cuLibraryGetGlobal: a library's variable in the current context, by name (no module handle needed)
+  CUresult (*library_get_global)(CUdeviceptr*, size_t*, CUlibrary, const char*) = nullptr;
   CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;               // cuMemGetInfo_v2
 };
 

@@ -303,3 +303,13 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_snapshot(int device,
   *result_out = result;
   return result.snap_status;
 }
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked_stats(int device, kreplay_untracked_t* stats_out) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  if (device < 0 || stats_out == nullptr) {
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  return kreplay_untracked_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
+}

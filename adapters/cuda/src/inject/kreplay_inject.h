@@ -80,6 +80,10 @@ kreplay_status_t kreplay_inject_list_variables(int device, kreplay_inject_variab
 /* kreplay_snap of the device, then kreplay_restore of the snapshot and kreplay_snapshot_free. The program must
  * be idle on the device (synchronised). Returns result_out->snap_status. */
 kreplay_status_t kreplay_inject_snapshot(int device, kreplay_inject_snapshot_result_t* result_out);
+/* kreplay_untracked_stats of the device's agent: what kreplay itself holds as untracked memory, by kind. The
+ * tracker records managed memory (KREPLAY_UNTRACKED_MANAGED) and pinned, registered and mapped host memory
+ * (KREPLAY_UNTRACKED_HOST) with kreplay too, so these agree with kreplay_inject_untracked's counts. */
+kreplay_status_t kreplay_inject_untracked_stats(int device, kreplay_untracked_t* stats_out);
 
 #ifdef __cplusplus
 }

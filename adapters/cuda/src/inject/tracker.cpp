@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstring>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "cubin.hpp"
@@ -27,6 +29,10 @@ struct tracker::module_t {
   std::mutex resolve_mutex;
   bool resolved = false;
   std::vector<uint64_t> addresses;  // of variables, in order
+  // Found by its kernels (library_by_kernels), with the pairing of that generation: redone once modules or
+  // libraries came or went since.
+  bool paired = false;
+  uint64_t paired_generation = 0;
 };
 
 namespace {
@@ -155,6 +161,7 @@ void tracker::context_destroyed(CUcontext context) {
         ++it;
       }
     }
+    regroup_locked();
     contexts_.erase(context);
     for (auto it = primary_.begin(); it != primary_.end();) {
       it = it->second == context ? primary_.erase(it) : std::next(it);
@@ -422,6 +429,7 @@ void tracker::module_loaded(CUcontext context, uint32_t module_id, const void* i
     std::lock_guard<std::mutex> lock(mutex_);
     modules_[module_id] = std::move(module);
     ++counts_.modules_loaded;
+    regroup_locked();
   }
   kreplay_modules_changed();
 }
@@ -441,6 +449,7 @@ void tracker::module_unloading(uint32_t module_id) {
     known = modules_.erase(module_id) != 0;
     if (known) {
       ++counts_.modules_unloaded;
+      regroup_locked();
     }
   }
   if (known) {
@@ -454,24 +463,17 @@ void tracker::library_loaded(CUlibrary library) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   libraries_[library] = library_t{};
+  regroup_locked();
 }
 
 void tracker::library_unloading(CUlibrary library) {
   std::lock_guard<std::mutex> lock(mutex_);
-  libraries_.erase(library);
+  if (libraries_.erase(library) != 0) {
+    regroup_locked();
+  }
 }
 
-// Reads each known library's kernel names (once; context-independent queries, no module is loaded by them)
-// and keeps the libraries whose names are exactly the module's entry kernels. A match counts only if it is
-// unique both ways: one library has exactly these kernels, and no other module of the same context has them
-// too (two cubins would then claim the one CUmodule cuLibraryGetModule gives in that context).
-CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants) {
-  *candidates = 0;
-  *claimants = 0;
-  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
-      driver_.kernel_get_name == nullptr || module.kernels.empty()) {
-    return nullptr;
-  }
+void tracker::name_libraries() {
   std::vector<CUlibrary> unnamed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -510,23 +512,265 @@ CUlibrary tracker::library_by_kernels(const module_t& module, size_t* candidates
       found->second = std::move(entry);
     }
   }
-  CUlibrary match = nullptr;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [library, entry] : libraries_) {
-    if (entry.named && !entry.unreadable && entry.names == module.kernels) {
-      ++*candidates;
-      match = library;
+}
+
+namespace {
+
+// How many names two sorted lists have in common.
+size_t common_names(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t n = 0;
+  for (auto i = a.begin(), j = b.begin(); i != a.end() && j != b.end();) {
+    if (*i < *j) {
+      ++i;
+    } else if (*j < *i) {
+      ++j;
+    } else {
+      ++n;
+      ++i;
+      ++j;
     }
   }
-  if (*candidates != 1) {
+  return n;
+}
+
+// The module's variables as (name, size, kind), sorted: what must be equal for two modules to be interchangeable.
+std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>> variable_set(
+    const std::vector<cubin::variable_t>& variables) {
+  std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>> out;
+  out.reserve(variables.size());
+  for (const cubin::variable_t& variable : variables) {
+    out.emplace_back(variable.name, variable.size, variable.kind);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string counted(size_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string located() { return ", so its variables cannot be located exactly"; }
+
+// (name, size) of each variable: what a library can be asked for by name.
+std::set<std::pair<std::string, uint64_t>> names_and_sizes(
+    const std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>>& variables) {
+  std::set<std::pair<std::string, uint64_t>> out;
+  for (const auto& [name, size, kind] : variables) {
+    out.emplace(name, size);
+  }
+  return out;
+}
+
+}  // namespace
+
+CUlibrary tracker::library_by_kernels(module_t& module, std::string* why) {
+  if (driver_.library_get_kernel_count == nullptr || driver_.library_enumerate_kernels == nullptr ||
+      driver_.kernel_get_name == nullptr) {
+    *why = "no module or library handle was known on the loading thread and the driver cannot list a library's "
+           "kernels" + located();
     return nullptr;
   }
-  for (const auto& [id, other] : modules_) {
-    if (other->context == module.context && other->kernels == module.kernels) {
-      ++*claimants;
+  const std::pair<CUcontext, std::vector<std::string>> key{module.context, module.kernels};
+  pairing_t pairing;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = pairings_.find(key);
+    if (found != pairings_.end() && found->second.generation == generation_.load(std::memory_order_relaxed)) {
+      pairing = found->second;
+      cached = true;
     }
   }
-  return *claimants == 1 ? match : nullptr;
+  if (!cached) {
+    pairing = pair_group(module);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pairing.generation == generation_.load(std::memory_order_relaxed)) {
+      pairings_[key] = pairing;  // nothing came or went meanwhile: the group's other modules use it too
+    }
+  }
+  module.paired = true;
+  module.paired_generation = pairing.generation;
+  auto found = pairing.library.find(module.id);
+  if (found == pairing.library.end()) {
+    *why = pairing.why.empty() ? "it is no longer among its context's modules" + located() : pairing.why;
+    if (!module.variables.empty()) {
+      *why += "; its first variable is " + module.variables.front().name;
+    }
+    return nullptr;
+  }
+  return found->second;
+}
+
+// Association by kernels, for the modules loaded outside any followed call (a launch under lazy loading,
+// cuDevicePrimaryCtxRetain under eager loading), computed for a whole group at once. The premise, as for every
+// such load: each of these modules is the module, in its context, of a library the tracker saw loaded, and a
+// library has one module per context. With K the module's entry kernels:
+// - the candidates are the libraries whose kernels are exactly K (read from the driver), less those whose module
+//   in this context is known (a module with kernels K loaded inside a call on that library);
+// - the claimants are the modules of the context with kernels K loaded outside any followed call. A module with
+//   kernels K loaded through a module handle or a launch (its library unknown) makes the whole group a decline;
+// - k claimants and k candidates are paired, or the group is declined. The k claimants are the k candidates'
+//   modules in an order nothing tells, but modules that define the same variables (names, sizes, kinds) are
+//   interchangeable for capture: any one-to-one pairing captures the same set of variables. So claimants with
+//   the same variables are paired in order (by id, libraries by handle) with as many libraries whose module has
+//   those variables. Where the claimants define different sets of variables, each library is asked for every
+//   set's names with cuLibraryGetGlobal in this context: its module's set is the one among those it has every
+//   variable of (name and size) that includes all the others it has. A library that fits no set, or two, and a
+//   set found in a number of libraries other than its number of modules, decline the group.
+// Each pairing is then still checked by cuModuleGetGlobal on the library's module (resolve), and every pairing
+// is computed afresh once a module or a library comes or goes (generation_).
+tracker::pairing_t tracker::pair_group(const module_t& module) {
+  using signature_t = std::vector<std::tuple<std::string, uint64_t, cubin::section_kind>>;
+  name_libraries();
+  pairing_t out;
+  std::vector<CUlibrary> candidates;                        // ordered by handle (libraries_ is)
+  std::vector<std::pair<uint32_t, signature_t>> claimants;  // ordered by id (modules_ is)
+  size_t through_handle = 0;
+  size_t claimed = 0;  // candidates whose module in this context is known (loaded inside a call on them)
+  std::string figures;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out.generation = generation_.load(std::memory_order_relaxed);
+    size_t unreadable = 0;
+    for (const auto& [library, entry] : libraries_) {
+      if (!entry.named || entry.unreadable) {
+        ++unreadable;  // (not named: loaded since name_libraries ran)
+      } else if (entry.names == module.kernels) {
+        candidates.push_back(library);
+      }
+    }
+    for (const auto& [id, other] : modules_) {
+      if (other->context != module.context || other->kernels != module.kernels) {
+        continue;
+      }
+      if (other->origin.kind == origin_kind::none) {
+        claimants.emplace_back(id, variable_set(other->variables));
+      } else if (other->origin.kind == origin_kind::library) {
+        const auto known = static_cast<CUlibrary>(other->origin.handle);
+        const auto kept = std::remove(candidates.begin(), candidates.end(), known);
+        claimed += static_cast<size_t>(candidates.end() - kept);
+        candidates.erase(kept, candidates.end());
+      } else {
+        ++through_handle;
+      }
+    }
+    figures = " (" + counted(module.kernels.size(), "entry kernel", "entry kernels") +
+              (module.kernels.empty() ? std::string() : ", the first " + module.kernels.front()) + "; " +
+              counted(libraries_.size(), "library", "libraries") + " known, " + std::to_string(unreadable) +
+              " unreadable";
+    if (candidates.empty() && claimed == 0 && through_handle == 0) {
+      // The closest library by kernels in common: what the modules may be, for whoever reads the decline.
+      size_t best = 0;
+      size_t best_size = 0;
+      size_t as_close = 0;
+      for (const auto& [library, entry] : libraries_) {
+        if (!entry.named || entry.unreadable) {
+          continue;
+        }
+        const size_t shared = common_names(entry.names, module.kernels);
+        if (as_close == 0 || shared > best) {
+          best = shared;
+          best_size = entry.names.size();
+          as_close = 1;
+        } else if (shared == best) {
+          ++as_close;
+        }
+      }
+      figures += as_close == 0 ? std::string("; no readable library")
+                               : "; the closest readable library has " + std::to_string(best) + " of its " +
+                                     std::to_string(best_size) + " kernels among the module's " +
+                                     std::to_string(module.kernels.size()) +
+                                     (as_close > 1 ? " (" + std::to_string(as_close) + " libraries as close)"
+                                                   : std::string());
+    }
+    figures += ")";
+  }
+  const size_t k = claimants.size();
+  if (candidates.empty() && claimed == 0 && through_handle == 0) {
+    out.why = "no module or library handle was known on the loading thread and no known library has exactly its "
+              "kernels" + located() + figures;
+    return out;
+  }
+  if (through_handle > 0 || candidates.size() != k) {
+    out.why = counted(k, "module", "modules") + " of its context (loaded outside any followed call" +
+              (through_handle > 0 ? ", and " + std::to_string(through_handle) + " more through a module handle or a "
+                                    "launch" : std::string()) +
+              ") and " + counted(candidates.size(), "known library", "known libraries") +
+              (claimed > 0 ? " (besides " + std::to_string(claimed) + " whose module in this context is known)"
+                           : std::string()) +
+              " have exactly its kernels; only as many modules as libraries, all loaded outside any followed call, "
+              "can be paired" + located() + figures;
+    return out;
+  }
+  // The claimants by their variables, each group's ids in order.
+  std::map<signature_t, std::vector<uint32_t>> groups;
+  for (const auto& [id, signature] : claimants) {
+    groups[signature].push_back(id);
+  }
+  std::map<const signature_t*, std::vector<CUlibrary>> homes;
+  if (groups.size() == 1) {
+    homes[&groups.begin()->first] = candidates;
+  } else if (driver_.library_get_global == nullptr) {
+    out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+              "kernels, but the modules define " + std::to_string(groups.size()) + " different sets of variables "
+              "and the driver has no cuLibraryGetGlobal to tell which library has which" + located() + figures;
+    return out;
+  } else {
+    for (CUlibrary library : candidates) {
+      std::vector<const signature_t*> fits;  // the sets of variables this library has, every one by name and size
+      for (const auto& [signature, ids] : groups) {
+        bool all = true;
+        for (size_t i = 0; all && i < signature.size(); ++i) {
+          CUdeviceptr address = 0;
+          size_t bytes = 0;
+          all = driver_.library_get_global(&address, &bytes, library, std::get<0>(signature[i]).c_str()) ==
+                    CUDA_SUCCESS &&
+                bytes == std::get<1>(signature[i]);
+        }
+        if (all) {
+          fits.push_back(&signature);
+        }
+      }
+      const signature_t* home = nullptr;
+      size_t homes_found = 0;
+      for (const signature_t* candidate : fits) {
+        const auto outer = names_and_sizes(*candidate);
+        bool covers = true;
+        for (const signature_t* other : fits) {
+          const auto inner = names_and_sizes(*other);
+          covers = covers && std::includes(outer.begin(), outer.end(), inner.begin(), inner.end());
+        }
+        if (covers) {
+          home = candidate;
+          ++homes_found;
+        }
+      }
+      if (homes_found != 1) {
+        out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+                  "kernels, and the modules define " + std::to_string(groups.size()) + " different sets of "
+                  "variables, but a library's variables (cuLibraryGetGlobal) fit " +
+                  (homes_found == 0 ? std::string("none") : std::to_string(homes_found)) + " of them" + located() +
+                  figures;
+        return out;
+      }
+      homes[home].push_back(library);
+    }
+  }
+  for (const auto& [signature, ids] : groups) {
+    const std::vector<CUlibrary>& libraries = homes[&signature];
+    if (libraries.size() != ids.size()) {
+      out.library.clear();
+      out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+                "kernels, but a set of " + counted(signature.size(), "variable", "variables") + " defined by " +
+                counted(ids.size(), "module", "modules") + " is found in " +
+                counted(libraries.size(), "library", "libraries") + " (cuLibraryGetGlobal)" + located() + figures;
+      return out;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      out.library[ids[i]] = libraries[i];
+    }
+  }
+  return out;
 }
 
 void tracker::note_error(const std::string& text) {
@@ -617,23 +861,13 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
     case origin_kind::none: {
       // Loaded inside a call the CUPTI layer does not follow: a launch (lazy loading; launches are not
       // followed, for the overhead) or cuDevicePrimaryCtxRetain / cuCtxCreate (eager loading: every library
-      // loaded before the context). Exact only where one known library has exactly this cubin's entry kernels
-      // and no other module of this context has them too: then cuLibraryGetModule in this context is this
-      // module (checked below by every variable's address and size).
-      size_t candidates = 0;
-      size_t claimants = 0;
-      CUlibrary library = library_by_kernels(module, &candidates, &claimants);
-      if (library == nullptr && claimants > 1) {
-        return fail(std::to_string(claimants) + " modules of its context have exactly its kernels and would "
-                    "all be the one module of the library that has them, so its variables cannot be located "
-                    "exactly");
-      }
+      // loaded before the context). Paired with a library by its entry kernels where that is exact
+      // (library_by_kernels); cuLibraryGetModule in this context is then this module, or one interchangeable
+      // with it (checked below by every variable's address and size).
+      std::string why;
+      CUlibrary library = library_by_kernels(module, &why);
       if (library == nullptr) {
-        return fail(candidates == 0 ? std::string("no module or library handle was known on the loading thread "
-                                                  "and no known library has exactly its kernels, so its "
-                                                  "variables cannot be located exactly")
-                                    : std::to_string(candidates) + " known libraries have exactly its kernels, so "
-                                                                   "its variables cannot be located exactly");
+        return fail(why);
       }
       if (!from_library(library)) {
         return fail("cuLibraryGetModule failed for the library with its kernels");
@@ -670,6 +904,10 @@ kreplay_status_t tracker::resolve(module_t& module, std::string* detail) {
 kreplay_status_t tracker::visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&),
                                        void* data, std::string* detail, bool* stop) {
   std::lock_guard<std::mutex> lock(module.resolve_mutex);
+  if (module.paired && module.paired_generation != generation_.load(std::memory_order_relaxed)) {
+    module.resolved = false;  // modules or libraries came or went since it was paired: pair it afresh
+    module.addresses.clear();
+  }
   kreplay_status_t status = resolve(module, detail);
   if (status != KREPLAY_STATUS_SUCCESS) {
     return status;

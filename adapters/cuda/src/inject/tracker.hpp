@@ -185,9 +185,24 @@ class tracker {
   };
 
   kreplay_status_t resolve(module_t& module, std::string* detail);
-  // The one known library whose kernels are exactly the module's entry kernels, or null: none or several
-  // (*candidates libraries), or one but several modules of the same context with those kernels (*claimants).
-  CUlibrary library_by_kernels(const module_t& module, size_t* candidates, size_t* claimants);
+  // Reads the kernel names of the libraries not read yet (outside callbacks; context-independent queries).
+  void name_libraries();
+  // How the modules of one context with one set of entry kernels, loaded outside any followed call, pair with
+  // the known libraries that have those kernels (tracker.cpp says when a pairing is exact).
+  struct pairing_t {
+    uint64_t generation = 0;                // generation_ when it was computed
+    std::map<uint32_t, CUlibrary> library;  // module id -> the library whose module in the context it is
+    std::string why;                        // for the modules not paired: the reason, in figures
+  };
+  // The known library whose module in the module's context is `module`, found by its entry kernels, or null
+  // with the reason in *why. Sets module.paired_generation. Runs with the module's context current.
+  CUlibrary library_by_kernels(module_t& module, std::string* why);
+  pairing_t pair_group(const module_t& module);
+  // A module or library came or went: every pairing is computed afresh at the next resolution. With mutex_ held.
+  void regroup_locked() {
+    generation_.fetch_add(1, std::memory_order_relaxed);
+    pairings_.clear();
+  }
   // *stop is set when the visitor asked to stop the walk.
   kreplay_status_t visit_module(module_t& module, bool (*visit)(void*, const resolved_variable_t&), void* data,
                                 std::string* detail, bool* stop);
@@ -204,6 +219,8 @@ class tracker {
   std::map<uint32_t, std::shared_ptr<module_t>> modules_;
   std::map<CUlibrary, library_t> libraries_;
   tracker_counts_t counts_{};
+  std::atomic<uint64_t> generation_{0};  // changed (under mutex_) whenever a module or library comes or goes
+  std::map<std::pair<CUcontext, std::vector<std::string>>, pairing_t> pairings_;  // by context and kernels
   std::string last_error_;
   std::atomic<uint64_t> lost_events_{0};
 };

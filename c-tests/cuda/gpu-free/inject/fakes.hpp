@@ -116,6 +116,17 @@ inline CUresult kernel_get_name(const char** name, CUkernel kernel) {
   return CUDA_SUCCESS;
 }
 
+// A library's variable in the current context: the variable of the library's module (one context in these tests).
+inline int g_library_global_calls = 0;
+inline CUresult library_get_global(CUdeviceptr* address, size_t* bytes, CUlibrary library, const char* name) {
+  ++g_library_global_calls;
+  auto found = g_library_modules.find(library);
+  if (found == g_library_modules.end()) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  return module_get_global(address, bytes, found->second, name);
+}
+
 inline kreplay::cuda::inject::driver_api_t driver() {
   kreplay::cuda::inject::driver_api_t api;
   api.ctx_get_device_of = ctx_get_device_of;
@@ -128,6 +139,7 @@ inline kreplay::cuda::inject::driver_api_t driver() {
   api.library_get_kernel_count = library_get_kernel_count;
   api.library_enumerate_kernels = library_enumerate_kernels;
   api.kernel_get_name = kernel_get_name;
+  api.library_get_global = library_get_global;
   return api;
 }
 

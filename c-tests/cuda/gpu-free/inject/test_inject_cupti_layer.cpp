@@ -358,18 +358,23 @@ void a_module_loaded_outside_any_call_is_found_by_its_kernels_or_declined() {
   CHECK(g_layer_tracker->last_error().find("2 modules of its context") != std::string::npos);
   module_unloading(86);
 
-  // An ambiguous pair: a second library with exactly the same kernels. Declined, naming the module.
-  const CUlibrary twin = fake::handle<CUlibrary>(0xE9);
+  // A second library with exactly the same kernels, whose module is a second cubin defining the same variables:
+  // two modules and two libraries, interchangeable, paired one to one. The twin's handle sorts first, so module
+  // 85, paired alone before, is paired afresh: both modules' variables are captured, once each.
+  const CUlibrary twin = fake::handle<CUlibrary>(0xE5);
   fake::g_library_kernels[twin] = {"bump"};
   fake::g_library_modules[twin] = module_b;
   load_library(twin, cubin);
   module_loaded(87, cubin);
+  CHECK_EQ(6, module_variables_in_snapshot());
+  CHECK(std::set<uint64_t>({counter_of(85), counter_of(87)}) == std::set<uint64_t>({a, b}));
+  // One of the two unloaded: one module, two libraries, and which library it belongs to cannot be told.
+  module_unloading(85);
   CHECK_EQ(0, module_variables_in_snapshot(KREPLAY_STATUS_DECLINED));
   const std::string why = g_layer_tracker->last_error();
   CHECK(why.find("module 87") != std::string::npos);
   CHECK(why.find("2 known libraries") != std::string::npos);
   module_unloading(87);
-  module_unloading(85);
 
   // With the twin unloaded the match is unique again.
   unload_library(twin);

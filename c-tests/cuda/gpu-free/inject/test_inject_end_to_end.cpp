@@ -85,6 +85,8 @@ int main() {
   auto counts = lookup<kreplay_status_t (*)(int, size_t*, size_t*)>(inject, "kreplay_inject_module_counts");
   auto list = lookup<kreplay_status_t (*)(int, kreplay_inject_variable_visitor_t, void*, char*, size_t)>(
       inject, "kreplay_inject_list_variables");
+  auto untracked_stats =
+      lookup<kreplay_status_t (*)(int, kreplay_untracked_t*)>(inject, "kreplay_inject_untracked_stats");
 
   EXPECT(initialize() == 1);
   kreplay_inject_state_t s{};
@@ -101,6 +103,8 @@ int main() {
     EXPECT(subscribes() == 1 && enabled() == 0);
     kreplay_inventory_stats_t stats{};
     EXPECT(inventory(0, &stats) == KREPLAY_STATUS_NOT_CONFIGURED);
+    kreplay_untracked_t k{};
+    EXPECT(untracked_stats(0, &k) == KREPLAY_STATUS_NOT_CONFIGURED);
     return g_failures == 0 ? 0 : 1;
   }
   EXPECT(s.tracking && s.subscribed);
@@ -121,6 +125,42 @@ int main() {
   EXPECT(u.host_pinned_count == 1 && u.host_pinned_bytes == 4096 && u.managed_count == 0);
   size_t live = 0;
   EXPECT(live_bytes(0, &live) == KREPLAY_STATUS_SUCCESS && live == stats.bytes);
+
+  // Managed, pinned and mapped host memory: counted by the tracker and held by kreplay as untracked memory of
+  // the device, never in the inventory; both forget them at their frees.
+  kreplay_untracked_t k{};
+  EXPECT(untracked_stats(0, nullptr) == KREPLAY_STATUS_INVALID_ARGUMENT);
+  EXPECT(untracked_stats(-1, &k) == KREPLAY_STATUS_INVALID_ARGUMENT);
+  EXPECT(untracked_stats(0, &k) == KREPLAY_STATUS_SUCCESS);
+  EXPECT(k.count[KREPLAY_UNTRACKED_HOST] == 1 && k.bytes[KREPLAY_UNTRACKED_HOST] == 4096);
+  EXPECT(k.count[KREPLAY_UNTRACKED_MANAGED] == 0);
+  CUdeviceptr managed = 0x9200000000;
+  cuMemAllocManaged_params managed_params{&managed, 3 << 20, CU_MEM_ATTACH_GLOBAL};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, CUPTI_API_EXIT, managed_params, context);
+  void* mapped = reinterpret_cast<void*>(uintptr_t{0x9300000000});
+  cuMemHostAlloc_params mapped_params{&mapped, 5 << 20, CU_MEMHOSTALLOC_DEVICEMAP};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CUPTI_API_EXIT, mapped_params, context);
+  EXPECT(untracked(0, &u) == KREPLAY_STATUS_SUCCESS);
+  EXPECT(u.managed_count == 1 && u.managed_bytes == (3u << 20));
+  EXPECT(u.host_pinned_count == 1 && u.host_pinned_bytes == 4096);
+  EXPECT(u.host_mapped_count == 1 && u.host_mapped_bytes == (5u << 20));
+  EXPECT(untracked_stats(0, &k) == KREPLAY_STATUS_SUCCESS);
+  EXPECT(k.count[KREPLAY_UNTRACKED_MANAGED] == 1 && k.bytes[KREPLAY_UNTRACKED_MANAGED] == (3u << 20));
+  EXPECT(k.count[KREPLAY_UNTRACKED_HOST] == 2 && k.bytes[KREPLAY_UNTRACKED_HOST] == 4096 + (5u << 20));
+  EXPECT(inventory(0, &stats) == KREPLAY_STATUS_SUCCESS && stats.regions == 1 && stats.bytes == (1u << 20));
+  EXPECT(live_bytes(0, &live) == KREPLAY_STATUS_SUCCESS && live == (1u << 20));
+  cuMemFree_v2_params free_managed{managed};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CUPTI_API_ENTER, free_managed, context);
+  cuMemFreeHost_params free_mapped{mapped};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CUPTI_API_ENTER, free_mapped, context);
+  cuMemFreeHost_params free_pinned{host};
+  driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, CUPTI_API_ENTER, free_pinned, context);
+  EXPECT(untracked(0, &u) == KREPLAY_STATUS_SUCCESS);
+  EXPECT(u.managed_count == 0 && u.host_pinned_count == 0 && u.host_mapped_count == 0 && u.host_mapped_bytes == 0);
+  EXPECT(untracked_stats(0, &k) == KREPLAY_STATUS_SUCCESS);
+  for (size_t kind = 0; kind < KREPLAY_UNTRACKED_KIND_COUNT; ++kind) {
+    EXPECT(k.count[kind] == 0 && k.bytes[kind] == 0);
+  }
 
   // A module loaded inside cuModuleLoadData, resolved through the fake driver.
   std::ifstream in(KREPLAY_TEST_CUBIN, std::ios::binary);
@@ -162,7 +202,7 @@ int main() {
   driver_call(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, CUPTI_API_ENTER, free_params, context);
   EXPECT(inventory(0, &stats) == KREPLAY_STATUS_SUCCESS && stats.regions == 0);
   EXPECT(live_bytes(0, &live) == KREPLAY_STATUS_SUCCESS && live == 0);
-  EXPECT(state(&s) == KREPLAY_STATUS_SUCCESS && s.allocations == 2 && s.frees == 1 && s.modules_loaded == 1);
+  EXPECT(state(&s) == KREPLAY_STATUS_SUCCESS && s.allocations == 4 && s.frees == 4 && s.modules_loaded == 1);
   if (g_failures == 0) {
     std::printf("end to end (%s): %d callbacks enabled, inventory and module variables through the C API\n",
                 mode.c_str(), enabled());

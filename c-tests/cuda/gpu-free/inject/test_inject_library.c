@@ -46,6 +46,9 @@ int main(void) {
   EXPECT(dlsym(library, "kreplay_inject_live_bytes") != NULL);
   EXPECT(dlsym(library, "kreplay_inject_module_counts") != NULL);
   EXPECT(dlsym(library, "kreplay_inject_list_variables") != NULL);
+  kreplay_status_t (*untracked_stats)(int, kreplay_untracked_t*) = NULL;
+  LOOKUP(untracked_stats, "kreplay_inject_untracked_stats");
+  EXPECT(untracked_stats != NULL);
   /* Nothing of kreplay, the adapter or the CUDA runtime leaks out. */
   EXPECT(dlsym(library, "kreplay_snap") == NULL);
   EXPECT(dlsym(library, "kreplay_record_alloc") == NULL);
@@ -64,6 +67,8 @@ int main(void) {
   EXPECT(stats(0, &inventory) == KREPLAY_STATUS_NOT_CONFIGURED);
   kreplay_inject_snapshot_result_t result;
   EXPECT(snapshot(0, &result) == KREPLAY_STATUS_NOT_CONFIGURED);
+  kreplay_untracked_t untracked;
+  EXPECT(untracked_stats == NULL || untracked_stats(0, &untracked) == KREPLAY_STATUS_NOT_CONFIGURED);
   if (failures == 0) {
     printf("libkreplay_cuda_inject.so: loads, exports only its API, stays inert without a driver\n");
   }

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,8 +29,8 @@ const CUcontext ctx0b = fake::handle<CUcontext>(0x300);
 
 kreplay_agent_t agent(int device) { return test_agent(static_cast<uint64_t>(device) + 1); }
 
-std::vector<unsigned char> read_cubin() {
-  std::ifstream in(KREPLAY_TEST_CUBIN, std::ios::binary);
+std::vector<unsigned char> read_cubin(const char* path = KREPLAY_TEST_CUBIN) {
+  std::ifstream in(path, std::ios::binary);
   CHECK(in.good());
   return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
@@ -332,7 +336,14 @@ void a_module_loaded_without_a_handle_resolves_only_through_a_unique_library() {
   const CUlibrary other = fake::handle<CUlibrary>(0xC5);
   fake::g_library_kernels[other] = {"bump", "another"};
   g_tracker->library_loaded(other);
-  expect_declined(91, cubin.data(), cubin.size(), none, "no known library has exactly its kernels");
+  const CUlibrary unreadable = fake::handle<CUlibrary>(0xC7);  // the fake driver cannot list its kernels
+  g_tracker->library_loaded(unreadable);
+  // The decline says why in figures: the module's kernels, the libraries, the closest one.
+  expect_declined(91, cubin.data(), cubin.size(), none,
+                  "no known library has exactly its kernels, so its variables cannot be located exactly (1 entry "
+                  "kernel, the first bump; 2 libraries known, 1 unreadable; the closest readable library has 1 of "
+                  "its 2 kernels among the module's 1); its first variable is ");
+  g_tracker->library_unloading(unreadable);
   // One library with exactly "bump": its module in this context is the one.
   const CUlibrary library = fake::handle<CUlibrary>(0xC4);
   fake::g_library_kernels[library] = {"bump"};
@@ -360,6 +371,206 @@ void a_module_loaded_without_a_handle_resolves_only_through_a_unique_library() {
   g_tracker->module_unloading(94);
   g_tracker->library_unloading(library);
   g_tracker->library_unloading(other);
+}
+
+// A library the fake driver knows: its kernels, and its module in ctx0 with the given variables, each at an
+// address of its own. Loaded into the tracker on construction, unloaded on destruction.
+struct library_fixture_t {
+  CUlibrary library;
+  CUmodule module;
+  std::vector<std::unique_ptr<buffer_t>> storage;
+  library_fixture_t(uintptr_t library_handle, uintptr_t module_handle, std::vector<std::string> kernels,
+                    const std::vector<std::pair<std::string, size_t>>& variables)
+      : library(fake::handle<CUlibrary>(library_handle)), module(fake::handle<CUmodule>(module_handle)) {
+    auto& globals = fake::g_globals[module];
+    globals.clear();
+    for (const auto& [name, size] : variables) {
+      storage.push_back(std::make_unique<buffer_t>(size));
+      globals[name] = {storage.back()->address(), size};
+    }
+    fake::g_library_kernels[library] = std::move(kernels);
+    fake::g_library_modules[library] = module;
+    g_tracker->library_loaded(library);
+  }
+  library_fixture_t(const library_fixture_t&) = delete;
+  library_fixture_t& operator=(const library_fixture_t&) = delete;
+  ~library_fixture_t() {
+    g_tracker->library_unloading(library);
+    fake::g_library_kernels.erase(library);
+    fake::g_library_modules.erase(library);
+    fake::g_globals.erase(module);
+  }
+  uint64_t address_of(const std::string& name) const { return fake::g_globals[module].at(name).address; }
+};
+
+using listing_t = std::map<std::pair<uint32_t, std::string>, uint64_t>;  // (module id, name) -> address
+
+uint64_t at(listing_t& listed, uint32_t id, const char* name) { return listed[{id, name}]; }
+
+kreplay_status_t list_device0(tracker& owner, listing_t* out, std::string* detail) {
+  return owner.list_variables(0, [](void* data, const resolved_variable_t& v) {
+    (*static_cast<listing_t*>(data))[{v.module_id, v.name}] = v.address;
+    return true;
+  }, out, detail);
+}
+
+const std::vector<std::pair<std::string, size_t>> kVarsVariables = {{"counter", 4}, {"table", 256}, {"coeffs", 32}};
+const origin_t kNone{origin_kind::none, nullptr, "cuDevicePrimaryCtxRetain"};
+
+void interchangeable_modules_are_paired_one_to_one_with_their_libraries() {
+  const std::vector<unsigned char> cubin = read_cubin();
+  auto first = std::make_unique<library_fixture_t>(0xD3, 0xBB, std::vector<std::string>{"bump"}, kVarsVariables);
+  library_fixture_t second(0xD1, 0xBC, {"bump"}, kVarsVariables);
+  library_fixture_t third(0xD2, 0xBD, {"bump"}, kVarsVariables);
+  for (uint32_t id : {101u, 102u, 103u}) {
+    g_tracker->module_loaded(ctx0, id, cubin.data(), cubin.size(), kNone);
+  }
+  // Three modules and three libraries with the same kernels and variables: each module gets one library's module,
+  // in order (modules by id, libraries by handle), so every variable of the three is captured once.
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_info_t info{};
+  CHECK_OK(kreplay_snapshot_info(snapshot, &info));
+  CHECK_EQ(9, info.module_variables);
+  kreplay_snapshot_free(snapshot);
+  listing_t listed;
+  std::string detail;
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK_EQ(second.address_of("counter"), at(listed, 101, "counter"));
+  CHECK_EQ(third.address_of("counter"), at(listed, 102, "counter"));
+  CHECK_EQ(first->address_of("counter"), at(listed, 103, "counter"));
+
+  // A library goes with its module (which of the three modules it was is the driver's to say): the two left are
+  // paired afresh with the two libraries left.
+  g_tracker->module_unloading(102);
+  first.reset();
+  listed.clear();
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK(std::set<uint64_t>({at(listed, 101, "counter"), at(listed, 103, "counter")}) ==
+        std::set<uint64_t>({second.address_of("counter"), third.address_of("counter")}));
+
+  // A third module again, but no third library: declined, in figures.
+  g_tracker->module_loaded(ctx0, 104, cubin.data(), cubin.size(), kNone);
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("module 101") != std::string::npos);
+  CHECK(detail.find("3 modules of its context (loaded outside any followed call) and 2 known libraries have "
+                    "exactly its kernels") != std::string::npos);
+  CHECK(detail.find("(1 entry kernel, the first bump; 2 libraries known, 0 unreadable)") != std::string::npos);
+  for (uint32_t id : {101u, 103u, 104u}) {
+    g_tracker->module_unloading(id);
+  }
+}
+
+void modules_with_different_variables_are_told_apart_by_their_libraries_globals() {
+  const std::vector<unsigned char> cubin = read_cubin();
+  const std::vector<unsigned char> more = read_cubin(KREPLAY_TEST_CUBIN_MORE);
+  std::vector<std::pair<std::string, size_t>> more_variables = kVarsVariables;
+  more_variables.emplace_back("more", 32);
+  // The library with more variables sorts first: pairing in order alone would give module 111 its module.
+  library_fixture_t big(0xD5, 0xBE, {"bump"}, more_variables);
+  library_fixture_t small(0xD6, 0xBF, {"bump"}, kVarsVariables);
+  g_tracker->module_loaded(ctx0, 111, cubin.data(), cubin.size(), kNone);
+  g_tracker->module_loaded(ctx0, 112, more.data(), more.size(), kNone);
+  const int calls = fake::g_library_global_calls;
+  listing_t listed;
+  std::string detail;
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK(fake::g_library_global_calls > calls);  // each library asked for the variables by name
+  CHECK_EQ(small.address_of("counter"), at(listed, 111, "counter"));
+  CHECK_EQ(big.address_of("counter"), at(listed, 112, "counter"));
+  CHECK_EQ(big.address_of("more"), at(listed, 112, "more"));
+  CHECK_EQ(7, listed.size());
+
+  // Without cuLibraryGetGlobal the two cannot be told apart: declined.
+  driver_api_t without_globals = fake::driver();
+  without_globals.library_get_global = nullptr;
+  tracker local(without_globals);
+  local.context_device(ctx0, 0, true);
+  local.library_loaded(big.library);
+  local.library_loaded(small.library);
+  local.module_loaded(ctx0, 111, cubin.data(), cubin.size(), kNone);
+  local.module_loaded(ctx0, 112, more.data(), more.size(), kNone);
+  detail.clear();
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(local, &listed, &detail));
+  CHECK(detail.find("the modules define 2 different sets of variables and the driver has no cuLibraryGetGlobal") !=
+        std::string::npos);
+
+  // A library whose variables fit neither set (one size differs): declined, once the pairing is made afresh.
+  fake::g_globals[small.module]["table"].size = 128;
+  g_tracker->module_unloading(111);
+  g_tracker->module_loaded(ctx0, 113, cubin.data(), cubin.size(), kNone);
+  detail.clear();
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("a library's variables (cuLibraryGetGlobal) fit none of them") != std::string::npos);
+  fake::g_globals[small.module]["table"].size = 256;
+  g_tracker->module_unloading(112);
+  g_tracker->module_unloading(113);
+}
+
+void modules_without_kernels_are_paired_by_their_variables() {
+  const std::vector<unsigned char> only = read_cubin(KREPLAY_TEST_CUBIN_NO_KERNEL);
+  const std::vector<unsigned char> only_more = read_cubin(KREPLAY_TEST_CUBIN_NO_KERNEL_MORE);
+  const std::vector<std::pair<std::string, size_t>> variables = {{"only_counter", 4}, {"only_table", 64}};
+  std::vector<std::pair<std::string, size_t>> more_variables = variables;
+  more_variables.emplace_back("only_more", 32);
+  // The shape of a translation unit without kernels: only its headers' variables. Two modules define the same
+  // two, a third one more; the libraries have no kernels either.
+  library_fixture_t a(0xDB, 0xC8, {}, variables);
+  library_fixture_t b(0xD9, 0xC9, {}, more_variables);
+  library_fixture_t c(0xDA, 0xCA, {}, variables);
+  g_tracker->module_loaded(ctx0, 121, only.data(), only.size(), kNone);
+  g_tracker->module_loaded(ctx0, 122, only_more.data(), only_more.size(), kNone);
+  g_tracker->module_loaded(ctx0, 123, only.data(), only.size(), kNone);
+  listing_t listed;
+  std::string detail;
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK_EQ(7, listed.size());
+  CHECK_EQ(b.address_of("only_more"), at(listed, 122, "only_more"));
+  CHECK_EQ(b.address_of("only_counter"), at(listed, 122, "only_counter"));
+  CHECK(std::set<uint64_t>({at(listed, 121, "only_table"), at(listed, 123, "only_table")}) ==
+        std::set<uint64_t>({a.address_of("only_table"), c.address_of("only_table")}));
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK_OK(kreplay_snap(agent(0), &snapshot, &reason));
+  kreplay_snapshot_free(snapshot);
+
+  // A fourth such module with no library of its own: declined, and the figures say it has no kernels.
+  g_tracker->module_loaded(ctx0, 124, only.data(), only.size(), kNone);
+  detail.clear();
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("4 modules of its context (loaded outside any followed call) and 3 known libraries") !=
+        std::string::npos);
+  CHECK(detail.find("(0 entry kernels; 3 libraries known, 0 unreadable)") != std::string::npos);
+  for (uint32_t id : {121u, 122u, 123u, 124u}) {
+    g_tracker->module_unloading(id);
+  }
+}
+
+void a_library_whose_module_is_known_is_no_candidate() {
+  const std::vector<unsigned char> cubin = read_cubin();
+  library_fixture_t loaded(0xE1, 0xCB, {"bump"}, kVarsVariables);
+  auto other = std::make_unique<library_fixture_t>(0xE2, 0xCC, std::vector<std::string>{"bump"}, kVarsVariables);
+  // Module 131 arrived inside cuLibraryLoadData of `loaded`: it is that library's module. Module 132, loaded
+  // outside any followed call, can then only be `other`'s, though both libraries have its kernels.
+  g_tracker->module_loaded(ctx0, 131, cubin.data(), cubin.size(),
+                           origin_t{origin_kind::library, loaded.library, "cuLibraryLoadData"});
+  g_tracker->module_loaded(ctx0, 132, cubin.data(), cubin.size(), kNone);
+  listing_t listed;
+  std::string detail;
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK_EQ(loaded.address_of("counter"), at(listed, 131, "counter"));
+  CHECK_EQ(other->address_of("counter"), at(listed, 132, "counter"));
+  // Without `other` no library is left for it: declined, and the figures say why.
+  g_tracker->module_unloading(132);
+  other.reset();
+  g_tracker->module_loaded(ctx0, 133, cubin.data(), cubin.size(), kNone);
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("module 133") != std::string::npos);
+  CHECK(detail.find("and 0 known libraries (besides 1 whose module in this context is known) have exactly its "
+                    "kernels") != std::string::npos);
+  g_tracker->module_unloading(131);
+  g_tracker->module_unloading(133);
 }
 
 void a_context_reset_forgets_its_allocations_and_modules_on_its_device_only() {
@@ -484,6 +695,10 @@ int main() {
   RUN_TEST(modules_that_cannot_be_resolved_exactly_decline_the_device);
   RUN_TEST(modules_loaded_by_a_library_or_a_launch_resolve_through_their_handle);
   RUN_TEST(a_module_loaded_without_a_handle_resolves_only_through_a_unique_library);
+  RUN_TEST(interchangeable_modules_are_paired_one_to_one_with_their_libraries);
+  RUN_TEST(modules_with_different_variables_are_told_apart_by_their_libraries_globals);
+  RUN_TEST(modules_without_kernels_are_paired_by_their_variables);
+  RUN_TEST(a_library_whose_module_is_known_is_no_candidate);
   RUN_TEST(a_context_reset_forgets_its_allocations_and_modules_on_its_device_only);
   RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
   RUN_TEST(a_snapshot_covers_tracked_allocations_of_its_device_only);

@@ -23,6 +23,19 @@ class Untracked(ctypes.Structure):
                                       "host_mapped_count", "host_mapped_bytes")]
 
 
+UNTRACKED_KINDS = ("fine_grained", "host", "managed", "kernarg", "executable", "vmem_unknown")  # kreplay.h's order
+
+
+class KreplayUntracked(ctypes.Structure):
+    """kreplay_untracked_t: kreplay's own untracked memory of an agent, indexed by kreplay_untracked_kind_t."""
+    _fields_ = [("count", size_t * len(UNTRACKED_KINDS)), ("bytes", size_t * len(UNTRACKED_KINDS))]
+
+    def of(self, kind):
+        """(count, bytes) of a kind named as in UNTRACKED_KINDS."""
+        index = UNTRACKED_KINDS.index(kind)
+        return self.count[index], self.bytes[index]
+
+
 class Variable(ctypes.Structure):
     _fields_ = [("module_id", ctypes.c_uint32), ("name", ctypes.c_char_p), ("address", u64), ("size", size_t),
                 ("is_constant", ctypes.c_bool)]
@@ -46,7 +59,8 @@ class Injection:
         path = path or os.environ["CUDA_INJECTION64_PATH"]
         self.lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         for name in ("kreplay_inject_state", "kreplay_inject_inventory_stats", "kreplay_inject_untracked",
-                     "kreplay_inject_live_bytes", "kreplay_inject_module_counts", "kreplay_inject_list_variables", "kreplay_inject_snapshot"):
+                     "kreplay_inject_live_bytes", "kreplay_inject_module_counts", "kreplay_inject_list_variables",
+                     "kreplay_inject_snapshot", "kreplay_inject_untracked_stats"):
             getattr(self.lib, name).restype = ctypes.c_int
 
     def state(self):
@@ -68,6 +82,12 @@ class Injection:
     def untracked(self, device=0):
         u = Untracked()
         rc = self.lib.kreplay_inject_untracked(device, ctypes.byref(u))
+        return rc, u
+
+    def untracked_stats(self, device=0):
+        """kreplay_untracked_stats of the device's agent, through the injection (kreplay_inject_untracked_stats)."""
+        u = KreplayUntracked()
+        rc = self.lib.kreplay_inject_untracked_stats(device, ctypes.byref(u))
         return rc, u
 
     def module_counts(self, device=0):

@@ -11,14 +11,19 @@
 #                 tracker's own allocated-minus-freed count, variables in PyTorch's modules and (eager loading)
 #                 cuBLAS's, a snapshot; weights bit-identical to a run without the library
 #   (b) cupy      pool, ElementwiseKernel, RawModule with a __device__ global; a snapshot
-#   (d) overhead  the step's median without the library, injected with tracking off, and on: one untimed
-#                 warm-up run, then 5 interleaved rounds (plain, off, on), each run the median of 10 steps;
-#                 the summary gives the median over the rounds of each configuration
+#   (d) overhead  the step without the library, injected with tracking off, and on, in lockstep
+#                 (torch_lockstep.py: 2 workers per configuration, KREPLAY_INJECT_ROUNDS rounds, default 30, of
+#                 one step each in a shuffled order): medians, % against plain, the noise floor (plain against
+#                 plain), the tracker's events during the timed steps; PASS/FAIL against the 1 % and 3 % bars
 #   (e) sanitizer the Compute Sanitizer API's view of the same step (when its headers are there)
 #   (f) conflict  CUPTI already held: one line, the program unharmed
+#   (g) untracked kreplay_inject_untracked: managed, pinned and mapped host memory of known sizes counted by the
+#                 tracker and held by kreplay as untracked memory (kreplay_inject_untracked_stats), both back to
+#                 their values before after the frees; the inventory holds only the device block
 # (a), (b) and (c) run with lazy module loading (the driver's default) and again with CUDA_MODULE_LOADING=EAGER.
-# OUT_DIR receives 8 files: env.log, vars.log, torch.log, cupy.log, overhead.log, sanitizer.log, conflict.log,
-# summary.txt (the table printed last). The exit status is 1 when any check failed.
+# OUT_DIR receives 9 files: env.log, vars.log, untracked.log, torch.log, cupy.log, overhead.log, sanitizer.log,
+# conflict.log, summary.txt (the table printed last). The exit status is 1 when any check failed (a missed
+# overhead bar too).
 set -u -o pipefail
 
 prebuilt=$(realpath "${1:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
@@ -45,7 +50,7 @@ fi
 } >"$out/env.log" 2>&1
 
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$out/env.log" 2>&1 &&
-  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars -j "$(nproc)" >>"$out/env.log" 2>&1
+  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars kreplay_inject_untracked -j "$(nproc)" >>"$out/env.log" 2>&1
 build_rc=$?
 cmake --build "$build" --target kreplay_sanitizer_probe -j "$(nproc)" >>"$out/env.log" 2>&1
 probe_rc=$?
@@ -81,6 +86,10 @@ run_step "$out/vars.log" "vars lazy" injected 1 "$build/kreplay_inject_vars"
 run_step "$out/vars.log" "vars eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
   timeout "$step_timeout" "$build/kreplay_inject_vars"
 
+# (g) managed, pinned and mapped host memory: counted, held by kreplay as untracked, forgotten at the frees
+: >"$out/untracked.log"
+run_step "$out/untracked.log" "untracked" injected 1 "$build/kreplay_inject_untracked"
+
 # (a) PyTorch. The run without the library goes first: it takes a fresh machine's cold start (a probe's first
 # lazy-loading runs, PyTorch and CuPy alike, did not finish in 100 s; the eager runs after them did).
 : >"$out/torch.log"
@@ -98,16 +107,12 @@ run_step "$out/cupy.log" "cupy lazy" injected 1 python3 "$src/cupy_prog.py"
 run_step "$out/cupy.log" "cupy eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTION64_PATH="$lib" \
   timeout "$step_timeout" python3 "$src/cupy_prog.py"
 
-# (d) overhead. One untimed run first (the first runs of a fresh machine meet cold clocks and caches), then the
-# configurations interleaved, so that a drift of the machine spreads over all three.
+# (d) overhead, in lockstep: two worker processes per configuration (plain, tracking off, tracking on) take turns,
+# one step each per round in a shuffled order, so that all meet the same clocks and drift (torch_lockstep.py).
 : >"$out/overhead.log"
-run_step "$out/overhead.log" "warm-up (untimed)" timeout "$step_timeout" python3 "$src/torch_step.py" time
-rounds=${KREPLAY_INJECT_ROUNDS:-5}
-for round in $(seq 1 "$rounds"); do
-  run_step "$out/overhead.log" "time plain $round" timeout "$step_timeout" python3 "$src/torch_step.py" time
-  run_step "$out/overhead.log" "time tracking-off $round" injected 0 python3 "$src/torch_step.py" time
-  run_step "$out/overhead.log" "time tracking-on $round" injected 1 python3 "$src/torch_step.py" time
-done
+rounds=${KREPLAY_INJECT_ROUNDS:-30}
+run_step "$out/overhead.log" "overhead lockstep" timeout "$step_timeout" python3 "$src/torch_lockstep.py" \
+  --library "$lib" --rounds "$rounds"
 
 # (e) the Compute Sanitizer API on the same step
 : >"$out/sanitizer.log"
@@ -127,35 +132,27 @@ held=$(grep -c 'already has a subscriber' "$out/conflict.log")
 echo "RESULT conflict injection_lines=$conflict_lines held_line=$held" >>"$out/conflict.log"
 
 # ---- Summary ------------------------------------------------------------------------------------------------
-rounds_of() {  # rounds_of CONFIG: each round's median, one a line, in order (the warm-up run is not a round)
-  sed -n "/^== time $1 [0-9]*\$/,/^== time .*exit/p" "$out/overhead.log" | sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p'
+overhead() {  # overhead KEY: a figure of torch_lockstep.py's summary line
+  sed -n "s/^RESULT overhead summary .*\<$1=\([^ ]*\).*/\1/p" "$out/overhead.log" | tail -1
 }
-median() {  # median CONFIG: the median over the rounds
-  rounds_of "$1" | python3 -c 'import statistics as s, sys
-v = [float(x) for x in sys.stdin]
-print(f"{s.median(v):.3f}" if v else "")'
-}
-plain=$(median plain)
-off=$(median tracking-off)
-on=$(median tracking-on)
-pct() { [[ -n "$1" && -n "$2" ]] && python3 -c "print(f'{($1 / $2 - 1) * 100:+.2f} %')" || echo n/a; }
 count() { grep -c "^$1 " "$2"; }
 {
   echo "| check | PASS | FAIL | figures |"
   echo "| --- | --- | --- | --- |"
-  for name in vars torch cupy; do
+  for name in vars untracked torch cupy; do
     figures=$(grep "^RESULT $name " "$out/$name.log" | sed "s/^RESULT $name //" | tr '\n' ';' | cut -c1-900)
     echo "| ($name) | $(count PASS "$out/$name.log") | $(count FAIL "$out/$name.log") | $figures |"
   done
-  echo "| (d) overhead | | | median over $rounds rounds: plain ${plain:-?} ms, tracking off ${off:-?} ms" \
-       "($(pct "$off" "$plain")), tracking on ${on:-?} ms ($(pct "$on" "$plain")); bars: off <= 1 %, on <= 3 %;" \
-       "rounds: plain $(rounds_of plain | tr '\n' ' ')/ off $(rounds_of tracking-off | tr '\n' ' ')/" \
-       "on $(rounds_of tracking-on | tr '\n' ' ') |"
+  echo "| (d) overhead | $(count PASS "$out/overhead.log") | $(count FAIL "$out/overhead.log") |" \
+       "lockstep, $rounds rounds x 2 workers: plain $(overhead plain_ms) ms, tracking off $(overhead off_ms) ms" \
+       "($(overhead off_pct) %, bar 1 %), tracking on $(overhead on_ms) ms ($(overhead on_pct) %, bar 3 %);" \
+       "noise floor $(overhead noise_floor_pct) %; tracker events in the timed steps $(overhead tracking_on_events);" \
+       "$(grep -E '^(PASS|FAIL) overhead' "$out/overhead.log" | sed 's/ overhead / /' | tr '\n' ';') |"
   echo "| (e) sanitizer | | | $(grep '^RESULT sanitizer' "$out/sanitizer.log" | sed 's/^RESULT sanitizer //' | tr '\n' ';') |"
   echo "| (f) conflict | | | $(grep '^RESULT conflict' "$out/conflict.log" | sed 's/^RESULT conflict //' | tr '\n' ';') (want 1 line, held_line=1, program_ran=1) |"
-  echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"
+  echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,untracked,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"
 } | tee "$out/summary.txt"
 
-failed=$(cat "$out"/{vars,torch,cupy}.log | grep -c '^FAIL ')
+failed=$(cat "$out"/{vars,untracked,torch,cupy,overhead}.log | grep -c '^FAIL ')
 [[ $failed -eq 0 && $digests -eq 1 && $conflict_lines -eq 1 ]] && exit 0
 exit 1

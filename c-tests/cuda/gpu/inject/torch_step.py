@@ -1,4 +1,4 @@
-"""Checks (a) and (d) of run_inject.sh on a PyTorch training step (torchvision ResNet-18 when torchvision is
+"""Checks (a) and (e) of run_inject.sh on a PyTorch training step (torchvision ResNet-18 when torchvision is
 there, else a small CNN; fixed seed, deterministic algorithms).
 
   python3 torch_step.py check   with the injection: memory_reserved <= inventory <= the cuMemGetInfo difference,
@@ -7,23 +7,19 @@ there, else a small CNN; fixed seed, deterministic algorithms).
                                 reported only with lazy loading) in cuBLAS's, a snapshot (snap + restore) of
                                 the device in the middle of training, and the final weights' digest (compared
                                 by the runner with a run without the library: bit-identical)
-  python3 torch_step.py time    the median of 10 steps after warm-up (for the overhead table)
+  python3 torch_step.py time    the median of 10 steps after warm-up (the step (e) runs; (d) is torch_lockstep.py)
   python3 torch_step.py digest  no checks: the final weights' digest only (the run without the library)
 Prints "RESULT torch ..." lines; exits 1 when a check fails."""
-import hashlib
 import os
 import statistics
 import sys
 import time
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_training import TrainingStep  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before torch loads)
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "check"
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True, warn_only=True)
-torch.backends.cudnn.benchmark = False
 failures = 0
 
 
@@ -33,36 +29,20 @@ def check(ok, what):
     failures += 0 if ok else 1
 
 
-try:
-    import torchvision
-
-    model = torchvision.models.resnet18(num_classes=100)
-    shape, name = (32, 3, 224, 224), "resnet18"
-except ImportError:
-    model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 100))
-    shape, name = (64, 3, 64, 64), "small-cnn"
-free_before, total = torch.cuda.mem_get_info() if mode == "check" else (0, 0)
-model = model.cuda()
-optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-generator = torch.Generator(device="cuda").manual_seed(1)
-x = torch.randn(shape, device="cuda", generator=generator)
-y = torch.randint(0, 100, (shape[0],), device="cuda", generator=generator)
+free_before = 0
 
 
-def step():
-    optimizer.zero_grad(set_to_none=True)
-    loss = nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    optimizer.step()
+def read_free_before():
+    global free_before
+    free_before, _ = torch.cuda.mem_get_info()
+
+
+step = TrainingStep(before_cuda=read_free_before if mode == "check" else None)
+name, generator = step.name, step.generator
 
 
 def digest():
-    h = hashlib.sha256()
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        h.update(tensor.detach().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return step.digest()
 
 
 if mode == "time":
@@ -84,7 +64,6 @@ for _ in range(3):
 torch.cuda.synchronize()
 
 if mode == "check":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from inject_ctypes import Injection
 
     inj = Injection()
@@ -112,6 +91,9 @@ if mode == "check":
     _, untracked = inj.untracked(0)
     print(f"RESULT torch untracked managed={untracked.managed_bytes} host_pinned={untracked.host_pinned_bytes} "
           f"host_mapped={untracked.host_mapped_bytes}", flush=True)
+    _, held = inj.untracked_stats(0)
+    print(f"RESULT torch kreplay_untracked host={held.of('host')[1]} managed={held.of('managed')[1]} (bytes kreplay "
+          f"holds as untracked: host = pinned + mapped above)", flush=True)
 
     rc, before, detail = inj.variables(0)
     modules_before = {m for m, *_ in before}
