@@ -26,6 +26,8 @@ struct cupti_api_t {
   CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;
   // Optional: only a replay needs it (to find every memcpy and memset callback id by its name).
   CUptiResult (*get_callback_name)(CUpti_CallbackDomain, uint32_t, const char**) = nullptr;
+  // Optional: only the CUPTI backend of a replay needs it (below).
+  CUptiResult (*enable_domain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
 };
 
 // The libcupti already in the process (PyTorch loads its own), else KREPLAY_CUPTI_PATH, else libcupti.so.13 by

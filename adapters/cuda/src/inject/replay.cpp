@@ -205,7 +205,7 @@ bool replayer::start(const void* cupti_symbol, std::string* why) {
       *why = "--backend cupti: " + where;
       return false;
     }
-    log(KREPLAY_LOG_INFO, "CUPTI's Checkpoint API: %s", where.c_str());
+    std::fprintf(stderr, "kreplay-cuda-replay: --backend cupti: CUPTI's Checkpoint API from %s\n", where.c_str());
   }
   if (!config_.output.empty()) {
     csv_ = std::fopen(config_.output.c_str(), "w");

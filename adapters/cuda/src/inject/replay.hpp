@@ -107,6 +107,9 @@ class replayer {
   // tracks only, and the launcher's summary says so.
   bool start(const void* cupti_symbol, std::string* why);
 
+  // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
+  bool wants_whole_domains() const { return config_.backend == replay_backend::cupti; }
+
   // From the CUPTI layer, for the ids above and for every memcpy / memset id (is_copy).
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);

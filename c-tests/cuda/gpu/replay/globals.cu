@@ -28,16 +28,27 @@ __device__ unsigned int g_hist[256];
 __device__ unsigned int g_state[kStateWords];
 __constant__ unsigned int c_mul[4];
 
+// Every write is either the thread's own element or an atomic whose result does not depend on the order
+// (integer add, xor), so a pass is deterministic; and none is idempotent, so a pass that starts from the
+// previous pass's memory gives other values.
 __global__ void step(unsigned int* data, int n, int round) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) {
     return;
   }
-  const unsigned int v = data[i] * c_mul[round & 3] + g_state[i % kStateWords] + static_cast<unsigned>(round);
-  data[i] = v;                                  // in place: a second pass without restore sees its own output
-  g_state[i % kStateWords] ^= v >> 3;           // a __device__ global, read and written
+  const unsigned int v = data[i] * c_mul[round & 3] + static_cast<unsigned>(round);
+  data[i] = v;                                        // in place
+  atomicXor(&g_state[i % kStateWords], v >> 3);       // a __device__ global, read-modify-written
   atomicAdd(&g_sum, static_cast<unsigned long long>(v & 0xffff));
   atomicAdd(&g_hist[v & 255], 1u);
+}
+
+// Reads the global state the previous kernel left (never written here).
+__global__ void fold(unsigned int* data, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    data[i] += g_state[i % kStateWords] ^ g_hist[i & 255];
+  }
 }
 
 uint64_t fnv(uint64_t h, const void* data, size_t bytes) {
@@ -75,6 +86,8 @@ int main() {
     const unsigned int mul[4] = {3u + round, 5u, 7u + 2u * round, 11u};
     CHECK(cudaMemcpyToSymbol(c_mul, mul, sizeof(mul)));  // __constant__, rewritten between kernels
     step<<<(n + 255) / 256, 256>>>(data, n, round);
+    CHECK(cudaGetLastError());
+    fold<<<(n + 255) / 256, 256>>>(data, n);
     CHECK(cudaGetLastError());
     int words = n;
     void* args[] = {&data, &words};

@@ -62,6 +62,6 @@ tensors = list(model.parameters()) + list(model.buffers())
 for state in optimizer.state.values():
     tensors += [v for v in state.values() if torch.is_tensor(v)]
 for tensor in tensors:
-    h.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    h.update(tensor.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
 print(f"RESULT {which} tensors={len(tensors)} reserved={torch.cuda.memory_reserved()}", flush=True)
 print(f"CHECKSUM {h.hexdigest()[:16]}", flush=True)
