@@ -199,6 +199,9 @@ bool cupti_layer::start() {
   bool all = true;
   auto enable = [&](CUpti_CallbackDomain domain, CUpti_CallbackId id) {
     const CUptiResult answer = api_.enable_callback(1, subscriber_, domain, id);
+    if (answer == CUPTI_SUCCESS) {
+      enabled_ids_.emplace_back(domain, id);
+    }
     if (answer != CUPTI_SUCCESS) {
       log(KREPLAY_LOG_WARNING, "cuptiEnableCallback(domain %d, id %u) answered %d", static_cast<int>(domain),
           static_cast<unsigned>(id), static_cast<int>(answer));
@@ -223,12 +226,15 @@ bool cupti_layer::start() {
       enable(CUPTI_CB_DOMAIN_DRIVER_API, replay_capture_ids[i]);
     }
     wanted += replay_launch_id_count + replay_capture_id_count;
-    if (replay_->wants_whole_domains() && api_.enable_domain != nullptr) {
+    if (const int whole = replay_->wants_whole_domains(); whole > 0 && api_.enable_domain != nullptr) {
       // CUPTI's Checkpoint API answered NOT_INITIALIZED under a subscriber with single ids only; the probe it
       // worked under (docs/performance.md) had the runtime and resource domains enabled whole. Only for
       // --backend cupti: the callbacks added are ignored here, their cost is the backend's.
       (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API);
       (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE);
+      if (whole > 1) {
+        (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API);
+      }
     }
     copy_ids_.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
     for (uint32_t id = 1; api_.get_callback_name != nullptr && id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
@@ -258,6 +264,30 @@ bool cupti_layer::start() {
   return true;
 }
 
+bool cupti_layer::set_subscribed(bool subscribed) {
+  std::lock_guard<std::mutex> lock(pause_mutex_);
+  if (!active() || subscribed == !paused_) {
+    return active();
+  }
+  if (!subscribed) {
+    // Whatever the program allocates or loads from now on is missed: every later snapshot declines.
+    tracker_.event_lost();
+    if (api_.unsubscribe == nullptr || api_.unsubscribe(subscriber_) != CUPTI_SUCCESS) {
+      return false;
+    }
+    paused_ = true;
+    return true;
+  }
+  if (api_.subscribe(&subscriber_, &cupti_layer::callback, this) != CUPTI_SUCCESS) {
+    return false;
+  }
+  for (const auto& [domain, id] : enabled_ids_) {
+    (void)api_.enable_callback(1, subscriber_, domain, id);
+  }
+  paused_ = false;
+  return true;
+}
+
 void CUPTIAPI cupti_layer::callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                     const void* data) {
   // kreplay's own driver calls (its copies, device storage, module queries) are never the program's.
@@ -265,6 +295,7 @@ void CUPTIAPI cupti_layer::callback(void* userdata, CUpti_CallbackDomain domain,
     return;
   }
   auto* layer = static_cast<cupti_layer*>(userdata);
+  layer->raised_.fetch_add(1, std::memory_order_relaxed);
   // No exception may unwind through CUPTI's C frames into the program: that would end the process. The tables
   // allocate, so an out-of-memory is possible here; the event is then lost and every snapshot declines.
   try {

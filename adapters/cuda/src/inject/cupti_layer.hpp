@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cupti.h>
@@ -49,6 +51,14 @@ class cupti_layer {
   bool start();
   bool active() const { return active_.load(std::memory_order_acquire); }
   size_t enabled_callbacks() const { return enabled_; }
+  // Callbacks of the program's calls received so far (kreplay's own are not counted).
+  uint64_t callbacks_raised() const { return raised_.load(std::memory_order_relaxed); }
+
+  // For measuring what tracking costs, in one process: false unsubscribes (the program's calls then raise no
+  // callback at all, as with KREPLAY_INJECT_TRACKING=0), true subscribes again with the same callbacks. What the
+  // program allocates or loads in between is missed, so from the first pause on every snapshot is declined.
+  // False when the layer is not active or CUPTI refuses.
+  bool set_subscribed(bool subscribed);
 
   // CUPTI's entry point (userdata is the layer). Public so that tests can call it with fabricated data.
   static void CUPTIAPI callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -63,6 +73,10 @@ class cupti_layer {
   tracker& tracker_;
   cupti_api_t api_;
   replayer* replay_ = nullptr;
+  std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> enabled_ids_;
+  std::atomic<uint64_t> raised_{0};
+  std::mutex pause_mutex_;
+  bool paused_ = false;
   std::vector<bool> copy_ids_;  // driver ids of the memcpy / memset calls (a replay only)
   CUpti_SubscriberHandle subscriber_ = nullptr;
   std::atomic<bool> active_{false};

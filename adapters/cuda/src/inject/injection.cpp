@@ -190,6 +190,9 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_state(kreplay_inject_state
     state.modules_unloaded = counts.modules_unloaded;
     state.contexts_forgotten = counts.contexts_forgotten;
   }
+  if (g_injection.layer != nullptr) {
+    state.callbacks_raised = g_injection.layer->callbacks_raised();
+  }
   *state_out = state;
   return KREPLAY_STATUS_SUCCESS;
 }
@@ -312,4 +315,11 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked_stats(int device
     return KREPLAY_STATUS_INVALID_ARGUMENT;
   }
   return kreplay_untracked_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_set_subscribed(bool subscribed) {
+  if (!live()) {
+    return KREPLAY_STATUS_NOT_CONFIGURED;
+  }
+  return g_injection.layer->set_subscribed(subscribed) ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
 }

@@ -30,6 +30,7 @@ typedef struct kreplay_inject_state_t {
   uint64_t modules_loaded;
   uint64_t modules_unloaded;
   uint64_t contexts_forgotten;  /* contexts destroyed or reset, with their allocations */
+  uint64_t callbacks_raised;    /* CUPTI callbacks of the program's own calls so far (kreplay's are not) */
 } kreplay_inject_state_t;
 
 /* Live memory of a device that snapshots do not cover: counted, never captured. */
@@ -84,6 +85,12 @@ kreplay_status_t kreplay_inject_snapshot(int device, kreplay_inject_snapshot_res
  * tracker records managed memory (KREPLAY_UNTRACKED_MANAGED) and pinned, registered and mapped host memory
  * (KREPLAY_UNTRACKED_HOST) with kreplay too, so these agree with kreplay_inject_untracked's counts. */
 kreplay_status_t kreplay_inject_untracked_stats(int device, kreplay_untracked_t* stats_out);
+
+/* For measuring what tracking costs within one process (c-tests/cuda/gpu/inject/torch_ab.py): false
+ * unsubscribes from CUPTI, so the program's calls raise no callback (as with KREPLAY_INJECT_TRACKING=0); true
+ * subscribes again with the same callbacks. Allocations and module loads made in between are missed, so from
+ * the first pause on every snapshot of the process is declined. */
+kreplay_status_t kreplay_inject_set_subscribed(bool subscribed);
 
 #ifdef __cplusplus
 }

@@ -191,6 +191,17 @@ std::string csv_row(const launch_row_t& r) {
          quoted(r.verify) + "\n";
 }
 
+bool replayer::load_checkpoint(std::string* why) {
+  std::string where;
+  if (!resolve_checkpoint(checkpoint_, cupti_symbol_, &where)) {
+    *why = "--backend cupti: " + where;
+    return false;
+  }
+  std::fprintf(stderr, "kreplay-cuda-replay: --backend cupti: CUPTI's Checkpoint API from %s (loaded %s)\n",
+               where.c_str(), checkpoint_late_ ? "at the first save" : "at start");
+  return true;
+}
+
 replayer::replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
                    const replay_driver_t& driver)
     : tracker_(tracker), config_(config), ops_(ops), driver_(driver), selector_(config) {
@@ -199,13 +210,13 @@ replayer::replayer(tracker& tracker, const replay_config_t& config, const krepla
 }
 
 bool replayer::start(const void* cupti_symbol, std::string* why) {
+  cupti_symbol_ = cupti_symbol;
   if (config_.backend == replay_backend::cupti) {
-    std::string where;
-    if (!resolve_checkpoint(checkpoint_, cupti_symbol, &where)) {
-      *why = "--backend cupti: " + where;
+    const char* when = std::getenv("KREPLAY_CHECKPOINT_LOAD");
+    checkpoint_late_ = when == nullptr || std::strcmp(when, "early") != 0;
+    if (!checkpoint_late_ && !load_checkpoint(why)) {
       return false;
     }
-    std::fprintf(stderr, "kreplay-cuda-replay: --backend cupti: CUPTI's Checkpoint API from %s\n", where.c_str());
   }
   if (!config_.output.empty()) {
     csv_ = std::fopen(config_.output.c_str(), "w");
@@ -217,6 +228,14 @@ bool replayer::start(const void* cupti_symbol, std::string* why) {
     std::fflush(csv_);
   }
   return true;
+}
+
+int replayer::wants_whole_domains() const {
+  if (config_.backend != replay_backend::cupti) {
+    return 0;
+  }
+  const char* text = std::getenv("KREPLAY_CUPTI_WHOLE_DOMAINS");
+  return text == nullptr || *text == '\0' ? 1 : std::atoi(text);
 }
 
 void replayer::on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
@@ -442,6 +461,14 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
 bool replayer::backend_begin(pending_t& p) {
   const auto begun = clock_type::now();
   if (config_.backend == replay_backend::cupti) {
+    if (checkpoint_.save == nullptr) {
+      std::string why;
+      std::call_once(checkpoint_once_, [&] { (void)load_checkpoint(&why); });
+      if (checkpoint_.save == nullptr) {
+        p.row.reason = "CUPTI's Checkpoint API is not available (libcheckpoint.so)";
+        return false;
+      }
+    }
     p.checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
     p.checkpoint.ctx = nullptr;  // the current context: the launch's
     p.checkpoint.allowOverwrite = 1;

@@ -108,7 +108,8 @@ class replayer {
   bool start(const void* cupti_symbol, std::string* why);
 
   // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
-  bool wants_whole_domains() const { return config_.backend == replay_backend::cupti; }
+  // KREPLAY_CUPTI_WHOLE_DOMAINS (an experiment's knob): 0 none, 1 runtime + resource (default), 2 and driver.
+  int wants_whole_domains() const;
 
   // From the CUPTI layer, for the ids above and for every memcpy / memset id (is_copy).
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
@@ -124,6 +125,7 @@ class replayer {
   void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
   void run_passes(pending_t& p);
+  bool load_checkpoint(std::string* why);
   bool backend_begin(pending_t& p);
   bool backend_restore(pending_t& p);
   void backend_end(pending_t& p);
@@ -136,6 +138,9 @@ class replayer {
   kreplay_device_ops_t ops_;
   replay_driver_t driver_;
   checkpoint_api_t checkpoint_;
+  const void* cupti_symbol_ = nullptr;
+  bool checkpoint_late_ = true;   // KREPLAY_CHECKPOINT_LOAD=early|late (an experiment's knob; late by default)
+  std::once_flag checkpoint_once_;
   launch_selector selector_;
   std::atomic<int> captures_{0};          // stream captures in progress, process-wide
   std::atomic<uint64_t> launches_{0};

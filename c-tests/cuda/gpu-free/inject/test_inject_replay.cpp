@@ -362,8 +362,15 @@ CUptiResult enable(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain domain
   }
   return CUPTI_SUCCESS;
 }
+int g_subscribes = 0;
+int g_unsubscribes = 0;
 CUptiResult subscribe(CUpti_SubscriberHandle* out, CUpti_CallbackFunc, void*) {
+  ++g_subscribes;
   *out = fake::handle<CUpti_SubscriberHandle>(0x5);
+  return CUPTI_SUCCESS;
+}
+CUptiResult unsubscribe(CUpti_SubscriberHandle) {
+  ++g_unsubscribes;
   return CUPTI_SUCCESS;
 }
 CUptiResult callback_name(CUpti_CallbackDomain, uint32_t id, const char** name) {
@@ -394,6 +401,39 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 1 && g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) == 1);
   CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + 2);
   r.finish();
+}
+
+// The in-process overhead measurement's switch (kreplay_inject_set_subscribed): unsubscribing and subscribing
+// again enables the same callbacks, counts the program's callbacks, and makes every later snapshot decline.
+void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.unsubscribe = unsubscribe;
+  api.enable_callback = enable;
+  cupti_layer layer(*g_tracker, api);
+  g_ids.clear();
+  CHECK(layer.start());
+  const std::set<CUpti_CallbackId> first = g_ids;
+  const int subscribes = g_subscribes;
+  CUdeviceptr address = 0x7000000;
+  cuMemAlloc_v2_params params{&address, 64};
+  CUresult ok = CUDA_SUCCESS;
+  CUpti_CallbackData data = callback_data(CUPTI_API_EXIT, &params, &ok);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &data);
+  CHECK(layer.callbacks_raised() == 1);
+  CHECK(layer.set_subscribed(false) && g_unsubscribes == 1);
+  CHECK(layer.set_subscribed(false) && g_unsubscribes == 1);  // already paused: nothing more
+  g_ids.clear();
+  CHECK(layer.set_subscribed(true) && g_subscribes == subscribes + 1);
+  CHECK(g_ids == first);
+  kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+  CHECK(kreplay_snap(test_agent(1), &snapshot, &reason) == KREPLAY_STATUS_DECLINED);
+  CHECK(reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);  // the tracker says events were lost
+  cuMemFree_v2_params freed{address};
+  data = callback_data(CUPTI_API_ENTER, &freed, &ok);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, &data);
+  CHECK(layer.callbacks_raised() == 2);
 }
 
 }  // namespace
@@ -427,5 +467,6 @@ int main() {
   RUN_TEST(the_control_without_restore_changes_the_result);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
+  RUN_TEST(pausing_unsubscribes_and_resuming_enables_the_same_callbacks);  // last: snapshots decline after it
   return 0;
 }

@@ -15,7 +15,8 @@ class InventoryStats(ctypes.Structure):
 class State(ctypes.Structure):
     _fields_ = [("tracking", ctypes.c_bool), ("subscribed", ctypes.c_bool), ("callbacks_enabled", size_t),
                 ("allocations", u64), ("frees", u64), ("unknown_frees", u64), ("record_errors", u64),
-                ("modules_loaded", u64), ("modules_unloaded", u64), ("contexts_forgotten", u64)]
+                ("modules_loaded", u64), ("modules_unloaded", u64), ("contexts_forgotten", u64),
+                ("callbacks_raised", u64)]
 
 
 class Untracked(ctypes.Structure):
@@ -60,8 +61,11 @@ class Injection:
         self.lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         for name in ("kreplay_inject_state", "kreplay_inject_inventory_stats", "kreplay_inject_untracked",
                      "kreplay_inject_live_bytes", "kreplay_inject_module_counts", "kreplay_inject_list_variables",
-                     "kreplay_inject_snapshot", "kreplay_inject_untracked_stats"):
+                     "kreplay_inject_snapshot", "kreplay_inject_untracked_stats", "kreplay_inject_set_subscribed"):
             getattr(self.lib, name).restype = ctypes.c_int
+
+    def set_subscribed(self, subscribed):
+        return self.lib.kreplay_inject_set_subscribed(ctypes.c_bool(subscribed))
 
     def state(self):
         s = State()

@@ -11,6 +11,7 @@
 #                 tracker's own allocated-minus-freed count, variables in PyTorch's modules and (eager loading)
 #                 cuBLAS's, a snapshot; weights bit-identical to a run without the library
 #   (b) cupy      pool, ElementwiseKernel, RawModule with a __device__ global; a snapshot
+#   (d2) overhead tracking on against off inside one process (torch_ab.py: CUPTI unsubscribed between steps)
 #   (d) overhead  the step without the library, injected with tracking off, and on, in lockstep
 #                 (torch_lockstep.py: 2 workers per configuration, KREPLAY_INJECT_ROUNDS rounds, default 30, of
 #                 one step each in a shuffled order): medians, % against plain, the noise floor (plain against
@@ -113,6 +114,9 @@ run_step "$out/cupy.log" "cupy eager" env CUDA_MODULE_LOADING=EAGER CUDA_INJECTI
 rounds=${KREPLAY_INJECT_ROUNDS:-30}
 run_step "$out/overhead.log" "overhead lockstep" timeout "$step_timeout" python3 "$src/torch_lockstep.py" \
   --library "$lib" --rounds "$rounds"
+# (d2) tracking on against off within one process: CUPTI unsubscribed and subscribed again between steps
+# (torch_ab.py), which takes the process-to-process spread out of the tracking-on figure.
+run_step "$out/overhead.log" "overhead in one process" injected 1 python3 "$src/torch_ab.py" --pairs 100
 
 # (e) the Compute Sanitizer API on the same step
 : >"$out/sanitizer.log"
@@ -147,7 +151,8 @@ count() { grep -c "^$1 " "$2"; }
        "lockstep, $rounds rounds x 2 workers: plain $(overhead plain_ms) ms, tracking off $(overhead off_ms) ms" \
        "($(overhead off_pct) %, bar 1 %), tracking on $(overhead on_ms) ms ($(overhead on_pct) %, bar 3 %);" \
        "noise floor $(overhead noise_floor_pct) %; tracker events in the timed steps $(overhead tracking_on_events);" \
-       "$(grep -E '^(PASS|FAIL) overhead' "$out/overhead.log" | sed 's/ overhead / /' | tr '\n' ';') |"
+       "$(grep -E '^(PASS|FAIL|INFO) overhead' "$out/overhead.log" | sed 's/ overhead / /' | tr '\n' ';')" \
+       "in one process (d2): $(grep '^RESULT ab ' "$out/overhead.log" | sed 's/^RESULT ab //'); $(grep -E '^(PASS|FAIL) ab' "$out/overhead.log") |"
   echo "| (e) sanitizer | | | $(grep '^RESULT sanitizer' "$out/sanitizer.log" | sed 's/^RESULT sanitizer //' | tr '\n' ';') |"
   echo "| (f) conflict | | | $(grep '^RESULT conflict' "$out/conflict.log" | sed 's/^RESULT conflict //' | tr '\n' ';') (want 1 line, held_line=1, program_ran=1) |"
   echo "| exits | | | $(grep -h '^== .*: exit' "$out"/{vars,untracked,torch,cupy,overhead,sanitizer,conflict}.log | sed 's/^== //' | tr '\n' ';') |"

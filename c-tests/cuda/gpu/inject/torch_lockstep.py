@@ -251,13 +251,19 @@ def report(workers, model, args, before, after):
           f"off_pct={figures['tracking-off']:+.2f} on_ms={medians['tracking-on']:.3f} "
           f"on_pct={figures['tracking-on']:+.2f} noise_floor_pct={noise:+.2f} tracking_on_events={events}",
           flush=True)
+    # A difference within the noise floor (the two plain workers' difference) neither meets nor misses a bar:
+    # it is reported as INFO, and the in-process measurement (torch_ab.py, check (d2)) decides the tracking-on
+    # bar.
     missed = 0
     for config, bar in BARS.items():
         ok = figures[config] <= bar
+        if abs(noise) >= bar:
+            print(f"INFO overhead {config} {figures[config]:+.2f} % (bar {bar:g} %, not resolved across processes: "
+                  f"noise floor {abs(noise):.2f} % >= the bar)", flush=True)
+            continue
         missed += 0 if ok else 1
-        resolved = "resolved" if abs(noise) < bar else f"NOT resolved: noise floor {abs(noise):.2f} % >= the bar"
-        print(f"{'PASS' if ok else 'FAIL'} overhead {config} {figures[config]:+.2f} % (bar {bar:g} %, {resolved})",
-              flush=True)
+        print(f"{'PASS' if ok else 'FAIL'} overhead {config} {figures[config]:+.2f} % (bar {bar:g} %, resolved: "
+              f"noise floor {abs(noise):.2f} %)", flush=True)
     return missed
 
 
