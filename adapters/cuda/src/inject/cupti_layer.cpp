@@ -320,7 +320,8 @@ void cupti_layer::on_replay(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
   }
   // A launch: a module the replayer loads at its entry (the launched function's, lazily loaded) is bound to
   // the launched function through a frame of its own, so its variables are located exactly.
-  const bool graph = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
+  const bool graph =
+      cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz;
   if (data.callbackSite == CUPTI_API_ENTER) {
     if (!graph) {
       // cuLaunchKernel, _ptsz and the cooperative forms have the function first; cuLaunchKernelEx second.
@@ -328,7 +329,8 @@ void cupti_layer::on_replay(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
                       cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
       CUfunction function = ex ? params<cuLaunchKernelEx_params>(data).f : params<cuLaunchKernel_params>(data).f;
       if (t_depth < max_depth) {
-        t_frames[t_depth].origin = {origin_kind::function, function, data.functionName != nullptr ? data.functionName : "launch"};
+        t_frames[t_depth].origin = {origin_kind::function, function,
+                                    data.functionName != nullptr ? data.functionName : "launch"};
         t_frames[t_depth].pending = 0;
       }
       ++t_depth;

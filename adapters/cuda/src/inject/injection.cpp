@@ -105,6 +105,10 @@ void initialize() {
   if (g_injection.owner == nullptr) {
     return;
   }
+  if (const char* loading = std::getenv("CUDA_MODULE_LOADING");
+      loading != nullptr && std::strcmp(loading, "EAGER") == 0) {
+    g_injection.owner->set_eager_loading(true);
+  }
   kreplay_device_ops_t ops{};
   if (make_ops(*g_injection.owner, base_ops, &ops) != KREPLAY_STATUS_SUCCESS) {
     return;
@@ -133,7 +137,8 @@ void initialize() {
   if (config.enabled) {
     g_injection.replay = make_replayer(config, ops);
     std::string why;
-    if (g_injection.replay != nullptr && !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
+    if (g_injection.replay != nullptr &&
+        !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
       std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", why.c_str());
       delete g_injection.replay;
       g_injection.replay = nullptr;

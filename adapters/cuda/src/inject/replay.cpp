@@ -565,7 +565,8 @@ bool replayer::digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out
     jobs.push_back({base, bytes, out->data() + at});
     at += (bytes + block - 1) / block;
   }
-  return jobs.empty() || ops_.digest(ops_.user_data, p.agent, jobs.data(), jobs.size(), block) == KREPLAY_STATUS_SUCCESS;
+  return jobs.empty() ||
+         ops_.digest(ops_.user_data, p.agent, jobs.data(), jobs.size(), block) == KREPLAY_STATUS_SUCCESS;
 }
 
 void replayer::run_passes(pending_t& p) {

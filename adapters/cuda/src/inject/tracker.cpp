@@ -691,7 +691,14 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
               "kernels" + located() + figures;
     return out;
   }
-  if (through_handle > 0 || candidates.size() != k) {
+  // More candidates than modules: under eager loading every library's module is in every context already, so
+  // asking a library for its variables by name (cuLibraryGetGlobal) loads nothing, and a library that has none
+  // of a group's variables is simply another library's (a translation unit's variables carry its own hash in
+  // their names, so they are found in one library only). Under lazy loading the question could load a module
+  // inside kreplay's own call, where it would go untracked: declined as before.
+  const bool surplus = candidates.size() > k && k > 0 && eager_loading_.load(std::memory_order_relaxed) &&
+                       driver_.library_get_global != nullptr && through_handle == 0;
+  if (through_handle > 0 || (candidates.size() != k && !surplus)) {
     out.why = counted(k, "module", "modules") + " of its context (loaded outside any followed call" +
               (through_handle > 0 ? ", and " + std::to_string(through_handle) + " more through a module handle or a "
                                     "launch" : std::string()) +
@@ -708,10 +715,11 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
     groups[signature].push_back(id);
   }
   std::map<const signature_t*, std::vector<CUlibrary>> homes;
-  if (groups.size() == 1) {
+  if (groups.size() == 1 && !surplus) {
     homes[&groups.begin()->first] = candidates;
   } else if (driver_.library_get_global == nullptr) {
-    out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+    out.why = counted(k, "module", "modules") + " of its context and " +
+                  counted(candidates.size(), "known library", "known libraries") + " have exactly its "
               "kernels, but the modules define " + std::to_string(groups.size()) + " different sets of variables "
               "and the driver has no cuLibraryGetGlobal to tell which library has which" + located() + figures;
     return out;
@@ -745,8 +753,12 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
           ++homes_found;
         }
       }
+      if (homes_found == 0 && surplus) {
+        continue;  // the module of a library none of these modules is
+      }
       if (homes_found != 1) {
-        out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+        out.why = counted(k, "module", "modules") + " of its context and " +
+                  counted(candidates.size(), "known library", "known libraries") + " have exactly its "
                   "kernels, and the modules define " + std::to_string(groups.size()) + " different sets of "
                   "variables, but a library's variables (cuLibraryGetGlobal) fit " +
                   (homes_found == 0 ? std::string("none") : std::to_string(homes_found)) + " of them" + located() +
@@ -760,7 +772,8 @@ tracker::pairing_t tracker::pair_group(const module_t& module) {
     const std::vector<CUlibrary>& libraries = homes[&signature];
     if (libraries.size() != ids.size()) {
       out.library.clear();
-      out.why = counted(k, "module", "modules") + " of its context and as many known libraries have exactly its "
+      out.why = counted(k, "module", "modules") + " of its context and " +
+                  counted(candidates.size(), "known library", "known libraries") + " have exactly its "
                 "kernels, but a set of " + counted(signature.size(), "variable", "variables") + " defined by " +
                 counted(ids.size(), "module", "modules") + " is found in " +
                 counted(libraries.size(), "library", "libraries") + " (cuLibraryGetGlobal)" + located() + figures;

@@ -131,6 +131,9 @@ class tracker {
   // libraries known are the candidates for a module loaded where no handle was known (resolve in tracker.cpp).
   void library_loaded(CUlibrary library);
   void library_unloading(CUlibrary library);
+  // CUDA_MODULE_LOADING=EAGER in the process: modules loaded outside any followed call may then be told apart
+  // by their variables' names even where more libraries than modules have their kernels (pair_group).
+  void set_eager_loading(bool eager) { eager_loading_.store(eager, std::memory_order_relaxed); }
 
   // ---- kreplay's ops --------------------------------------------------------------------------------------
   kreplay_status_t pointer_info(const void* ptr, kreplay_pointer_info_t* info_out);
@@ -223,6 +226,7 @@ class tracker {
   std::map<std::pair<CUcontext, std::vector<std::string>>, pairing_t> pairings_;  // by context and kernels
   std::string last_error_;
   std::atomic<uint64_t> lost_events_{0};
+  std::atomic<bool> eager_loading_{false};
 };
 
 }  // namespace kreplay::cuda::inject

@@ -398,7 +398,8 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   for (size_t i = 0; i < replay_launch_id_count; ++i) {
     CHECK(g_ids.count(replay_launch_ids[i]) == 1);
   }
-  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 1 && g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) == 1);
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 1 &&
+        g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) == 1);
   CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + 2);
   r.finish();
 }

@@ -547,6 +547,51 @@ void modules_without_kernels_are_paired_by_their_variables() {
   }
 }
 
+// Eager loading (PyTorch on the H200: 42 modules without kernels against 2026 libraries without kernels): more
+// candidates than modules, told apart by their variables' names; only under eager loading, where asking a
+// library loads nothing.
+void under_eager_loading_more_libraries_than_modules_are_told_apart_by_names() {
+  const std::vector<unsigned char> only = read_cubin(KREPLAY_TEST_CUBIN_NO_KERNEL);
+  const std::vector<unsigned char> only_more = read_cubin(KREPLAY_TEST_CUBIN_NO_KERNEL_MORE);
+  const std::vector<std::pair<std::string, size_t>> variables = {{"only_counter", 4}, {"only_table", 64}};
+  std::vector<std::pair<std::string, size_t>> more_variables = variables;
+  more_variables.emplace_back("only_more", 32);
+  library_fixture_t a(0xE1, 0xD1, {}, variables);
+  library_fixture_t b(0xE2, 0xD2, {}, more_variables);
+  library_fixture_t other(0xE3, 0xD3, {}, {{"someone_elses", 4}});
+  library_fixture_t empty(0xE4, 0xD4, {}, {});
+  g_tracker->module_loaded(ctx0, 131, only.data(), only.size(), kNone);
+  g_tracker->module_loaded(ctx0, 132, only_more.data(), only_more.size(), kNone);
+  listing_t listed;
+  std::string detail;
+  // Lazy loading (the default): 2 modules, 4 libraries: declined, as asking could load a module untracked.
+  CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+  CHECK(detail.find("2 modules of its context (loaded outside any followed call) and 4 known libraries") !=
+        std::string::npos);
+  g_tracker->set_eager_loading(true);
+  g_tracker->module_unloading(131);  // a new generation: the pairing is made afresh
+  g_tracker->module_loaded(ctx0, 133, only.data(), only.size(), kNone);
+  listed.clear();
+  detail.clear();
+  CHECK_OK(list_device0(*g_tracker, &listed, &detail));
+  CHECK_EQ(5, listed.size());
+  CHECK_EQ(a.address_of("only_table"), at(listed, 133, "only_table"));
+  CHECK_EQ(b.address_of("only_more"), at(listed, 132, "only_more"));
+  CHECK_EQ(b.address_of("only_table"), at(listed, 132, "only_table"));
+  // A second library with the first set's names: the set is in two libraries for one module: declined.
+  {
+    library_fixture_t twin(0xE5, 0xD5, {}, variables);
+    g_tracker->module_unloading(133);
+    g_tracker->module_loaded(ctx0, 134, only.data(), only.size(), kNone);
+    detail.clear();
+    CHECK_STATUS(KREPLAY_STATUS_DEVICE_ERROR, list_device0(*g_tracker, &listed, &detail));
+    CHECK(detail.find("is found in 2 libraries") != std::string::npos);
+  }
+  g_tracker->set_eager_loading(false);
+  g_tracker->module_unloading(132);
+  g_tracker->module_unloading(134);
+}
+
 void a_library_whose_module_is_known_is_no_candidate() {
   const std::vector<unsigned char> cubin = read_cubin();
   library_fixture_t loaded(0xE1, 0xCB, {"bump"}, kVarsVariables);
@@ -698,6 +743,7 @@ int main() {
   RUN_TEST(interchangeable_modules_are_paired_one_to_one_with_their_libraries);
   RUN_TEST(modules_with_different_variables_are_told_apart_by_their_libraries_globals);
   RUN_TEST(modules_without_kernels_are_paired_by_their_variables);
+  RUN_TEST(under_eager_loading_more_libraries_than_modules_are_told_apart_by_names);
   RUN_TEST(a_library_whose_module_is_known_is_no_candidate);
   RUN_TEST(a_context_reset_forgets_its_allocations_and_modules_on_its_device_only);
   RUN_TEST(threads_allocating_and_freeing_at_once_leave_an_exact_inventory);
