@@ -33,6 +33,26 @@ bool succeeded(const CUpti_CallbackData& data) {
          *static_cast<const CUresult*>(data.functionReturnValue) == CUDA_SUCCESS;
 }
 
+bool out_of_memory(const CUpti_CallbackData& data) {
+  return data.functionReturnValue != nullptr &&
+         *static_cast<const CUresult*>(data.functionReturnValue) == CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+bool is_device_allocation(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate:
+      return true;
+    default:
+      return false;
+  }
+}
+
 template <typename P>
 const P& params(const CUpti_CallbackData& data) {
   return *static_cast<const P*>(data.functionParams);
@@ -423,6 +443,13 @@ void cupti_layer::on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
   }
 
   if (!succeeded(data)) {
+    if (out_of_memory(data) && is_device_allocation(cbid)) {
+      // The program's device allocation failed: kreplay's idle device storage goes back now, so that the
+      // program's own retry (PyTorch's caching allocator frees its cache and tries again) finds it.
+      own_call_scope own;
+      kreplay_device_trim_all();
+      return;
+    }
     switch (cbid) {
       case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
         t.free_failed(params<cuMemFree_v2_params>(data).dptr);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -122,9 +123,23 @@ kreplay_status_t digest(void*, kreplay_agent_t, const kreplay_digest_job_t* jobs
   }
   return KREPLAY_STATUS_SUCCESS;
 }
+// Device storage for the device tier: host memory, counted.
+size_t g_device_held = 0;
+kreplay_status_t device_alloc(void*, kreplay_agent_t, size_t bytes, void** out) {
+  *out = std::malloc(bytes);
+  g_device_held += *out != nullptr ? bytes : 0;
+  return *out != nullptr ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
+}
+kreplay_status_t device_free(void*, kreplay_agent_t, void* ptr, size_t bytes) {
+  std::free(ptr);
+  g_device_held -= bytes;
+  return KREPLAY_STATUS_SUCCESS;
+}
 kreplay_status_t make_base(kreplay_device_ops_t* out) {
   CHECK_OK(fake::make_base(out));
   out->digest = digest;
+  out->device_alloc = device_alloc;
+  out->device_free = device_free;
   return KREPLAY_STATUS_SUCCESS;
 }
 
@@ -404,6 +419,33 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   r.finish();
 }
 
+// Near full device memory: when a program's device allocation fails, kreplay's idle device storage goes back
+// at once, so that the program's own retry finds it.
+void a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back() {
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof(policy);
+  policy.device_budget_bytes = 1 << 20;
+  CHECK_OK(kreplay_set_policy(&policy));
+  kreplay_snapshot_t* snapshot = nullptr;
+  CHECK_OK(kreplay_snap(test_agent(1), &snapshot, nullptr));
+  kreplay_snapshot_free(snapshot);
+  CHECK(kreplay_retained_device_bytes(test_agent(1)) > 0 && g_device_held > 0);
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.enable_callback = enable;
+  cupti_layer layer(*g_tracker, api);
+  CHECK(layer.start());
+  CUdeviceptr address = 0;
+  cuMemAlloc_v2_params params{&address, size_t{1} << 40};
+  CUresult failed = CUDA_ERROR_OUT_OF_MEMORY;
+  CUpti_CallbackData data = callback_data(CUPTI_API_EXIT, &params, &failed);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &data);
+  CHECK(kreplay_retained_device_bytes(test_agent(1)) == 0 && g_device_held == 0);
+  policy.device_budget_bytes = 0;
+  policy.dirty_only = true;
+  CHECK_OK(kreplay_set_policy(&policy));
+}
+
 // The in-process overhead measurement's switch (kreplay_inject_set_subscribed): unsubscribing and subscribing
 // again enables the same callbacks, counts the program's callbacks, and makes every later snapshot decline.
 void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
@@ -468,6 +510,7 @@ int main() {
   RUN_TEST(the_control_without_restore_changes_the_result);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
+  RUN_TEST(a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back);
   RUN_TEST(pausing_unsubscribes_and_resuming_enables_the_same_callbacks);  // last: snapshots decline after it
   return 0;
 }

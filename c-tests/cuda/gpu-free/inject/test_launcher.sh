@@ -2,9 +2,11 @@
 # GPU-free test of kreplay-cuda-replay (adapters/cuda/src/launcher): --help lists every option, malformed
 # options are refused before the program starts, and the program runs with the library's environment (the
 # injection library found beside the launcher, the options as KREPLAY_REPLAY_*, stale ones removed).
-#   test_launcher.sh LAUNCHER
+# The installed layout (bin/ and lib/) is checked with copies of both.
+#   test_launcher.sh LAUNCHER LIBRARY
 set -u
-launcher=${1:?usage: test_launcher.sh LAUNCHER}
+launcher=${1:?usage: test_launcher.sh LAUNCHER LIBRARY}
+library_built=${2:?usage: test_launcher.sh LAUNCHER LIBRARY}
 failures=0
 check() {  # check WHAT CONDITION...
   local what=$1
@@ -51,6 +53,18 @@ done
 check "a stale KREPLAY_REPLAY_VERIFY from the caller is removed" bash -c '! grep -q "^KREPLAY_REPLAY_VERIFY=" <<<"$1"' _ "$env_out"
 out=$("$launcher" -- sh -c 'exit 7' 2>&1); rc=$?
 check "the program's exit status is the launcher's (rc $rc)" test "$rc" -eq 7
+
+# Installed: bin/kreplay-cuda-replay finds lib/libkreplay_cuda_inject.so; without it, a clear refusal.
+prefix=$(mktemp -d)
+mkdir -p "$prefix/bin" "$prefix/lib"
+cp "$launcher" "$prefix/bin/"
+out=$("$prefix/bin/kreplay-cuda-replay" -- true 2>&1); rc=$?
+check "without the library beside it or in ../lib: refused (rc $rc)" test "$rc" -eq 2
+check "the refusal says where it looked" grep -q "is not in $prefix/bin/../lib" <<<"$out"
+cp "$library_built" "$prefix/lib/"
+found=$("$prefix/bin/kreplay-cuda-replay" -- env | sed -n 's/^CUDA_INJECTION64_PATH=//p')
+check "installed: the library is found in ../lib ($found)" test "$found" = "$prefix/lib/libkreplay_cuda_inject.so"
+rm -rf "$prefix"
 
 echo "$failures failed"
 exit $((failures != 0))
