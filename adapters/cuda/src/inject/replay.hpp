@@ -108,8 +108,8 @@ class replayer {
   bool start(const void* cupti_symbol, std::string* why);
 
   // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
-  // KREPLAY_CUPTI_WHOLE_DOMAINS (an experiment's knob): 0 none, 1 runtime + resource (default), 2 and driver.
-  int wants_whole_domains() const;
+  // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
+  bool wants_whole_domains() const { return config_.backend == replay_backend::cupti; }
 
   // From the CUPTI layer, for the ids above and for every memcpy / memset id (is_copy).
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
@@ -138,8 +138,7 @@ class replayer {
   kreplay_device_ops_t ops_;
   replay_driver_t driver_;
   checkpoint_api_t checkpoint_;
-  const void* cupti_symbol_ = nullptr;
-  bool checkpoint_late_ = true;   // KREPLAY_CHECKPOINT_LOAD=early|late (an experiment's knob; late by default)
+  const void* cupti_symbol_ = nullptr;  // a libcupti function: libcheckpoint.so is looked for beside it
   std::once_flag checkpoint_once_;
   launch_selector selector_;
   std::atomic<int> captures_{0};          // stream captures in progress, process-wide
