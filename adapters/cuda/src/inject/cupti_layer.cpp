@@ -235,34 +235,9 @@ bool cupti_layer::start() {
   for (CUpti_CallbackId id : resource_ids) {
     enable(CUPTI_CB_DOMAIN_RESOURCE, id);
   }
-  size_t wanted = std::size(driver_ids) + std::size(resource_ids);
-  if (replay_ != nullptr) {
-    // A replay: the launches, the stream captures (no replay while one is in progress) and every memcpy and
-    // memset (they wait while a window of another thread is open), found by name.
-    for (size_t i = 0; i < replay_launch_id_count; ++i) {
-      enable(CUPTI_CB_DOMAIN_DRIVER_API, replay_launch_ids[i]);
-    }
-    for (size_t i = 0; i < replay_capture_id_count; ++i) {
-      enable(CUPTI_CB_DOMAIN_DRIVER_API, replay_capture_ids[i]);
-    }
-    wanted += replay_launch_id_count + replay_capture_id_count;
-    if (replay_->wants_whole_domains() && api_.enable_domain != nullptr) {
-      // --backend cupti ran on the H200 (run 5, docs/performance.md) with the runtime and resource domains
-      // enabled whole, as in the reference measurement of CUPTI's Checkpoint API; the callbacks they add are
-      // ignored here, and their cost is the backend's.
-      (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API);
-      (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE);
-    }
-    copy_ids_.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
-    for (uint32_t id = 1; api_.get_callback_name != nullptr && id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
-      const char* name = nullptr;
-      if (api_.get_callback_name(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name != nullptr &&
-          (std::strncmp(name, "cuMemcpy", 8) == 0 || std::strncmp(name, "cuMemset", 8) == 0)) {
-        copy_ids_[id] = true;
-        enable(CUPTI_CB_DOMAIN_DRIVER_API, id);
-        ++wanted;
-      }
-    }
+  const size_t wanted = std::size(driver_ids) + std::size(resource_ids);
+  if (replay_ != nullptr && all) {
+    enable_replay();
   }
   enabled_ = enabled;
   if (!all) {
@@ -279,6 +254,52 @@ bool cupti_layer::start() {
   active_.store(true, std::memory_order_release);
   log(KREPLAY_LOG_INFO, "subscribed to CUPTI: %zu callbacks enabled", enabled);
   return true;
+}
+
+// A replay: the launches, the stream captures (no replay while one is in progress) and every memcpy and memset
+// (they wait while a window of another thread is open), found by name. If CUPTI refuses any of them (an older
+// CUPTI the program brought), nothing is replayed but tracking goes on: one line says so.
+void cupti_layer::enable_replay() {
+  std::vector<CUpti_CallbackId> ids(replay_launch_ids, replay_launch_ids + replay_launch_id_count);
+  ids.insert(ids.end(), replay_capture_ids, replay_capture_ids + replay_capture_id_count);
+  copy_ids_.assign(CUPTI_DRIVER_TRACE_CBID_SIZE, false);
+  for (uint32_t id = 1; api_.get_callback_name != nullptr && id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+    const char* name = nullptr;
+    if (api_.get_callback_name(CUPTI_CB_DOMAIN_DRIVER_API, id, &name) == CUPTI_SUCCESS && name != nullptr &&
+        (std::strncmp(name, "cuMemcpy", 8) == 0 || std::strncmp(name, "cuMemset", 8) == 0)) {
+      copy_ids_[id] = true;
+      ids.push_back(id);
+    }
+  }
+  std::vector<CUpti_CallbackId> enabled;
+  for (CUpti_CallbackId id : ids) {
+    if (api_.enable_callback(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, id) == CUPTI_SUCCESS) {
+      enabled.push_back(id);
+    }
+  }
+  if (enabled.size() != ids.size() || api_.get_callback_name == nullptr) {
+    for (CUpti_CallbackId id : enabled) {
+      (void)api_.enable_callback(0, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+    std::fprintf(stderr,
+                 "kreplay-cuda-replay: CUPTI refused %zu of the replay's %zu callbacks%s; nothing is replayed "
+                 "(allocations and modules are still tracked)\n",
+                 ids.size() - enabled.size(), ids.size(),
+                 api_.get_callback_name == nullptr ? " and has no cuptiGetCallbackName" : "");
+    replay_ = nullptr;
+    copy_ids_.clear();
+    return;
+  }
+  for (CUpti_CallbackId id : enabled) {
+    enabled_ids_.emplace_back(CUPTI_CB_DOMAIN_DRIVER_API, id);
+  }
+  if (replay_->wants_whole_domains() && api_.enable_domain != nullptr) {
+    // --backend cupti ran on the H200 (run 5, docs/performance.md) with the runtime and resource domains
+    // enabled whole, as in the reference measurement of CUPTI's Checkpoint API; the callbacks they add are
+    // ignored here, and their cost is the backend's.
+    (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API);
+    (void)api_.enable_domain(1, subscriber_, CUPTI_CB_DOMAIN_RESOURCE);
+  }
 }
 
 bool cupti_layer::set_subscribed(bool subscribed) {

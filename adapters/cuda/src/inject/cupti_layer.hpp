@@ -69,6 +69,7 @@ class cupti_layer {
   void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData& data);
 
   void on_replay(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void enable_replay();
 
   tracker& tracker_;
   cupti_api_t api_;

@@ -65,6 +65,10 @@ const P& params(const CUpti_CallbackData& data) {
 
 enum class launch_kind : uint8_t { kernel, kernel_ex, cooperative, graph };
 
+// More than a kernel can take (4 KiB of parameters, at least a byte each, as of CUDA 12.1: 32 KiB): the query
+// loop's bound, whatever the driver answers.
+constexpr size_t max_parameters = 32768;
+
 // The stream a replayed pass uses: the per-thread forms name the per-thread default stream with 0.
 CUstream stream_for(CUstream stream, bool per_thread) {
   return stream == nullptr && per_thread ? CU_STREAM_PER_THREAD : stream;
@@ -102,20 +106,59 @@ struct replayer::pending_t {
   int device = -1;
   CUcontext context = nullptr;     // the launch's
   kreplay_agent_t agent{0};
-  bool replaying = false;          // a window and snapshot are held: EXIT runs the further passes
-  uint64_t fence_token = 0;        // a launch run once while another thread's window may be open
+  bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
+  uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
+  uint64_t fence_token = 0;        // a launch run once: it waited for other threads' windows
   kreplay_window_t* window = nullptr;
   kreplay_snapshot_t* snapshot = nullptr;
   CUpti_Checkpoint checkpoint{};
+  CUptiResult (*checkpoint_free)(void*) = nullptr;  // set once the checkpoint is saved
+  CUresult (*event_destroy)(CUevent) = nullptr;
   CUevent start_event = nullptr;
   CUevent end_event = nullptr;
   clock_type::time_point entered;
+  clock_type::time_point program_pass_begun;       // the program's own launch (the last pass) begins
+  double restore_before_program_ms = 0;            // the restore that prepared it
+  std::vector<double> extra_ms;                    // cost of each pass after the first
   std::vector<std::pair<const void*, size_t>> footprint;  // --verify: the regions digested
+  std::vector<kreplay_digest_t> first_digests;            // --verify: after pass 1
+  bool verifying = false;
   launch_row_t row;
+
+  pending_t() = default;
+  pending_t(const pending_t&) = delete;
+  pending_t& operator=(const pending_t&) = delete;
+  // Whatever the normal path did not release (an exception on the way): nothing stays open or held, so no
+  // other thread waits on this launch's window for ever.
+  ~pending_t() {
+    if (snapshot != nullptr) {
+      kreplay_snapshot_free(snapshot);
+    }
+    if (window != nullptr) {
+      (void)kreplay_window_close(window, nullptr);
+    }
+    if (checkpoint_free != nullptr) {
+      own_call_scope own;
+      (void)checkpoint_free(&checkpoint);
+    }
+    if (fence_token != 0) {
+      kreplay_copy_end(fence_token);
+    }
+    if (event_destroy != nullptr) {
+      own_call_scope own;
+      if (start_event != nullptr) {
+        (void)event_destroy(start_event);
+      }
+      if (end_event != nullptr) {
+        (void)event_destroy(end_event);
+      }
+    }
+  }
 };
 
 namespace {
 thread_local replayer::pending_t* t_pending = nullptr;
+thread_local int t_launch_depth = 0;  // launch callbacks in progress on this thread (another tool's may nest)
 thread_local uint64_t t_copy_token = 0;
 }  // namespace
 
@@ -141,6 +184,7 @@ bool resolve_replay_driver(replay_driver_t& out) {
     find(cuda, "cuEventElapsedTime", out.event_elapsed);
   }
   find(cuda, "cuEventDestroy_v2", out.event_destroy);
+  find(cuda, "cuStreamIsCapturing", out.stream_is_capturing);
   return out.ctx_synchronize != nullptr && out.launch_kernel != nullptr && out.launch_kernel_ex != nullptr &&
          out.launch_cooperative != nullptr;
 }
@@ -150,10 +194,15 @@ bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::st
     if (library == nullptr) {
       return false;
     }
-    find(library, "cuptiCheckpointSave", out.save);
-    find(library, "cuptiCheckpointRestore", out.restore);
-    find(library, "cuptiCheckpointFree", out.free);
-    return out.save != nullptr && out.restore != nullptr && out.free != nullptr;
+    checkpoint_api_t found;  // published whole or not at all
+    find(library, "cuptiCheckpointSave", found.save);
+    find(library, "cuptiCheckpointRestore", found.restore);
+    find(library, "cuptiCheckpointFree", found.free);
+    if (found.save == nullptr || found.restore == nullptr || found.free == nullptr) {
+      return false;
+    }
+    out = found;
+    return true;
   };
   if (const char* path = std::getenv("KREPLAY_CHECKPOINT_PATH"); path != nullptr && *path != '\0') {
     *where = std::string("KREPLAY_CHECKPOINT_PATH=") + path;
@@ -225,15 +274,18 @@ bool replayer::start(const void* cupti_symbol, std::string* why) {
 }
 
 void replayer::on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  if (data.callbackSite != CUPTI_API_EXIT || !succeeded(data)) {
+    return;
+  }
   const bool ends = cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture ||
                     cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz;
-  if (ends && data.callbackSite == CUPTI_API_ENTER) {
-    // Counted from its start: a launch after an end call has begun is no longer captured.
-    if (captures_.load(std::memory_order_relaxed) > 0) {
-      captures_.fetch_sub(1, std::memory_order_relaxed);
-    }
-  } else if (!ends && data.callbackSite == CUPTI_API_EXIT && succeeded(data)) {
+  if (!ends) {
     captures_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Never below zero, also when two threads end captures at once.
+  int now = captures_.load(std::memory_order_relaxed);
+  while (now > 0 && !captures_.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) {
   }
 }
 
@@ -256,14 +308,33 @@ void replayer::on_copy(const CUpti_CallbackData& data) {
 }
 
 void replayer::on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  // Only the outermost launch of a thread is the program's: one made inside its callbacks (another tool's)
+  // runs as it is, and its EXIT must not take the outer launch's state.
   if (data.callbackSite == CUPTI_API_ENTER) {
-    if (t_pending != nullptr) {
-      // A launch inside a launch's callbacks (another tool's): not ours to replay.
+    if (++t_launch_depth != 1) {
       return;
     }
-    enter(cbid, data);
-  } else {
+    try {
+      enter(cbid, data);
+    } catch (...) {
+      // Out of host memory on the way: the launch runs once, from the snapshot's memory if passes ran.
+      if (t_pending != nullptr && t_pending->snapshot != nullptr) {
+        (void)kreplay_restore(t_pending->snapshot, nullptr);
+      }
+      if (t_pending != nullptr) {
+        t_pending->replaying = false;
+        t_pending->row.reason = "internal error (out of host memory): run once";
+      }
+    }
+    return;
+  }
+  if (t_launch_depth == 0 || --t_launch_depth != 0) {
+    return;
+  }
+  try {
     exit(data);
+  } catch (...) {
+    // exit() owns the launch's state from its first line: its destructor has closed what was open.
   }
 }
 
@@ -273,10 +344,11 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     return;
   }
   t_pending = p;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
   p->entered = clock_type::now();
   p->row.index = launches_.fetch_add(1, std::memory_order_relaxed);
   p->row.passes_asked = config_.passes;
-  p->row.passes_run = 1;
+  p->row.passes_run = 1;  // a launch run once; a replayed one's count is set at its exit
   const bool per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz ||
                           cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz ||
                           cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz ||
@@ -375,6 +447,13 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   if (reason.empty() && captures_.load(std::memory_order_relaxed) > 0) {
     reason = "a stream capture is in progress: the launch may not execute, run once";
   }
+  if (reason.empty() && driver_.stream_is_capturing != nullptr) {
+    // Also a capture begun before the injection saw it, or on this very stream: asked of the driver.
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (driver_.stream_is_capturing(p->stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      reason = "a stream capture is in progress: the launch may not execute, run once";
+    }
+  }
   if (reason.empty() && p->device < 0) {
     reason = "the launch's device is unknown";
   }
@@ -393,7 +472,7 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   // The private copy of the arguments: the driver says where each one is and its size.
   if (p->kernel_params != nullptr && driver_.func_get_param_info != nullptr) {
     std::vector<std::pair<size_t, size_t>> layout;
-    for (size_t i = 0;; ++i) {
+    for (size_t i = 0; i < max_parameters; ++i) {
       size_t offset = 0;
       size_t size = 0;
       if (driver_.func_get_param_info(p->loaded, i, &offset, &size) != CUDA_SUCCESS) {
@@ -429,32 +508,66 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     }
   }
 
-  // Drain the context (every stream: the snapshot must see the memory the launch will see), then the window
-  // and the snapshot.
-  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
-    p->row.reason = "the context could not be synchronised before the launch";
+  // The window first: from here on other threads' launches, copies and memsets wait (the fence), so the
+  // synchronise that follows drains everything the snapshot must see, and nothing slips in after it.
+  if (!open_window(*p)) {
+    run_once_fenced(*p, p->row.reason);
     return;
   }
-  if (!backend_begin(*p)) {
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    close_window(*p);
+    run_once_fenced(*p, "the context could not be synchronised before the launch");
+    return;
+  }
+  if (!take_snapshot(*p)) {
+    const std::string why = p->row.reason;
+    close_window(*p);
+    run_once_fenced(*p, why);
     return;
   }
   p->replaying = true;
-  if (driver_.event_create != nullptr && driver_.event_create(&p->start_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
-      driver_.event_create(&p->end_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-    (void)driver_.event_record(p->start_event, p->stream);
+  run_own_passes(*p);
+}
+
+void replayer::run_once_fenced(pending_t& p, const std::string& reason) {
+  p.row.reason = reason;
+  // After any other thread's window on the device has closed (the fence); counted until the EXIT.
+  if (p.device >= 0 && kreplay_copy_begin(&p.agent, 1, &p.fence_token) != KREPLAY_STATUS_SUCCESS) {
+    p.fence_token = 0;
   }
 }
 
-bool replayer::backend_begin(pending_t& p) {
+bool replayer::open_window(pending_t& p) {
+  kreplay_window_options_t options{};
+  options.struct_size = sizeof(options);
+  options.passes = config_.passes;
+  for (int attempt = 0;; ++attempt) {
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    if (kreplay_window_open(p.agent, &options, &p.window, &reason) == KREPLAY_STATUS_SUCCESS) {
+      return true;
+    }
+    p.window = nullptr;
+    if (reason != KREPLAY_DECLINE_WINDOW_NESTED || attempt == 3) {
+      p.row.reason = std::string("window declined: ") + kreplay_decline_reason_string(reason);
+      return false;
+    }
+    // Another thread's window on this device: wait until it closes (the fence holds this thread back until
+    // then), and try again.
+    uint64_t token = 0;
+    if (kreplay_copy_begin(&p.agent, 1, &token) == KREPLAY_STATUS_SUCCESS) {
+      kreplay_copy_end(token);
+    }
+  }
+}
+
+bool replayer::take_snapshot(pending_t& p) {
   const auto begun = clock_type::now();
   if (config_.backend == replay_backend::cupti) {
-    if (checkpoint_.save == nullptr) {
-      std::string why;
-      std::call_once(checkpoint_once_, [&] { (void)load_checkpoint(&why); });
-      if (checkpoint_.save == nullptr) {
-        p.row.reason = "CUPTI's Checkpoint API is not available (libcheckpoint.so)";
-        return false;
-      }
+    std::string why;
+    std::call_once(checkpoint_once_, [&] { checkpoint_loaded_ = load_checkpoint(&why); });
+    if (!checkpoint_loaded_) {
+      p.row.reason = "CUPTI's Checkpoint API is not available (libcheckpoint.so)";
+      return false;
     }
     p.checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
     // The launch's context, named: with NULL (the current one) every save inside the launch callback answered
@@ -462,11 +575,12 @@ bool replayer::backend_begin(pending_t& p) {
     // setting, a subscriber and a launch callback included (runs 4 and 5, docs/performance.md).
     p.checkpoint.ctx = p.context;
     p.checkpoint.allowOverwrite = 1;
+    own_call_scope own;
     const CUptiResult saved = checkpoint_.save(&p.checkpoint);
     p.row.snapshot_ms = ms_between(begun, clock_type::now());
+    p.checkpoint_free = checkpoint_.free;  // also after a failed save: whatever it set up is freed
     if (saved != CUPTI_SUCCESS) {
-      p.row.reason = "cuptiCheckpointSave failed (" + std::to_string(static_cast<int>(saved)) + ")";
-      (void)checkpoint_.free(&p.checkpoint);
+      p.row.reason = "cuptiCheckpointSave failed (CUptiResult " + std::to_string(static_cast<int>(saved)) + ")";
       return false;
     }
     kreplay_inventory_stats_t stats{};
@@ -475,34 +589,25 @@ bool replayer::backend_begin(pending_t& p) {
     }
     return true;
   }
-  kreplay_window_options_t options{};
-  options.struct_size = sizeof(options);
-  options.passes = config_.passes;
   kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
-  if (kreplay_window_open(p.agent, &options, &p.window, &reason) != KREPLAY_STATUS_SUCCESS) {
-    p.window = nullptr;
-    p.row.reason = std::string("window declined: ") + kreplay_decline_reason_string(reason);
-    return false;
-  }
   if (kreplay_snap(p.agent, &p.snapshot, &reason) != KREPLAY_STATUS_SUCCESS) {
     p.snapshot = nullptr;
-    std::string why = std::string("snapshot declined: ") + kreplay_decline_reason_string(reason);
+    p.row.reason = std::string("snapshot declined: ") + kreplay_decline_reason_string(reason);
     if (reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
-      why += " (" + tracker_.last_error() + ")";
+      p.row.reason += " (" + tracker_.last_error() + ")";
     }
-    backend_end(p);
-    p.row.reason = why;
     return false;
   }
   return true;
 }
 
-bool replayer::backend_restore(pending_t& p) {
+bool replayer::restore(pending_t& p) {
   if (!config_.restore) {
     return true;
   }
   if (config_.backend == replay_backend::cupti) {
     const auto begun = clock_type::now();
+    own_call_scope own;
     const bool restored = checkpoint_.restore(&p.checkpoint) == CUPTI_SUCCESS;
     p.row.restore_ms += ms_between(begun, clock_type::now());
     return restored;
@@ -511,10 +616,11 @@ bool replayer::backend_restore(pending_t& p) {
   return kreplay_restore(p.snapshot, &report) == KREPLAY_STATUS_SUCCESS;
 }
 
-void replayer::backend_end(pending_t& p) {
-  if (config_.backend == replay_backend::cupti) {
-    (void)checkpoint_.free(&p.checkpoint);
-    return;
+void replayer::close_window(pending_t& p) {
+  if (p.checkpoint_free != nullptr) {
+    own_call_scope own;
+    (void)p.checkpoint_free(&p.checkpoint);
+    p.checkpoint_free = nullptr;
   }
   if (p.snapshot != nullptr) {
     kreplay_snapshot_free(p.snapshot);
@@ -523,7 +629,8 @@ void replayer::backend_end(pending_t& p) {
   if (p.window != nullptr) {
     kreplay_window_outcome_t outcome{};
     outcome.struct_size = sizeof(outcome);
-    if (kreplay_window_close(p.window, &outcome) == KREPLAY_STATUS_SUCCESS) {
+    if (kreplay_window_close(p.window, &outcome) == KREPLAY_STATUS_SUCCESS &&
+        config_.backend == replay_backend::kreplay) {
       p.row.footprint_bytes = outcome.footprint_bytes;
       p.row.bytes_moved = outcome.bytes_moved;
       p.row.snapshot_ms = static_cast<double>(outcome.snapshot_ns) / 1e6;
@@ -539,12 +646,27 @@ bool replayer::digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out
     return false;
   }
   if (p.footprint.empty()) {
-    auto visit = [](void* data, const void* base, size_t bytes, uint64_t) {
-      static_cast<std::vector<std::pair<const void*, size_t>>*>(data)->emplace_back(base, bytes);
+    struct list_t {
+      std::vector<std::pair<const void*, size_t>> regions;
+      bool failed = false;
+    } list;
+    kreplay_inventory_stats_t stats{};
+    if (kreplay_inventory_stats(p.agent, &stats) == KREPLAY_STATUS_SUCCESS) {
+      list.regions.reserve(stats.regions);
+    }
+    // Called from Rust through the C ABI: nothing may unwind out of it.
+    auto visit = [](void* data, const void* base, size_t bytes, uint64_t) noexcept {
+      auto* to = static_cast<list_t*>(data);
+      try {
+        to->regions.emplace_back(base, bytes);
+      } catch (...) {
+        to->failed = true;
+      }
     };
-    if (kreplay_inventory_foreach(p.agent, visit, &p.footprint) != KREPLAY_STATUS_SUCCESS) {
+    if (kreplay_inventory_foreach(p.agent, visit, &list) != KREPLAY_STATUS_SUCCESS || list.failed) {
       return false;
     }
+    p.footprint = std::move(list.regions);
   }
   size_t total = 0;
   for (const auto& [base, bytes] : p.footprint) {
@@ -562,116 +684,152 @@ bool replayer::digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out
          ops_.digest(ops_.user_data, p.agent, jobs.data(), jobs.size(), block) == KREPLAY_STATUS_SUCCESS;
 }
 
-void replayer::run_passes(pending_t& p) {
-  float kernel_ms = 0;
-  if (p.end_event != nullptr) {
-    (void)driver_.event_record(p.end_event, p.stream);
-  }
-  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
-    p.row.reason = "the launch failed on the device (pass 1)";
+void replayer::verify_pass(pending_t& p, uint32_t pass) {
+  if (!config_.verify) {
     return;
   }
-  if (p.end_event != nullptr && driver_.event_elapsed(&kernel_ms, p.start_event, p.end_event) == CUDA_SUCCESS) {
-    p.row.kernel_ms = kernel_ms;
+  if (pass == 1) {
+    p.verifying = digest_footprint(p, &p.first_digests);
+    p.row.verify = p.verifying ? "same" : "not possible (no digest)";
+    return;
   }
-  std::vector<kreplay_digest_t> first;
   std::vector<kreplay_digest_t> again;
-  bool verifying = config_.verify && digest_footprint(p, &first);
-  if (config_.verify && !verifying) {
-    p.row.verify = "not possible (no digest)";
-  } else if (verifying) {
-    p.row.verify = "same";
+  if (!p.verifying || p.row.verify != "same" || !digest_footprint(p, &again)) {
+    return;
   }
-  std::vector<double> extra;
-  own_call_scope own;  // the relaunches and their callbacks are kreplay's, not the program's
-  for (uint32_t pass = 2; pass <= config_.passes; ++pass) {
-    const auto begun = clock_type::now();
-    if (!backend_restore(p)) {
-      p.row.reason = "restore failed: before pass " + std::to_string(pass) + ", the later passes were not run";
-      break;
-    }
-    if (p.start_event != nullptr) {
-      (void)driver_.event_record(p.start_event, p.stream);
-    }
-    void** arguments = p.argument_pointers.empty() ? p.kernel_params : p.argument_pointers.data();
-    void** extra_arguments = p.extra_copy.empty() ? p.extra : p.extra_copy.data();
-    if (!p.argument_pointers.empty()) {
-      extra_arguments = nullptr;
-    }
-    CUresult launched = CUDA_ERROR_INVALID_VALUE;
-    switch (p.kind) {
-      case launch_kind::kernel:
-        launched = driver_.launch_kernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
-                                         p.block[2], p.shared_bytes, p.stream, arguments, extra_arguments);
-        break;
-      case launch_kind::kernel_ex:
-        launched = driver_.launch_kernel_ex(&p.config, p.function, arguments, extra_arguments);
-        break;
-      case launch_kind::cooperative:
-        launched = driver_.launch_cooperative(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
-                                              p.block[2], p.shared_bytes, p.stream, arguments);
-        break;
-      case launch_kind::graph:
-        break;
-    }
-    if (p.end_event != nullptr) {
-      (void)driver_.event_record(p.end_event, p.stream);
-    }
-    if (launched != CUDA_SUCCESS || driver_.ctx_synchronize() != CUDA_SUCCESS) {
-      p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
-                     std::to_string(static_cast<int>(launched)) + "; the program keeps what the passes before left";
-      break;
-    }
-    const auto done = clock_type::now();
-    ++p.row.passes_run;
-    float pass_kernel_ms = 0;
-    if (p.end_event == nullptr || driver_.event_elapsed(&pass_kernel_ms, p.start_event, p.end_event) != CUDA_SUCCESS) {
-      pass_kernel_ms = 0;
-    }
-    extra.push_back(ms_between(begun, done) - pass_kernel_ms);
-    if (verifying && digest_footprint(p, &again) && p.row.verify == "same") {
-      size_t differ = 0;
-      for (size_t i = 0; i < first.size() && i < again.size(); ++i) {
-        differ += std::memcmp(&first[i], &again[i], sizeof(kreplay_digest_t)) != 0 ? 1 : 0;
-      }
-      if (differ != 0) {
-        p.row.verify = "differs: pass " + std::to_string(pass) + ", " + std::to_string(differ) + " blocks of 64 KiB";
-      }
-    }
+  size_t differ = 0;
+  for (size_t i = 0; i < p.first_digests.size() && i < again.size(); ++i) {
+    differ += std::memcmp(&p.first_digests[i], &again[i], sizeof(kreplay_digest_t)) != 0 ? 1 : 0;
   }
-  if (!extra.empty()) {
-    std::sort(extra.begin(), extra.end());
-    p.row.extra_pass_ms = extra[extra.size() / 2];
+  if (differ != 0) {
+    p.row.verify = "differs: pass " + std::to_string(pass) + ", " + std::to_string(differ) + " blocks of 64 KiB";
   }
 }
 
+CUresult replayer::relaunch(pending_t& p) {
+  void** arguments = p.argument_pointers.empty() ? p.kernel_params : p.argument_pointers.data();
+  void** extra_arguments = p.argument_pointers.empty() ? (p.extra_copy.empty() ? p.extra : p.extra_copy.data())
+                                                       : nullptr;
+  switch (p.kind) {
+    case launch_kind::kernel:
+      return driver_.launch_kernel(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+                                   p.block[2], p.shared_bytes, p.stream, arguments, extra_arguments);
+    case launch_kind::kernel_ex:
+      return driver_.launch_kernel_ex(&p.config, p.function, arguments, extra_arguments);
+    case launch_kind::cooperative:
+      return driver_.launch_cooperative(p.function, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1],
+                                        p.block[2], p.shared_bytes, p.stream, arguments);
+    case launch_kind::graph:
+      break;
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+float replayer::elapsed_ms(const pending_t& p) {
+  float ms = 0;
+  if (p.end_event == nullptr || driver_.event_elapsed(&ms, p.start_event, p.end_event) != CUDA_SUCCESS) {
+    return 0;
+  }
+  return ms;
+}
+
+// Passes 1 to N - 1, at the launch's entry: relaunch, wait, digest (--verify), back to the snapshot. The
+// program's own launch is then pass N: if a relaunch fails, the memory is the snapshot again and the program's
+// launch computes what it would have without kreplay.
+void replayer::run_own_passes(pending_t& p) {
+  own_call_scope own;  // the relaunches and their callbacks are kreplay's, not the program's
+  if (driver_.event_create != nullptr && driver_.event_create(&p.start_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+      driver_.event_create(&p.end_event, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+    p.event_destroy = driver_.event_destroy;
+  } else {
+    p.end_event = nullptr;
+  }
+  double restore_ms = 0;  // the restore that prepared the pass about to run
+  for (uint32_t pass = 1; pass < config_.passes; ++pass) {
+    const auto begun = clock_type::now();
+    if (p.end_event != nullptr) {
+      (void)driver_.event_record(p.start_event, p.stream);
+    }
+    const CUresult launched = relaunch(p);
+    if (p.end_event != nullptr) {
+      (void)driver_.event_record(p.end_event, p.stream);
+    }
+    const bool ran = launched == CUDA_SUCCESS && driver_.ctx_synchronize() == CUDA_SUCCESS;
+    const auto done = clock_type::now();
+    if (!ran) {
+      p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
+                     std::to_string(static_cast<int>(launched)) +
+                     "; the program's own launch runs from the snapshot";
+      (void)driver_.ctx_synchronize();
+      (void)restore(p);
+      return;
+    }
+    ++p.own_passes_run;
+    const float kernel_ms = elapsed_ms(p);
+    if (pass == 1) {
+      p.row.kernel_ms = kernel_ms;
+    } else {
+      p.extra_ms.push_back(restore_ms + ms_between(begun, done) - kernel_ms);
+    }
+    verify_pass(p, pass);
+    const auto restoring = clock_type::now();
+    if (!restore(p)) {
+      p.row.reason = "restore failed: after pass " + std::to_string(pass) +
+                     ", the program's own launch may see that pass's writes";
+      return;
+    }
+    restore_ms = ms_between(restoring, clock_type::now());
+  }
+  p.restore_before_program_ms = restore_ms;
+  if (p.end_event != nullptr) {
+    (void)driver_.event_record(p.start_event, p.stream);
+  }
+  p.program_pass_begun = clock_type::now();
+}
+
 void replayer::exit(const CUpti_CallbackData& data) {
-  pending_t* p = t_pending;
+  std::unique_ptr<pending_t> p(t_pending);
+  t_pending = nullptr;
   if (p == nullptr) {
     return;
   }
-  t_pending = nullptr;
-  std::unique_ptr<pending_t> owned(p);
-  if (p->fence_token != 0) {
-    kreplay_copy_end(p->fence_token);
-  }
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
   if (p->replaying) {
+    const uint32_t pass = p->own_passes_run + 1;  // the program's own launch
     if (!succeeded(data)) {
-      p->row.reason = "the program's launch failed: nothing replayed";
+      if (p->row.reason.empty()) {
+        p->row.reason = "the program's launch failed: CUresult " +
+                        std::to_string(static_cast<int>(*static_cast<const CUresult*>(data.functionReturnValue)));
+      }
     } else {
-      run_passes(*p);
+      own_call_scope own;
+      if (p->end_event != nullptr) {
+        (void)driver_.event_record(p->end_event, p->stream);
+      }
+      if (driver_.ctx_synchronize() != CUDA_SUCCESS && p->row.reason.empty()) {
+        p->row.reason = "the program's launch failed on the device";
+      }
+      const float kernel_ms = elapsed_ms(*p);
+      if (pass == 1) {
+        p->row.kernel_ms = kernel_ms;
+      } else if (p->row.reason.empty()) {
+        p->extra_ms.push_back(p->restore_before_program_ms +
+                              ms_between(p->program_pass_begun, clock_type::now()) - kernel_ms);
+      }
+      if (p->row.reason.empty()) {
+        verify_pass(*p, pass);
+      }
+      p->row.passes_run = pass;
     }
-    backend_end(*p);
-    p->row.replayed = p->row.passes_run > 1 || config_.passes == 1;
-    if (p->row.replayed && p->row.passes_run < p->row.passes_asked && p->row.reason.empty()) {
-      p->row.reason = "fewer passes than asked";
+    close_window(*p);
+    if (!p->extra_ms.empty()) {
+      std::sort(p->extra_ms.begin(), p->extra_ms.end());
+      p->row.extra_pass_ms = p->extra_ms[p->extra_ms.size() / 2];
     }
   }
-  if (p->start_event != nullptr) {
-    (void)driver_.event_destroy(p->start_event);
-  }
-  if (p->end_event != nullptr) {
-    (void)driver_.event_destroy(p->end_event);
+  p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
+  if (p->row.reason.empty() && !p->row.replayed) {
+    p->row.reason = "fewer passes than asked";
   }
   report(p->row, p->replaying ? ms_between(p->entered, clock_type::now()) : 0.0);
 }
@@ -728,6 +886,10 @@ void replayer::finish() {
                (total_ms - replay_ms_) / 1e3, total_ms / 1e3);
   if (config_.verify) {
     std::fprintf(stderr, "; verify: %" PRIu64 " launches whose passes differed", differed_);
+  }
+  if (const int64_t open = in_flight_.load(std::memory_order_relaxed); open > 0) {
+    // The program ended while other threads were inside launches: those have no row.
+    std::fprintf(stderr, "; %" PRId64 " launches still in progress at exit (no row)", open);
   }
   std::fputs("\n", stderr);
   for (const auto& [why, count] : declined_) {

@@ -1,8 +1,10 @@
 // The replay loop of kreplay-cuda-replay, inside the injection library: for each selected kernel launch of an
 // unmodified program (driver API: cuLaunchKernel, cuLaunchKernelEx, cooperative launches, and their per-thread
-// stream forms), drain the context, open a replay window, snapshot, let the program's own launch run (pass 1),
-// then for every further pass restore and relaunch the same function with the same configuration and a
-// private copy of its arguments; close the window. What the program sees afterwards is the last pass's memory.
+// stream forms), at the launch's entry: open a replay window (other threads' work now waits), drain the context,
+// snapshot, then for passes 1 to N - 1 relaunch the same function with the same configuration and a private
+// copy of its arguments, wait, and restore. The program's own launch is pass N; its exit closes the window. What
+// the program sees afterwards is the last pass's memory, and a relaunch that fails leaves the snapshot's
+// memory for the program's own launch, so its result never depends on kreplay's passes.
 //
 // Launches that are never replayed run once, each with its reason in the report: not selected, an excluded
 // communication kernel, a stream capture in progress, a graph launch, a window or snapshot that declined. While
@@ -10,8 +12,9 @@
 // async-copy fence). One CSV row per launch, a progress line and a closing summary on stderr.
 //
 // Everything here runs inside CUPTI driver callbacks (the launch's own ENTER and EXIT), where the driver
-// allows synchronisation, copies and launches; kreplay's own calls run under the re-entry guard, so they are
-// neither tracked nor replayed.
+// allows synchronisation, copies and launches. kreplay's passes, copies and digests run under the re-entry guard,
+// so they are neither tracked nor replayed; the one driver call made outside it on purpose is the loading of the
+// launched function at the entry, so that the module it loads is tracked before the snapshot.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_HPP
 
@@ -52,6 +55,7 @@ struct replay_driver_t {
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
   CUresult (*event_destroy)(CUevent) = nullptr;
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
 };
 bool resolve_replay_driver(replay_driver_t& out);
 
@@ -108,10 +112,9 @@ class replayer {
   bool start(const void* cupti_symbol, std::string* why);
 
   // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
-  // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
   bool wants_whole_domains() const { return config_.backend == replay_backend::cupti; }
 
-  // From the CUPTI layer, for the ids above and for every memcpy / memset id (is_copy).
+  // From the CUPTI layer, for the ids above and for every memcpy / memset id.
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_copy(const CUpti_CallbackData& data);
@@ -124,11 +127,16 @@ class replayer {
  private:
   void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
-  void run_passes(pending_t& p);
+  void run_once_fenced(pending_t& p, const std::string& reason);
+  bool open_window(pending_t& p);
+  bool take_snapshot(pending_t& p);
+  bool restore(pending_t& p);
+  void close_window(pending_t& p);
+  void run_own_passes(pending_t& p);
+  CUresult relaunch(pending_t& p);
+  float elapsed_ms(const pending_t& p);
+  void verify_pass(pending_t& p, uint32_t pass);
   bool load_checkpoint(std::string* why);
-  bool backend_begin(pending_t& p);
-  bool backend_restore(pending_t& p);
-  void backend_end(pending_t& p);
   bool digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out);
   void report(launch_row_t& row, double replay_ms);
   void progress_locked(std::chrono::steady_clock::time_point now);
@@ -140,9 +148,11 @@ class replayer {
   checkpoint_api_t checkpoint_;
   const void* cupti_symbol_ = nullptr;  // a libcupti function: libcheckpoint.so is looked for beside it
   std::once_flag checkpoint_once_;
+  bool checkpoint_loaded_ = false;  // written inside checkpoint_once_, read after it
   launch_selector selector_;
   std::atomic<int> captures_{0};          // stream captures in progress, process-wide
   std::atomic<uint64_t> launches_{0};
+  std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
 
   std::mutex mutex_;                      // the selector, the counts, the report file
   FILE* csv_ = nullptr;

@@ -6,15 +6,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cupti_layer.hpp"
@@ -36,17 +40,23 @@ struct kernel_t {
   std::function<void(int pass, int argument)> body;
 };
 std::map<CUfunction, kernel_t> g_kernels;
+std::mutex g_device_mutex;                   // the fake device's tables, for the test with two threads
 std::map<CUfunction, int> g_launches;        // relaunches made by the replayer, per function
 std::vector<const void*> g_argument_sources; // where each relaunch read its argument from
-int g_pass = 1;
+thread_local int g_pass = 1;
 CUresult g_relaunch_result = CUDA_SUCCESS;
 
 CUresult synchronize() { return CUDA_SUCCESS; }
 void run(CUfunction f, void** params) {
   const int argument = params != nullptr ? *static_cast<const int*>(params[0]) : 0;
-  g_argument_sources.push_back(params != nullptr ? params[0] : nullptr);
-  ++g_launches[f];
-  g_kernels.at(f).body(++g_pass, argument);
+  std::function<void(int, int)> body;
+  {
+    std::lock_guard<std::mutex> lock(g_device_mutex);
+    g_argument_sources.push_back(params != nullptr ? params[0] : nullptr);
+    ++g_launches[f];
+    body = g_kernels.at(f).body;
+  }
+  body(++g_pass, argument);
 }
 CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                 void** params, void**) {
@@ -154,19 +164,21 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
   return data;
 }
 
-// The program launches `f` with `argument`: ENTER, the launch itself (pass 1), EXIT.
+// The program launches `f` with `argument`: ENTER (kreplay's passes 1 to N - 1), the launch itself (pass N, run
+// here as the driver would), EXIT.
+const void* g_program_argument = nullptr;  // where the program's argument lives: a relaunch must not read it
 void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS) {
   int value = argument;
+  g_program_argument = &value;
   void* params[] = {&value};
   cuLaunchKernel_params p{f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr};
   CUresult ok = CUDA_SUCCESS;
   CUpti_CallbackData enter = callback_data(CUPTI_API_ENTER, &p, &ok);
+  g_pass = 0;
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, enter);
-  g_pass = 1;
   if (result == CUDA_SUCCESS) {
-    g_kernels.at(f).body(1, argument);
+    g_kernels.at(f).body(++g_pass, argument);
   }
-  value = -999;  // the program's argument storage changed: a relaunch must use the copy taken at the entry
   CUpti_CallbackData exit = callback_data(CUPTI_API_EXIT, &p, &result);
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, exit);
 }
@@ -175,6 +187,13 @@ const CUfunction add_kernel = fake::handle<CUfunction>(0xA1);       // buffer[i]
 const CUfunction pass_kernel = fake::handle<CUfunction>(0xA2);      // buffer[0] = pass: differs per pass
 const CUfunction nccl_kernel = fake::handle<CUfunction>(0xA3);
 const CUfunction other_kernel = fake::handle<CUfunction>(0xA4);
+const CUfunction slow_kernel = fake::handle<CUfunction>(0xA5);  // thread A's, in the fence test
+const CUfunction late_kernel = fake::handle<CUfunction>(0xA6);  // thread B's
+
+// The fence test's record: every pass of either kernel, in the order they ran.
+std::mutex g_order_mutex;
+std::vector<char> g_order;
+std::atomic<bool> g_a_in_window{false};
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
@@ -292,6 +311,7 @@ void every_pass_sees_the_same_inputs_and_the_program_the_last_pass() {
   }
   // The relaunches read a private copy of the argument, not the program's storage.
   CHECK(g_argument_sources.size() == 2 && g_argument_sources[0] == g_argument_sources[1]);
+  CHECK(g_argument_sources[0] != nullptr && g_argument_sources[0] != g_program_argument);
   program_launch(r, pass_kernel, 0);  // writes the pass number: its passes differ
   CHECK(g_buffer[0] == 3);            // the last pass's result
   r.finish();
@@ -339,13 +359,20 @@ void launches_never_replayed_run_once_with_their_reason() {
   r.on_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, data);
   program_launch(r, add_kernel, 1);
   cuStreamEndCapture_params end{nullptr, nullptr};
-  data = callback_data(CUPTI_API_ENTER, &end, &ok);
+  data = callback_data(CUPTI_API_EXIT, &end, &ok);
   r.on_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, data);
-  // The program's own launch failed: nothing to replay.
+  r.on_capture(CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, data);  // one end too many: the count stays at 0
+  // The program's own launch failed: kreplay's passes ran at the entry, and the memory is the snapshot's again,
+  // as if the failed launch had been alone.
+  const int before_failed = g_buffer[0];
   program_launch(r, add_kernel, 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
-  // A relaunch that fails: reported, the later passes not run.
+  CHECK_EQ(before_failed, g_buffer[0]);
+  // A relaunch that fails: reported, the later passes not run, and the program's own launch still computes
+  // its result from the snapshot's memory.
   g_relaunch_result = CUDA_ERROR_LAUNCH_FAILED;
+  const int before_relaunch = g_buffer[0];
   program_launch(r, add_kernel, 1);
+  CHECK_EQ(before_relaunch + 1, g_buffer[0]);
   g_relaunch_result = CUDA_SUCCESS;
   // A graph launch runs once.
   cuGraphLaunch_params graph{fake::handle<CUgraphExec>(0x77), nullptr};
@@ -363,7 +390,7 @@ void launches_never_replayed_run_once_with_their_reason() {
   CHECK(lines[2].find("excluded: a communication kernel") != std::string::npos);
   CHECK(lines[3].find("a stream capture is in progress") != std::string::npos);
   CHECK(lines[4].find("the program's launch failed") != std::string::npos);
-  CHECK(lines[5].find("relaunch failed: pass 2") != std::string::npos && lines[5].find(",4,1,") != std::string::npos);
+  CHECK(lines[5].find("relaunch failed: pass 1") != std::string::npos && lines[5].find(",4,1,") != std::string::npos);
   CHECK(lines[6].find("(graph launch)") != std::string::npos && lines[6].find("graph launch:") != std::string::npos);
   CHECK(lines[7].find(",4,4,") != std::string::npos && lines[7].find(",1,\"\",\"off\"") != std::string::npos);
   std::remove(csv.c_str());
@@ -419,6 +446,27 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   r.finish();
 }
 
+// A launch of another thread while a window is open waits for it (the fence), then is replayed itself: its
+// passes never run among the window's. Thread B tries while thread A's first pass is running; without the wait,
+// B's passes would interleave with A's (and A's restores would overwrite B's results).
+void a_launch_of_another_thread_waits_for_the_open_window() {
+  g_order.clear();
+  g_a_in_window = false;
+  replayer r(*g_tracker, config_with({{"KREPLAY_REPLAY_PASSES", "3"}}), g_ops, fake_driver());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  std::thread a([&] { program_launch(r, slow_kernel, 1); });
+  while (!g_a_in_window.load()) {
+    std::this_thread::yield();
+  }
+  std::thread b([&] { program_launch(r, late_kernel, 1); });
+  a.join();
+  b.join();
+  r.finish();
+  CHECK_EQ(6, g_order.size());
+  CHECK(std::string(g_order.begin(), g_order.end()) == "AAABBB");
+}
+
 // Near full device memory: when a program's device allocation fails, kreplay's idle device storage goes back
 // at once, so that the program's own retry finds it.
 void a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back() {
@@ -444,6 +492,42 @@ void a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back() {
   policy.device_budget_bytes = 0;
   policy.dirty_only = true;
   CHECK_OK(kreplay_set_policy(&policy));
+}
+
+// A CUPTI that refuses one of the replay's callback ids (an older one the program brought): tracking goes on,
+// the replay's ids are turned off again, and nothing is replayed.
+CUptiResult enable_but_not_ex(uint32_t on, CUpti_SubscriberHandle, CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API) {
+    return CUPTI_SUCCESS;
+  }
+  if (on == 0) {
+    g_ids.erase(id);
+    return CUPTI_SUCCESS;
+  }
+  if (id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  g_ids.insert(id);
+  return CUPTI_SUCCESS;
+}
+
+void a_refused_replay_callback_leaves_tracking_on_and_replays_nothing() {
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.enable_callback = enable_but_not_ex;
+  api.get_callback_name = callback_name;
+  g_ids.clear();
+  replayer r(*g_tracker, config_with({}), g_ops, fake_driver());
+  cupti_layer layer(*g_tracker, api);
+  layer.attach(&r);
+  CHECK(layer.start());  // tracking is on
+  CHECK(layer.active());
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2) == 1);
+  for (size_t i = 0; i < replay_launch_id_count; ++i) {
+    CHECK(g_ids.count(replay_launch_ids[i]) == 0);  // enabled, then turned off again
+  }
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 0);
+  r.finish();
 }
 
 // The in-process overhead measurement's switch (kreplay_inject_set_subscribed): unsubscribing and subscribing
@@ -491,6 +575,16 @@ int main() {
   g_kernels[pass_kernel] = {"pass_kernel", [](int pass, int) { g_buffer[0] = pass; }};
   g_kernels[nccl_kernel] = {"ncclDevKernel_kernel", [](int, int) { g_buffer[1] += 1000; }};
   g_kernels[other_kernel] = {"other_kern", [](int, int) {}};
+  auto record = [](char who) {
+    std::lock_guard<std::mutex> lock(g_order_mutex);
+    g_order.push_back(who);
+  };
+  g_kernels[slow_kernel] = {"slow_kernel", [record](int, int) {
+                              g_a_in_window = true;
+                              std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                              record('A');
+                            }};
+  g_kernels[late_kernel] = {"late_kernel", [record](int, int) { record('B'); }};
   static tracker owner(fake::driver());
   g_tracker = &owner;
   CHECK_OK(make_ops(owner, make_base, &g_ops));
@@ -510,6 +604,8 @@ int main() {
   RUN_TEST(the_control_without_restore_changes_the_result);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
+  RUN_TEST(a_launch_of_another_thread_waits_for_the_open_window);
+  RUN_TEST(a_refused_replay_callback_leaves_tracking_on_and_replays_nothing);
   RUN_TEST(a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back);
   RUN_TEST(pausing_unsubscribes_and_resuming_enables_the_same_callbacks);  // last: snapshots decline after it
   return 0;
