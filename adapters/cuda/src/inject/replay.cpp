@@ -1,6 +1,7 @@
 #include "replay.hpp"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -261,6 +262,16 @@ replayer::replayer(tracker& tracker, const replay_config_t& config, const krepla
 bool replayer::start(const void* cupti_symbol, std::string* why) {
   // --backend cupti: libcheckpoint.so is loaded at the first save, in the process CUDA has set up by then.
   cupti_symbol_ = cupti_symbol;
+  if (!config_.output.empty() && config_.launcher_pid != 0 &&
+      config_.launcher_pid != static_cast<uint64_t>(getpid())) {
+    // A child of the program (it inherited the environment): a report of its own, beside the program's.
+    const size_t dot = config_.output.rfind('.');
+    const size_t slash = config_.output.rfind('/');
+    const std::string pid = "." + std::to_string(getpid());
+    config_.output = dot != std::string::npos && (slash == std::string::npos || dot > slash)
+                         ? config_.output.substr(0, dot) + pid + config_.output.substr(dot)
+                         : config_.output + pid;
+  }
   if (!config_.output.empty()) {
     csv_ = std::fopen(config_.output.c_str(), "w");
     if (csv_ == nullptr) {

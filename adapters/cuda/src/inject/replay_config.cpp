@@ -162,6 +162,9 @@ bool parse_replay_config(const std::function<const char*(const char*)>& get, rep
     }
     config.progress_seconds = seconds;
   }
+  if (const char* v = value_of("KREPLAY_REPLAY_PID"); v != nullptr && !parse_unsigned(v, UINT64_MAX, &config.launcher_pid)) {
+    return bad("KREPLAY_REPLAY_PID", v, "a process id");
+  }
   if (config.backend == replay_backend::cupti && config.tier != replay_tier::host) {
     // CUPTI's Checkpoint API chooses its own storage (device memory first): the tier options are kreplay's.
     config.tier = replay_tier::host;

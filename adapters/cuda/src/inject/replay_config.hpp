@@ -35,6 +35,7 @@ struct replay_config_t {
   std::string exclude = default_exclude;     // KREPLAY_REPLAY_EXCLUDE ("" = exclude nothing)
   bool restore = true;                       // KREPLAY_REPLAY_RESTORE=0: debug, relaunch without restoring
   double progress_seconds = 5.0;             // KREPLAY_REPLAY_PROGRESS: seconds between progress lines (0 = none)
+  uint64_t launcher_pid = 0;                 // KREPLAY_REPLAY_PID: the launcher's process, which is the program's
 };
 
 // Reads the configuration through `get` (std::getenv in the library). False, with the first problem in

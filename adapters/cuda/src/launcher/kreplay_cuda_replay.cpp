@@ -83,10 +83,26 @@ std::string own_folder() {
   return text.substr(0, text.rfind('/'));
 }
 
+// The library's folder relative to the launcher's once installed (CMake's libdir against its bindir: "../lib",
+// or "../lib/x86_64-linux-gnu" on Debian with the prefix /usr), else beside it (the build tree).
+#ifndef KREPLAY_LIBDIR_FROM_BINDIR
+#define KREPLAY_LIBDIR_FROM_BINDIR "../lib"
+#endif
+
+// `file` made absolute against the launcher's working directory: the library opens it at cuInit, in whatever
+// directory the program has moved to by then.
+std::string absolute(const std::string& file) {
+  if (file.front() == '/') {
+    return file;
+  }
+  char here[PATH_MAX];
+  return getcwd(here, sizeof(here)) != nullptr ? std::string(here) + "/" + file : file;
+}
+
 std::string find_library() {
   const std::string folder = own_folder();
-  for (const std::string& candidate :
-       {folder + "/../lib/" + library_name, folder + "/../lib64/" + library_name, folder + "/" + library_name}) {
+  for (const std::string& candidate : {folder + "/" KREPLAY_LIBDIR_FROM_BINDIR "/" + library_name,
+                                       folder + "/../lib/" + library_name, folder + "/" + library_name}) {
     if (access(candidate.c_str(), R_OK) == 0) {
       char resolved[PATH_MAX];
       return realpath(candidate.c_str(), resolved) != nullptr ? std::string(resolved) : candidate;
@@ -110,23 +126,35 @@ int main(int argc, char** argv) {
       usage(stdout);
       return 0;
     }
-    if (arg == "-o" || arg == "--output") {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kreplay-cuda-replay: %s needs a file name\n", arg.c_str());
+    if (arg == "-o" || arg == "--output" || arg.rfind("--output=", 0) == 0 || (arg.rfind("-o", 0) == 0 && arg.size() > 2)) {
+      std::string file;
+      if (arg == "-o" || arg == "--output") {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "kreplay-cuda-replay: %s needs a file name\n", arg.c_str());
+          return 2;
+        }
+        file = argv[++i];
+      } else {
+        file = arg.substr(arg[1] == 'o' ? 2 : std::strlen("--output="));
+      }
+      if (file.empty()) {
+        std::fprintf(stderr, "kreplay-cuda-replay: %s: the report's file name is empty\n", arg.c_str());
         return 2;
       }
-      environment["KREPLAY_REPLAY_OUTPUT"] = argv[++i];
+      environment["KREPLAY_REPLAY_OUTPUT"] = absolute(file);
       continue;
     }
     const option_t* found = nullptr;
     std::string value;
+    bool has_value = false;  // written as --name=value
     for (const option_t& option : options) {
       const std::string flag = std::string("--") + option.name;
       if (arg == flag) {
         found = &option;
-      } else if (arg.rfind(flag + "=", 0) == 0 && *option.value != '\0') {
+      } else if (arg.rfind(flag + "=", 0) == 0) {
         found = &option;
         value = arg.substr(flag.size() + 1);
+        has_value = true;
       }
     }
     if (found == nullptr) {
@@ -138,13 +166,22 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (*found->value == '\0') {
+      if (has_value) {
+        std::fprintf(stderr, "kreplay-cuda-replay: --%s takes no value\n", found->name);
+        return 2;
+      }
       value = std::strcmp(found->variable, "KREPLAY_REPLAY_RESTORE") == 0 ? "0" : "1";
-    } else if (value.empty() && arg.find('=') == std::string::npos) {
+    } else if (!has_value) {
       if (i + 1 >= argc) {
         std::fprintf(stderr, "kreplay-cuda-replay: --%s needs a value (%s)\n", found->name, found->value);
         return 2;
       }
       value = argv[++i];
+    }
+    // An empty value would silently mean the default; only --exclude '' means something (exclude nothing).
+    if (value.empty() && std::strcmp(found->variable, "KREPLAY_REPLAY_EXCLUDE") != 0) {
+      std::fprintf(stderr, "kreplay-cuda-replay: --%s: the value is empty (%s)\n", found->name, found->value);
+      return 2;
     }
     environment[found->variable] = value;
   }
@@ -175,6 +212,11 @@ int main(int argc, char** argv) {
                  "per process)\n", other, library.c_str());
   }
   environment["CUDA_INJECTION64_PATH"] = library;
+  // The program keeps this process's id across exec: the library tells the program from its children (a child
+  // that inherits the environment writes a report of its own, report.<pid>.csv, instead of truncating this one).
+  environment["KREPLAY_REPLAY_PID"] = std::to_string(getpid());
+  // A caller's KREPLAY_INJECT_TRACKING=0 would turn the whole injection off, the replay with it.
+  environment["KREPLAY_INJECT_TRACKING"] = "1";
   // The options given are the whole configuration: a KREPLAY_REPLAY_* left in the caller's environment from
   // another run does not leak into this one.
   for (const option_t& option : options) {

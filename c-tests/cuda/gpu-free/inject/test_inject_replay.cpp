@@ -326,6 +326,22 @@ void every_pass_sees_the_same_inputs_and_the_program_the_last_pass() {
   std::remove(csv.c_str());
 }
 
+// A child of the program inherits the launcher's environment: it writes a report of its own beside the
+// program's, never over it.
+void a_child_process_writes_a_report_of_its_own() {
+  const std::string csv = tmp_csv("child");
+  const std::string mine = csv.substr(0, csv.size() - 4) + "." + std::to_string(getpid()) + ".csv";
+  std::remove(mine.c_str());
+  replayer child(*g_tracker, config_with({{"KREPLAY_REPLAY_OUTPUT", csv}, {"KREPLAY_REPLAY_PID", "1"}}), g_ops,
+                 fake_driver());
+  std::string why;
+  CHECK(child.start(nullptr, &why));
+  child.finish();
+  CHECK(access(mine.c_str(), F_OK) == 0);
+  CHECK(access(csv.c_str(), F_OK) != 0);
+  std::remove(mine.c_str());
+}
+
 void the_control_without_restore_changes_the_result() {
   for (int& v : g_buffer) {
     v = 10;
@@ -601,6 +617,7 @@ int main() {
   RUN_TEST(the_selector_counts_like_ncu);
   RUN_TEST(csv_rows_quote_names_and_texts);
   RUN_TEST(every_pass_sees_the_same_inputs_and_the_program_the_last_pass);
+  RUN_TEST(a_child_process_writes_a_report_of_its_own);
   RUN_TEST(the_control_without_restore_changes_the_result);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);

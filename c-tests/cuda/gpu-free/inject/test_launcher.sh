@@ -30,6 +30,14 @@ out=$("$launcher" --frobnicate -- true 2>&1); rc=$?
 check "an unknown option is refused (rc $rc)" test "$rc" -eq 2
 out=$("$launcher" --passes 2>&1); rc=$?
 check "an option without its value is refused (rc $rc)" test "$rc" -eq 2
+check "the refusal says the value is missing" grep -q -- "--passes needs a value" <<<"$out"
+out=$("$launcher" --verify=1 -- true 2>&1); rc=$?
+check "a flag given a value is refused (rc $rc)" test "$rc" -eq 2
+check "the refusal says the flag takes none" grep -q -- "--verify takes no value" <<<"$out"
+out=$("$launcher" --passes= -- true 2>&1); rc=$?
+check "an empty value is refused (rc $rc)" test "$rc" -eq 2
+out=$("$launcher" -o '' -- true 2>&1); rc=$?
+check "an empty report name is refused (rc $rc)" test "$rc" -eq 2
 out=$("$launcher" 2>&1); rc=$?
 check "no program is refused (rc $rc)" test "$rc" -eq 2
 out=$("$launcher" -- /nonexistent/program 2>&1); rc=$?
@@ -50,6 +58,14 @@ for expected in KREPLAY_REPLAY=1 KREPLAY_REPLAY_PASSES=3 KREPLAY_REPLAY_TIER=dev
                 KREPLAY_REPLAY_RESTORE=0; do
   check "the program sees $expected" grep -qx -- "$expected" <<<"$env_out"
 done
+check "the report's path is made absolute" grep -qx "KREPLAY_REPLAY_OUTPUT=$PWD/r2.csv" \
+  <<<"$("$launcher" --output=r2.csv -- env)"
+check "-oFILE works too" grep -qx "KREPLAY_REPLAY_OUTPUT=$PWD/r3.csv" <<<"$("$launcher" -or3.csv -- env)"
+pid_line=$(KREPLAY_INJECT_TRACKING=0 "$launcher" -- sh -c 'echo "pid=$$"; env')
+check "the program keeps the launcher's process id, which it is told" \
+  test "$(sed -n 's/^pid=//p' <<<"$pid_line")" = "$(sed -n 's/^KREPLAY_REPLAY_PID=//p' <<<"$pid_line")"
+check "a caller's KREPLAY_INJECT_TRACKING=0 does not turn the replay off" grep -qx "KREPLAY_INJECT_TRACKING=1" \
+  <<<"$pid_line"
 check "a stale KREPLAY_REPLAY_VERIFY from the caller is removed" bash -c '! grep -q "^KREPLAY_REPLAY_VERIFY=" <<<"$1"' _ "$env_out"
 out=$("$launcher" -- sh -c 'exit 7' 2>&1); rc=$?
 check "the program's exit status is the launcher's (rc $rc)" test "$rc" -eq 7

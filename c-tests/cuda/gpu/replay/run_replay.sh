@@ -103,21 +103,33 @@ for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer}; do
   footprint=$(csv_figure "$work/$program.host.csv" max_footprint)
   verdict "$program: host tier + dirty-only + verify, 3 passes: checksum $host == $plain" \
     test -n "$host" -a "$host" = "$plain"
+  # An equal checksum proves nothing if nothing was replayed: every launch of these programs must be.
+  verdict "$program: host tier: every launch replayed ($(csv_figure "$work/$program.host.csv" replayed) of $(csv_figure "$work/$program.host.csv" rows))" \
+    test "$(csv_figure "$work/$program.host.csv" replayed)" -gt 0 -a \
+    "$(csv_figure "$work/$program.host.csv" replayed)" = "$(csv_figure "$work/$program.host.csv" rows)"
   row "INFO $program: host: $(csv_figure "$work/$program.host.csv" replayed) of $(csv_figure "$work/$program.host.csv" rows) launches replayed, largest footprint $footprint bytes; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$program.host.log" | tail -1)"
   row "INFO $program: --verify: launches whose passes differed, and their kernels: $(csv_figure "$work/$program.host.csv" differs)"
   device=$(run "$work/$program.device.log" "$launcher" --passes 3 --tier device --progress 10 \
            -o "$work/$program.device.csv" -- $cmd)
   verdict "$program: device tier, 3 passes: checksum $device == $plain" test -n "$device" -a "$device" = "$plain"
+  verdict "$program: device tier: every launch replayed" test "$(csv_figure "$work/$program.device.csv" replayed)" -gt 0 -a \
+    "$(csv_figure "$work/$program.device.csv" replayed)" = "$(csv_figure "$work/$program.device.csv" rows)"
   half=$((footprint / 2))
+  if [[ $half -eq 0 ]]; then
+    verdict "$program: half the footprint is known (the host run's report has one)" false
+    continue
+  fi
   halfsum=$(run "$work/$program.half.log" "$launcher" --passes 3 --tier device --device-budget "$half" \
             --progress 10 -o "$work/$program.half.csv" -- $cmd)
   verdict "$program: device tier, budget $half bytes (half the footprint), 3 passes: checksum $halfsum == $plain" \
     test -n "$halfsum" -a "$halfsum" = "$plain"
+  verdict "$program: half budget: every launch replayed" test "$(csv_figure "$work/$program.half.csv" replayed)" -gt 0 -a \
+    "$(csv_figure "$work/$program.half.csv" replayed)" = "$(csv_figure "$work/$program.half.csv" rows)"
   exclude='nccl|nvshmem|segment_k'
   control=$(run_timeout=120 run "$work/$program.control.log" "$launcher" --passes 3 --tier host \
             --debug-no-restore --exclude "$exclude" --progress 10 -o "$work/$program.control.csv" -- $cmd)
   verdict "$program: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
-    test "$control" != "$plain"
+    test -n "$control" -a "$control" != "$plain"
 done
 
 if [[ ${KREPLAY_RUN_PERF:-1} != 0 ]]; then
