@@ -216,7 +216,7 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
         let ptr = match self.ops.device_alloc(agent, len) {
             Ok(ptr) => ptr,
             Err(error) => {
-                parts.device.credit(agent, len);
+                parts.device.unreserve(agent, len);
                 return Err(error);
             }
         };

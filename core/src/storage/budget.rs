@@ -32,6 +32,8 @@ pub(crate) struct Books {
     /// Everything the device may count as allocated for the agent's storage: idle and lent blocks, allocations
     /// in flight, and blocks on their way to `device_free`.
     pub charged: usize,
+    /// Of `charged`, for `device_alloc` calls in flight (the device may not count them as used yet).
+    pub allocating: usize,
     /// Lent to snapshots (and to the stash kept for dirty-only re-capture).
     pub lent: usize,
     /// Idle in the pool.
@@ -86,8 +88,8 @@ impl Budget {
         if has_live(ops, policy) {
             for attempt in 1..=QUERY_TRIES {
                 let free = free_bytes(ops, agent);
-                let after = device.books(agent);
-                let still = after.version == books.version;
+                let (before, after) = (books, device.books(agent));
+                let still = after.version == before.version;
                 books = after;
                 match free {
                     None => {
@@ -95,8 +97,12 @@ impl Budget {
                         break;
                     }
                     Some(free) if still || attempt == QUERY_TRIES => {
+                        // What the device surely counted as used: charged both before and after it answered, not
+                        // being allocated, and not counted as free here.
                         let reclaimable = if still { books.idle } else { 0 }.saturating_add(taken_over);
-                        base = books.charged.saturating_sub(reclaimable);
+                        let surely =
+                            before.charged.min(after.charged).saturating_sub(after.allocating.max(before.allocating));
+                        base = surely.saturating_sub(reclaimable);
                         live = Some(percent_of(free.saturating_add(reclaimable), policy.device_budget_percent));
                         break;
                     }
@@ -228,7 +234,7 @@ mod tests {
     fn the_room_for_a_new_block_counts_what_was_charged_since_the_device_answered() {
         // 180 charged now; when the device answered, 100 of it was counted as used (others' snapshots, blocks in
         // flight) and the rest as free, so 80 charged beyond it take room from the live budget.
-        let books = Books { charged: 180, lent: 100, idle: 50, version: 0 };
+        let books = Books { charged: 180, allocating: 0, lent: 100, idle: 50, version: 0 };
         let budget = |fixed, live| Budget { fixed, live, base: 100 };
         assert_eq!(budget(Some(300), None).room(books), 120, "the fixed budget bounds all that is charged");
         assert_eq!(budget(None, Some(200)).room(books), 120, "the live one what was charged since");

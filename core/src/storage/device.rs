@@ -39,19 +39,26 @@ pub struct DeviceLease {
 ///
 /// # Invariants
 /// `charged` is the capacity of every block in `blocks` plus the bytes of `device_alloc` calls in
-/// flight and of blocks taken out for `device_free` whose call has not returned; `lent` is the capacity of the
-/// blocks lent out; `version` changes whenever any of the books does. A pool that is charged anything keeps its
-/// slot.
+/// flight and of blocks taken out for `device_free` whose call has not returned; `allocating` is the part of it
+/// charged for `device_alloc` calls in flight; `lent` is the capacity of the blocks lent out; `version` changes
+/// whenever any of the books does. A pool that is charged anything keeps its slot.
 pub(crate) struct DevicePool {
     blocks: BlockPool,
     charged: usize,
+    allocating: usize,
     lent: usize,
     version: u64,
 }
 
 impl DevicePool {
     fn books(&self) -> Books {
-        Books { charged: self.charged, lent: self.lent, idle: self.blocks.idle_bytes(), version: self.version }
+        Books {
+            charged: self.charged,
+            allocating: self.allocating,
+            lent: self.lent,
+            idle: self.blocks.idle_bytes(),
+            version: self.version,
+        }
     }
 
     fn changed(&mut self) {
@@ -60,7 +67,7 @@ impl DevicePool {
 }
 
 impl Claimed for DevicePool {
-    const EMPTY: Self = DevicePool { blocks: BlockPool::new(), charged: 0, lent: 0, version: 0 };
+    const EMPTY: Self = DevicePool { blocks: BlockPool::new(), charged: 0, allocating: 0, lent: 0, version: 0 };
     fn is_empty(&self) -> bool {
         self.charged == 0 && self.blocks.is_empty()
     }
@@ -132,6 +139,7 @@ impl DevicePools {
             let len = len.min(budget.room(pool.books()));
             (len >= size && len > 0).then(|| {
                 pool.charged += len;
+                pool.allocating += len;
                 pool.changed();
                 len
             })
@@ -139,8 +147,16 @@ impl DevicePools {
         reserved.ok_or(Error::CapacityExceeded)
     }
 
-    /// Takes `bytes` off `agent`'s charge: an allocation charged by [`DevicePools::reserve`] that failed, or a
-    /// block whose `device_free` has returned.
+    /// Takes back the charge of an allocation charged by [`DevicePools::reserve`] that failed.
+    pub fn unreserve(&self, agent: Agent, bytes: usize) {
+        self.slots.with(agent, |pool| {
+            pool.charged = pool.charged.saturating_sub(bytes);
+            pool.allocating = pool.allocating.saturating_sub(bytes);
+            pool.changed();
+        });
+    }
+
+    /// Takes `bytes` off `agent`'s charge: a block whose `device_free` has returned.
     pub fn credit(&self, agent: Agent, bytes: usize) {
         self.slots.with(agent, |pool| {
             pool.charged = pool.charged.saturating_sub(bytes);
@@ -152,6 +168,8 @@ impl DevicePools {
     /// and lends it. On `Err` the caller frees the block itself, then credits it.
     pub fn add(&self, agent: Agent, ptr: NonNull<u8>, capacity: usize, hold: OpsHold) -> Result<DeviceLease> {
         let added = self.slots.with(agent, |pool| {
+            pool.allocating = pool.allocating.saturating_sub(capacity);
+            pool.changed();
             let loaned = pool.blocks.add_lent(Block::new(ptr, capacity, Some(hold)))?;
             pool.lent += capacity;
             pool.changed();
