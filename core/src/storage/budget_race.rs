@@ -146,6 +146,7 @@ fn trims_racing_captures_and_restores_never_let_an_agent_hold_more_than_its_budg
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "not yet timed under Miri; the other two races run there, and `cargo test` runs this one")]
 fn with_dirty_only_the_retained_storage_stays_within_the_budget_too() {
     let policy =
         Policy { device_budget_bytes: BUDGET, dirty_only: true, digest_block_bytes: 4096, ..Policy::default() };
