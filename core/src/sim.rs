@@ -26,8 +26,9 @@
 //!     half, as a device that fails midway would;
 //!   - `sleep_in_copy_ns`: every `copy` and `copy_batch` sleeps this long before it checks and copies;
 //!   - device storage: `device_allocs` (calls), `device_frees`, `device_bytes` (held now, all agents),
-//!     `device_peak_bytes`, `device_capacity` (bytes per agent, 0 = unlimited; beyond it `device_alloc` fails
-//!     with `DeviceError`), fault `fail_device_alloc_at` (once);
+//!     `device_peak_bytes` (per agent: [`SimDevice::device_peak_bytes_of`]), `device_capacity` (bytes per
+//!     agent, 0 = unlimited; beyond it `device_alloc` fails with `DeviceError`), fault `fail_device_alloc_at`
+//!     (once);
 //!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `free_bytes` is what each
 //!     agent has free besides its storage, so the op answers `free_bytes` less the storage the agent holds
 //!     now; `free_bytes_queries` (calls), fault `fail_free_bytes` (every query fails);
@@ -181,6 +182,7 @@ pub struct State {
     pub device_capacity: usize,
     pub fail_device_alloc_at: usize,
     held: BTreeMap<u64, usize>,
+    held_peak: BTreeMap<u64, usize>,
 
     pub offer_free_bytes: bool,
     pub free_bytes: usize,
@@ -662,6 +664,12 @@ impl SimDevice {
         self.state().held.get(&agent.0).copied().unwrap_or(0)
     }
 
+    /// The most `device_alloc` storage `agent` held at once (allocated and not yet given to `device_free`),
+    /// since the device was made or reset.
+    pub fn device_peak_bytes_of(&self, agent: Agent) -> usize {
+        self.state().held_peak.get(&agent.0).copied().unwrap_or(0)
+    }
+
     /// Forgets every region, variable and storage block (their pages are given back), disarms every fault,
     /// removes the hook and zeroes every counter, but keeps what is page-locked (`locked`, `locked_bytes`:
     /// the engine must unlock it itself) and which ops are offered.
@@ -855,7 +863,9 @@ impl DeviceOps for SimDevice {
             None => state.bump(self.arena(), bytes).ok_or(Error::DeviceError)?,
         };
         state.items.insert(base, Item { size: bytes, kind: ItemKind::Storage { agent }, live: true });
-        *state.held.entry(agent.0).or_insert(0) += bytes;
+        let held = *state.held.entry(agent.0).and_modify(|held| *held += bytes).or_insert(bytes);
+        let peak = state.held_peak.entry(agent.0).or_insert(0);
+        *peak = (*peak).max(held);
         state.device_bytes += bytes;
         state.device_peak_bytes = state.device_peak_bytes.max(state.device_bytes);
         NonNull::new(self.arena().at(base)).ok_or(Error::DeviceError)

@@ -14,7 +14,7 @@ use crate::modules::{CachedVariable, ModuleList, SharedList, Span};
 use crate::ops::{DeviceOps, Digest};
 use crate::opsets::OpsRef;
 use crate::policy::Policy;
-use crate::storage::budget::{Held, capture_budget};
+use crate::storage::budget::Budget;
 use crate::storage::device::DeviceLease;
 use crate::storage::host::Lease;
 use crate::types::Agent;
@@ -133,10 +133,10 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
     /// over; the stash's other storage is given back.
     fn stage(&self, snapshot: &mut Snapshot<'_, O>, mut stash: Option<&mut Stash>) -> Declined<Reused> {
         let mut reused = Reused::default();
-        let device_limit = self.device_limit(stash.as_deref());
+        let (budget, device_limit) = self.device_budget(stash.as_deref());
         let mut placement = place(&mut snapshot.ranges, device_limit).ok_or(DeclineReason::HostBudget)?;
         if placement.device > 0 {
-            match self.take_device(placement.device, device_limit, stash.as_deref_mut()) {
+            match self.take_device(placement.device, device_limit, &budget, stash.as_deref_mut()) {
                 Ok((lease, from_stash)) => {
                     reused.device = from_stash;
                     snapshot.storage.device = Some(lease);
@@ -167,23 +167,28 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
         Ok(reused)
     }
 
-    /// The device storage this snapshot may take (`storage::budget`): the fixed budget less what the agent's
-    /// other live snapshots hold, the live budget, or the smaller of both (none without `device_alloc`).
-    fn device_limit(&self, stash: Option<&Stash>) -> usize {
+    /// The device budget of this snapshot (`storage::budget`) and the most it may place in device storage: the
+    /// fixed budget less what the agent's other live snapshots hold, the live budget, or the smaller of both
+    /// (none without `device_alloc`).
+    fn device_budget(&self, stash: Option<&Stash>) -> (Budget, usize) {
         if !self.ops.can_alloc_device() {
-            return 0;
+            return (Budget::default(), 0);
         }
-        let device = self.parts.device;
         let taken_over = stash.and_then(|s| s.storage.device.as_ref()).map_or(0, |l| l.capacity);
-        let reclaimable = device.idle_bytes(self.agent).saturating_add(taken_over);
-        let held = Held { lent: device.held_bytes(self.agent).saturating_sub(reclaimable), reclaimable };
-        capture_budget(&**self.ops, self.agent, &self.policy, held)
+        let (budget, held) = Budget::of_capture(&**self.ops, self.agent, &self.policy, self.parts.device, taken_over);
+        (budget, budget.limit(held))
     }
 
     /// Device storage of at least `size` bytes and at most `limit`: the previous snapshot's block if it fits,
-    /// else the best idle block, else a new allocation (after giving idle blocks back, so that the budget holds).
-    /// Whether it is the stash's block.
-    fn take_device(&self, size: usize, limit: usize, stash: Option<&mut Stash>) -> crate::Result<(DeviceLease, bool)> {
+    /// else the best idle block, else a new allocation, charged against `budget` before it is made (after giving
+    /// idle blocks back, so that they leave room). Whether it is the stash's block.
+    fn take_device(
+        &self,
+        size: usize,
+        limit: usize,
+        budget: &Budget,
+        stash: Option<&mut Stash>,
+    ) -> crate::Result<(DeviceLease, bool)> {
         let (parts, agent) = (self.parts, self.agent);
         if let Some(lease) = stash.and_then(|s| s.storage.device.take()) {
             if lease.capacity >= size && lease.capacity / 2 <= size && lease.capacity <= limit {
@@ -193,18 +198,35 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
             // allocation, so the budget holds.
             let _ = parts.device.release(&lease);
         }
-        if let Some(lease) = parts.device.take(agent, size, limit) {
-            return Ok((lease, false));
-        }
-        parts.trim_device(agent);
         let len = size.saturating_add(size / HEADROOM_DIVISOR).min(limit).max(size);
-        let ptr = self.ops.device_alloc(agent, len)?;
+        // A snapshot freed on another thread meanwhile leaves an idle block that takes room: one more round
+        // takes it or gives it back.
+        let mut reserved = Err(crate::Error::CapacityExceeded);
+        for _ in 0..2 {
+            if let Some(lease) = parts.device.take(agent, size, limit) {
+                return Ok((lease, false));
+            }
+            parts.trim_device(agent);
+            reserved = parts.device.reserve(agent, size, len, budget);
+            if reserved.is_ok() {
+                break;
+            }
+        }
+        let len = reserved?;
+        let ptr = match self.ops.device_alloc(agent, len) {
+            Ok(ptr) => ptr,
+            Err(error) => {
+                parts.device.unreserve(agent, len);
+                return Err(error);
+            }
+        };
         // Freed through the set that allocated it, whatever is configured then.
         let hold = self.ops.hold();
         match parts.device.add(agent, ptr, len, hold) {
             Ok(lease) => Ok((lease, false)),
             Err(error) => {
                 parts.free_device(agent, ptr, len, hold);
+                parts.device.credit(agent, len);
                 Err(error)
             }
         }

@@ -9,3 +9,6 @@ pub(crate) mod budget;
 pub mod device;
 pub mod host;
 pub mod slots;
+
+#[cfg(test)]
+mod budget_race;
