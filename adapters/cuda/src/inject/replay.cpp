@@ -472,11 +472,7 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     reason = "the function cannot be queried in the launch's context";
   }
   if (!reason.empty()) {
-    p->row.reason = reason;
-    // Run once, after any other thread's window on the device has closed (the fence).
-    if (p->device >= 0 && kreplay_copy_begin(&p->agent, 1, &p->fence_token) != KREPLAY_STATUS_SUCCESS) {
-      p->fence_token = 0;
-    }
+    run_once_fenced(*p, reason);
     return;
   }
 
