@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -231,15 +232,24 @@ std::string csv_header() {
          "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify\n";
 }
 
+// Milliseconds with four decimals, written with integers: "%.4f" follows the program's LC_NUMERIC, and a
+// decimal comma would break the CSV.
+std::string fixed4(double ms) {
+  const long long tenths_of_us = std::llround(ms * 1e4);
+  const unsigned long long magnitude = static_cast<unsigned long long>(tenths_of_us < 0 ? -tenths_of_us : tenths_of_us);
+  char text[48];
+  std::snprintf(text, sizeof(text), "%s%llu.%04llu", tenths_of_us < 0 ? "-" : "", magnitude / 10000, magnitude % 10000);
+  return text;
+}
+
 std::string csv_row(const launch_row_t& r) {
-  char numbers[512];
-  std::snprintf(numbers, sizeof(numbers),
-                "%d,%ux%ux%u,%ux%ux%u,%" PRIu32 ",%" PRIu32 ",%zu,%zu,%.4f,%.4f,%.4f,%.4f,%d,", r.device, r.grid[0],
+  char shape[160];
+  std::snprintf(shape, sizeof(shape), "%d,%ux%ux%u,%ux%ux%u,%" PRIu32 ",%" PRIu32 ",%zu,%zu,", r.device, r.grid[0],
                 r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.passes_asked, r.passes_run,
-                r.footprint_bytes, r.bytes_moved, r.snapshot_ms, r.restore_ms, r.kernel_ms, r.extra_pass_ms,
-                r.replayed ? 1 : 0);
-  return std::to_string(r.index) + "," + quoted(r.kernel) + "," + numbers + quoted(r.reason) + "," +
-         quoted(r.verify) + "\n";
+                r.footprint_bytes, r.bytes_moved);
+  return std::to_string(r.index) + "," + quoted(r.kernel) + "," + shape + fixed4(r.snapshot_ms) + "," +
+         fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
+         (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "\n";
 }
 
 bool replayer::load_checkpoint(std::string* why) {

@@ -288,6 +288,10 @@ void csv_rows_quote_names_and_texts() {
   const std::string line = csv_row(row);
   CHECK(line.rfind("4,\"void k<\"\"a\"\", 2>(int)\",0,", 0) == 0);
   CHECK(line.find(",\"snapshot declined: x, y\",\"off\"\n") != std::string::npos);
+  row.snapshot_ms = 1.23456;
+  row.extra_pass_ms = -0.00005;  // rounds to -0.0001: a sign, never a locale's decimal comma
+  const std::string numbers = csv_row(row);
+  CHECK(numbers.find(",1.2346,0.0000,0.0000,-0.0001,0,") != std::string::npos);
   const std::string header = csv_header();
   CHECK(std::count(header.begin(), header.end(), ',') == 15);
 }
