@@ -92,11 +92,6 @@ impl DevicePools {
         DevicePools { slots: AgentSlots::new() }
     }
 
-    /// Device bytes `agent` holds, idle, lent, being allocated or on their way to `device_free`.
-    pub fn held_bytes(&self, agent: Agent) -> usize {
-        self.slots.with(agent, |pool| pool.charged).unwrap_or(0)
-    }
-
     /// `agent`'s books, all read at one moment.
     pub(crate) fn books(&self, agent: Agent) -> Books {
         self.slots.with(agent, |pool| pool.books()).unwrap_or_default()

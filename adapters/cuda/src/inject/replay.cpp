@@ -587,9 +587,10 @@ bool replayer::take_snapshot(pending_t& p) {
       return false;
     }
     p.checkpoint.structSize = CUpti_Checkpoint_STRUCT_SIZE;
-    // The launch's context, named: with NULL (the current one) every save inside the launch callback answered
-    // CUPTI_ERROR_NOT_INITIALIZED on the H200, while checkpoint_probe.cu, naming its context, saved in every
-    // setting, a subscriber and a launch callback included (runs 4 and 5, docs/performance.md).
+    // The launch's context, named: with NULL (the current one) and libcheckpoint loaded RTLD_LOCAL every save
+    // inside the launch callback answered CUPTI_ERROR_NOT_INITIALIZED on the H200, while checkpoint_probe.cu,
+    // naming its context, saved in every setting; with both changed (run 5) every save succeeded. Which of the
+    // two mattered was not measured apart, so both stay.
     p.checkpoint.ctx = p.context;
     p.checkpoint.allowOverwrite = 1;
     own_call_scope own;
