@@ -22,29 +22,19 @@
 # h200-per-dispatch-vs-footprint.png. The exit status is the first failing step's.
 set -u -o pipefail
 
-prebuilt=$(realpath "${1:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
-out=$(realpath "${2:?usage: run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]}")
-shift 2
 # c-tests/cuda, the standalone build's source tree (this script is in its gpu/ folder).
 src=$(cd "$(dirname "$0")/.." && pwd)
+source "$src/gpu/setup.sh"
+kreplay_gpu_args "run_gpu.sh PREBUILT_DIR OUT_DIR [bench args]" "$@"
+shift 2
 build=${KREPLAY_CUDA_BUILD_DIR:-/tmp/kreplay-cuda-build}
-# The archive may travel gzipped (libkreplay.a.gz: a release archive is about 57 MB, the device tool carries
-# 64 MiB in all, gzip makes it about 5 MB).
-archive="$prebuilt/libkreplay.a"
-if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
-  mkdir -p /tmp/kreplay-prebuilt
-  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
-  archive=/tmp/kreplay-prebuilt/libkreplay.a
-fi
+kreplay_gpu_archive
 steps=",${KREPLAY_GPU_STEPS:-test,ops,bench},"
 status=0
 
 {
-  echo "== $(date -u +%FT%TZ) $(uname -a)"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,clocks.sm,clocks.mem --format=csv || true
+  kreplay_gpu_describe index,name,driver_version,memory.total,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,clocks.sm,clocks.mem
   nvidia-smi topo -m || true
-  command -v nvcc && nvcc --version | tail -2
-  cmake --version | head -1
   ninja --version
   nproc; grep MemTotal /proc/meminfo
   cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
@@ -76,9 +66,7 @@ fi
 
 bin="$build"
 echo "== build" >>"$out/env.log"
-if ! { cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-         -DKREPLAY_PREBUILT_LIB="$archive" "${cupti_args[@]}" &&
-       cmake --build "$build" -j "$(nproc)"; } >>"$out/env.log" 2>&1; then
+if ! kreplay_gpu_build "$src" "$build" "" "${cupti_args[@]}" >>"$out/env.log" 2>&1; then
   echo "BUILD FAILED here; falling back to the binaries built elsewhere" | tee -a "$out/env.log"
   bin="$prebuilt/bin"
 fi

@@ -27,31 +27,22 @@
 # overhead bar too).
 set -u -o pipefail
 
-prebuilt=$(realpath "${1:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
-out=$(realpath "${2:?usage: run_inject.sh PREBUILT_DIR OUT_DIR}")
 src=$(cd "$(dirname "$0")" && pwd)
+source "$src/../setup.sh"
+kreplay_gpu_args "run_inject.sh PREBUILT_DIR OUT_DIR" "$@"
 build=${KREPLAY_INJECT_BUILD_DIR:-/tmp/kreplay-inject-build}
 step_timeout=${KREPLAY_INJECT_STEP_TIMEOUT:-180}
-archive="$prebuilt/libkreplay.a"
-if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
-  mkdir -p /tmp/kreplay-prebuilt
-  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
-  archive=/tmp/kreplay-prebuilt/libkreplay.a
-fi
+kreplay_gpu_archive
 
 {
-  echo "== $(date -u +%FT%TZ) $(uname -a)"
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv || true
-  command -v nvcc && nvcc --version | tail -2
-  cmake --version | head -1
+  kreplay_gpu_describe index,name,driver_version,memory.total
   python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
   python3 -c 'import torchvision; print("torchvision", torchvision.__version__)' 2>&1
   python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1
   echo "== build"
 } >"$out/env.log" 2>&1
 
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$out/env.log" 2>&1 &&
-  cmake --build "$build" --target kreplay_cuda_inject kreplay_inject_vars kreplay_inject_untracked -j "$(nproc)" >>"$out/env.log" 2>&1
+kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_inject_vars kreplay_inject_untracked" >>"$out/env.log" 2>&1
 build_rc=$?
 cmake --build "$build" --target kreplay_sanitizer_probe -j "$(nproc)" >>"$out/env.log" 2>&1
 probe_rc=$?

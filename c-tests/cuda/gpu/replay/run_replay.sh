@@ -20,19 +20,14 @@
 # and report) and summary.txt. The exit status is 1 when a check failed.
 set -u -o pipefail
 
-prebuilt=$(realpath "${1:?usage: run_replay.sh PREBUILT_DIR OUT_DIR}")
-out=$(realpath "${2:?usage: run_replay.sh PREBUILT_DIR OUT_DIR}")
 src=$(cd "$(dirname "$0")" && pwd)
+source "$src/../setup.sh"
+kreplay_gpu_args "run_replay.sh PREBUILT_DIR OUT_DIR" "$@"
 build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
 timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
 work="$out/replay"
 mkdir -p "$work"
-archive="$prebuilt/libkreplay.a"
-if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
-  mkdir -p /tmp/kreplay-prebuilt
-  gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
-  archive=/tmp/kreplay-prebuilt/libkreplay.a
-fi
+kreplay_gpu_archive
 summary="$out/summary.txt"
 : >"$summary"
 failures=0
@@ -44,12 +39,10 @@ verdict() {  # verdict WHAT CONDITION...
 }
 
 {
-  echo "== $(date -u +%FT%TZ)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+  kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
   python3 -c 'import torch, torchvision, cupy; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cupy", cupy.__version__)' 2>&1
 } >"$work/env.log" 2>&1
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" >>"$work/env.log" 2>&1 &&
-  cmake --build "$build" --target kreplay_cuda_inject kreplay_cuda_replay replay_globals -j "$(nproc)" >>"$work/env.log" 2>&1
+kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay replay_globals" >>"$work/env.log" 2>&1
 build_rc=$?
 launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
 if [[ $build_rc -ne 0 || -z "$launcher" ]]; then

@@ -1,0 +1,58 @@
+# The set-up the GPU run scripts share (gpu/run_gpu.sh, gpu/inject/run_inject.sh, gpu/replay/run_replay.sh):
+# their two arguments, the prebuilt archive, the machine's description and the standalone CMake build. Sourced
+# by them after `set -u -o pipefail`, never run on its own; it only defines functions.
+#
+#   source "$(dirname "$0")/setup.sh"          # from gpu/; "$(dirname "$0")/../setup.sh" from its subfolders
+#   kreplay_gpu_args "run_x.sh PREBUILT_DIR OUT_DIR" "$@"    # sets prebuilt and out (absolute paths)
+#   kreplay_gpu_archive                        # sets archive: libkreplay.a, unpacked first if only .gz is there
+#   kreplay_gpu_describe FIELDS >log           # date, kernel, nvidia-smi --query-gpu=FIELDS, nvcc, CMake
+#   kreplay_gpu_build SRC BUILD "TARGETS" [CMAKE_ARGS...] >>log 2>&1   # status: configure's, else build's
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  echo "setup.sh is sourced by the GPU run scripts, not run" >&2
+  exit 2
+fi
+
+# Both arguments are required: a script run without them stops here (status 2) instead of writing its logs to /.
+kreplay_gpu_args() {
+  local usage=$1
+  shift
+  if [[ $# -lt 2 || -z $1 || -z $2 ]]; then
+    echo "usage: $usage" >&2
+    exit 2
+  fi
+  prebuilt=$(realpath "$1")
+  out=$(realpath "$2")
+}
+
+# The archive may travel gzipped (a release libkreplay.a is about 57 MB, the device tool carries 64 MiB in all,
+# gzip makes it about 5 MB). An archive that is in neither form is left for the build to report.
+kreplay_gpu_archive() {
+  archive="$prebuilt/libkreplay.a"
+  if [[ ! -f "$archive" && -f "$archive.gz" ]]; then
+    mkdir -p /tmp/kreplay-prebuilt
+    gunzip -c "$archive.gz" >/tmp/kreplay-prebuilt/libkreplay.a
+    archive=/tmp/kreplay-prebuilt/libkreplay.a
+  fi
+}
+
+# The first lines of every script's env.log. A missing nvidia-smi or nvcc is recorded, not fatal.
+kreplay_gpu_describe() {
+  echo "== $(date -u +%FT%TZ) $(uname -a)"
+  nvidia-smi --query-gpu="$1" --format=csv || true
+  command -v nvcc && nvcc --version | tail -2
+  cmake --version | head -1
+}
+
+# Configures SRC (a standalone CMake project under c-tests/cuda) into BUILD against the archive, in Release with
+# Ninja, then builds TARGETS (space-separated; empty: everything) on every core.
+kreplay_gpu_build() {
+  local src=$1 build=$2 targets=$3
+  shift 3
+  local target_args=()
+  if [[ -n $targets ]]; then
+    # shellcheck disable=SC2206  # the list is split on purpose
+    target_args=(--target $targets)
+  fi
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" "$@" &&
+    cmake --build "$build" "${target_args[@]}" -j "$(nproc)"
+}
