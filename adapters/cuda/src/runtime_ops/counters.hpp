@@ -43,13 +43,15 @@ inline void increase(std::atomic<uint64_t>& counter, uint64_t n = 1) {
 }
 inline void decrease(std::atomic<uint64_t>& counter, uint64_t n) { counter.fetch_sub(n, std::memory_order_relaxed); }
 
-// The process's record: stats() is the sum of the counters of every live set, of the sets already released, and
-// of the calls made outside any set (loose_counters). Thread-safe.
-//
+// The process's record (all thread-safe): stats() is the sum of the counters of every live set, of the sets
+// already released, and of the calls made outside any set.
+
 // The counters of calls outside any set of ops: kreplay::cuda::copy from a harness, malloc_tracked's retries.
 counters& loose_counters();
+
 // From make_runtime_ops on, until retire: `set` counts in stats(). False when there was no memory to record it.
 bool enroll(const counters& set);
+
 // From release: folds `set` into the released sets' totals and counts the release; `set` may then be destroyed.
 void retire(const counters& set);
 
