@@ -1,4 +1,4 @@
-// The adapter's kernels (kernels.cu) as the host code (ops.cpp) sees them. Internal: not installed.
+// The adapter's kernels (kernels.cu) as the host code (runtime_ops/) sees them. Internal: not installed.
 #ifndef KREPLAY_CUDA_KERNELS_HPP
 #define KREPLAY_CUDA_KERNELS_HPP
 

@@ -382,7 +382,7 @@ int main(int argc, char** argv) {
   say("device 0: %s, %d SMs; runtime %d, driver %d\n", prop.name, prop.multiProcessorCount, runtime, driver);
   const kreplay_agent_t agent = kreplay::cuda::agent_of_device(0);
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_runtime_ops(&ops));
   g_csv = std::fopen(opt.csv.c_str(), "w");
   if (g_csv != nullptr) {
     std::fprintf(g_csv, "group,layout,direction,method,ms,gbps,note\n");

@@ -920,7 +920,7 @@ void run_footprint(const config_t& config, int device, footprint_t footprint, ba
   if (config.wants("D")) {
     row_result result = start_row("D", "digest_64k_blocks", 0);
     kreplay_device_ops_t ops{};
-    KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
+    KREPLAY_CHECK(kreplay::cuda::make_runtime_ops(&ops));
     std::vector<kreplay_digest_t> digests(fp.total_blocks());
     std::vector<kreplay_digest_job_t> jobs;
     for (size_t r = 0; r < fp.count(); ++r) {

@@ -150,8 +150,8 @@ void pair(size_t bytes) {
 // in one process (two GPUs' first dispatches) and one alone; ms per call.
 int adapter(size_t bytes) {
   kreplay_device_ops_t ops{};
-  if (kreplay::cuda::make_ops(&ops) != KREPLAY_STATUS_SUCCESS) {
-    std::printf("kreplay::cuda::make_ops failed: %s\n", kreplay::cuda::last_op_error());
+  if (kreplay::cuda::make_runtime_ops(&ops) != KREPLAY_STATUS_SUCCESS) {
+    std::printf("kreplay::cuda::make_runtime_ops failed: %s\n", kreplay::cuda::last_op_error());
     return 1;
   }
   if (ops.host_lock == nullptr) {

@@ -557,7 +557,7 @@ void batch_copies_are_exact(int device, test_case& t) {
   CUDA_CHECK(cudaSetDevice(device));
   const kreplay_agent_t agent = kreplay::cuda::agent_of_device(device);
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_runtime_ops(&ops));
   uint64_t seed = 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(device);
   struct piece {
     size_t device_offset;
@@ -686,7 +686,7 @@ void batch_copies_are_exact(int device, test_case& t) {
 void digest_self_test(int device, test_case& t) {
   CUDA_CHECK(cudaSetDevice(device));
   kreplay_device_ops_t ops{};
-  KREPLAY_CHECK(kreplay::cuda::make_ops(&ops));
+  KREPLAY_CHECK(kreplay::cuda::make_runtime_ops(&ops));
   const digest_selftest::result r =
       digest_selftest::run(ops, kreplay::cuda::agent_of_device(device), 10000, 0xD1CE5EEDull + device);
   ops.release(ops.user_data);

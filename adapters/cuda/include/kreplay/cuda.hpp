@@ -40,7 +40,8 @@ struct symbol_t {
   bool is_constant;
 };
 
-// What the ops have done, process-wide (for tests and the benchmark's notes).
+// What the ops have done, process-wide (for tests and the benchmark's notes): the sum over every set of ops, live
+// or released, and the calls made outside a set (copy, malloc_tracked).
 struct stats_t {
   uint64_t copies;          // single copies (the copy op)
   uint64_t copy_bytes;
@@ -73,13 +74,13 @@ int device_of_agent(kreplay_agent_t agent);
 // until another table replaces it or kreplay stops using the ops.
 kreplay_status_t register_symbols(const symbol_t* symbols, size_t count);
 
-// Fills *ops_out with a new set of ops (its own streams and scratch buffers, made on first use) without
-// installing it. The caller hands it to kreplay_configure, which takes it over unless it answers
+// Fills *ops_out with a new set of ops over the CUDA runtime (its own streams and scratch buffers, made on first
+// use) without installing it. The caller hands it to kreplay_configure, which takes it over unless it answers
 // INVALID_ARGUMENT (kreplay then calls release itself, once, when it stops using the set); a set that kreplay
 // never took, the caller releases with ops_out->release(ops_out->user_data), once.
-kreplay_status_t make_ops(kreplay_device_ops_t* ops_out);
+kreplay_status_t make_runtime_ops(kreplay_device_ops_t* ops_out);
 
-// register_symbols, then make_ops and kreplay_configure. The policy stays the host's: recommended_policy() is the
+// register_symbols, then make_runtime_ops and kreplay_configure. The policy stays the host's: recommended_policy() is the
 // one this adapter is measured with.
 kreplay_status_t install(const symbol_t* symbols, size_t count);
 

@@ -1,7 +1,7 @@
 // The injection library's entry point and C API (kreplay_inject.h). One injection per process: the tracker,
 // the CUPTI layer and kreplay's configuration are made in InitializeInjection and live until the process ends
 // (they are never destroyed: callbacks may come from any thread until the driver unloads).
-#include "kreplay_inject.h"
+#include "kreplay/kreplay_inject.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +15,7 @@
 #include "driver.hpp"
 #include "guard.hpp"
 #include "log.hpp"
-#include "ops.hpp"
+#include "injection_ops.hpp"
 #include "replay.hpp"
 #include "replay_config.hpp"
 #include "tracker.hpp"
@@ -58,7 +58,7 @@ kreplay_log_level_t level_from_environment() {
   return KREPLAY_LOG_WARNING;
 }
 
-kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) { return adapter::make_ops(ops_out); }
+kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) { return adapter::make_runtime_ops(ops_out); }
 
 void finish_replay() {
   if (g_injection.replay != nullptr) {
@@ -110,7 +110,7 @@ void initialize() {
     g_injection.owner->set_eager_loading(true);
   }
   kreplay_device_ops_t ops{};
-  if (make_ops(*g_injection.owner, base_ops, &ops) != KREPLAY_STATUS_SUCCESS) {
+  if (make_injection_ops(*g_injection.owner, base_ops, &ops) != KREPLAY_STATUS_SUCCESS) {
     return;
   }
   if (kreplay_configure(&ops) != KREPLAY_STATUS_SUCCESS) {

@@ -16,7 +16,7 @@
 #include "cupti_layer.hpp"
 #include "fakes.hpp"
 #include "guard.hpp"
-#include "ops.hpp"
+#include "injection_ops.hpp"
 
 using namespace kreplay::cuda::inject;
 
@@ -470,7 +470,7 @@ int main() {
   fake::g_context_devices = {{ctx0, 0}};
   static tracker owner(fake::driver());
   kreplay_device_ops_t ops{};
-  CHECK_OK(make_ops(owner, fake::make_base, &ops));
+  CHECK_OK(make_injection_ops(owner, fake::make_base, &ops));
   CHECK_OK(kreplay_configure(&ops));
   kreplay_tracking_enable(true);
 

@@ -16,7 +16,7 @@
 
 #include <cupti.h>
 
-#include "kreplay_inject.h"
+#include "kreplay/kreplay_inject.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kreplay_inject.h"
+#include "kreplay/kreplay_inject.h"
 
 static int failures = 0;
 #define EXPECT(condition)                                                  \
@@ -53,7 +53,7 @@ int main(void) {
   EXPECT(dlsym(library, "kreplay_snap") == NULL);
   EXPECT(dlsym(library, "kreplay_record_alloc") == NULL);
   EXPECT(dlsym(library, "cudaMalloc") == NULL);
-  EXPECT(dlsym(library, "_ZN12kreplay_cuda8make_opsEP20kreplay_device_ops_t") == NULL);
+  EXPECT(dlsym(library, "_ZN7kreplay4cuda16make_runtime_opsEP20kreplay_device_ops_t") == NULL);
   if (failures != 0 || initialize == NULL || state == NULL || stats == NULL || snapshot == NULL) {
     return 1;
   }

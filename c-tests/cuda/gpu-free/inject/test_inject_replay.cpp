@@ -23,7 +23,7 @@
 
 #include "cupti_layer.hpp"
 #include "fakes.hpp"
-#include "ops.hpp"
+#include "injection_ops.hpp"
 #include "replay.hpp"
 #include "replay_config.hpp"
 
@@ -607,7 +607,7 @@ int main() {
   g_kernels[late_kernel] = {"late_kernel", [record](int, int) { record('B'); }};
   static tracker owner(fake::driver());
   g_tracker = &owner;
-  CHECK_OK(make_ops(owner, make_base, &g_ops));
+  CHECK_OK(make_injection_ops(owner, make_base, &g_ops));
   CHECK_OK(kreplay_configure(&g_ops));
   kreplay_policy_t policy{};
   policy.struct_size = sizeof(policy);

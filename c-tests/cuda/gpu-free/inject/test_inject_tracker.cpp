@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fakes.hpp"
-#include "ops.hpp"
+#include "injection_ops.hpp"
 #include "tracker.hpp"
 
 using namespace kreplay::cuda::inject;
@@ -726,7 +726,7 @@ int main() {
   owner.context_device(ctx1, 1, true);
   owner.context_device(ctx0b, 0, false);
   kreplay_device_ops_t ops{};
-  CHECK_OK(make_ops(owner, fake::make_base, &ops));
+  CHECK_OK(make_injection_ops(owner, fake::make_base, &ops));
   CHECK_OK(kreplay_configure(&ops));
   kreplay_tracking_enable(true);
   CHECK_EQ(0, fake::g_base_made);  // made on first use, never inside InitializeInjection

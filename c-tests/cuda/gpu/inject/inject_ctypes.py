@@ -1,4 +1,4 @@
-"""ctypes bindings of libkreplay_cuda_inject.so's C API (adapters/cuda/src/inject/kreplay_inject.h), for the
+"""ctypes bindings of libkreplay_cuda_inject.so's C API (adapters/cuda/include/kreplay/kreplay_inject.h), for the
 GPU checks run by run_inject.sh. The library is already in the process (the driver loaded it from
 CUDA_INJECTION64_PATH at cuInit); loading it again by the same path returns the same instance."""
 import ctypes

@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "kreplay_inject.h"
+#include "kreplay/kreplay_inject.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <map>
 #include <string>
 
-#include "kreplay_inject.h"
+#include "kreplay/kreplay_inject.h"
 
 struct pair_t {
   double x;
