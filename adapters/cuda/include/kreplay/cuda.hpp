@@ -65,9 +65,20 @@ struct stats_t {
   uint64_t releases;        // sets of ops released
 };
 
-kreplay_agent_t agent_of_device(int ordinal);
+// Inline, so that code which links neither this adapter nor the CUDA runtime (the injection's tracker and its
+// GPU-free tests) numbers agents the same way. A negative ordinal (no device) gives handle 0.
+inline kreplay_agent_t agent_of_device(int ordinal) {
+  kreplay_agent_t agent{};
+  agent.handle = ordinal >= 0 ? static_cast<uint64_t>(ordinal) + 1 : 0;
+  return agent;
+}
 // -1 for a handle that names no device.
-int device_of_agent(kreplay_agent_t agent);
+inline int device_of_agent(kreplay_agent_t agent) {
+  if (agent.handle == 0 || agent.handle > 1u << 16) {
+    return -1;
+  }
+  return static_cast<int>(agent.handle - 1);
+}
 
 // Makes the module-variable table `symbols` (NULL when count is 0) the one the scan resolves, and calls
 // kreplay_modules_changed() so that no cached scan outlives it. The table is not copied: it must stay valid
@@ -79,6 +90,14 @@ kreplay_status_t register_symbols(const symbol_t* symbols, size_t count);
 // INVALID_ARGUMENT (kreplay then calls release itself, once, when it stops using the set); a set that kreplay
 // never took, the caller releases with ops_out->release(ops_out->user_data), once.
 kreplay_status_t make_runtime_ops(kreplay_device_ops_t* ops_out);
+
+// The device's context was destroyed (cudaDeviceReset, cuDevicePrimaryCtxReset, cuCtxDestroy of the context the
+// set worked in): the set forgets the streams, events and scratch it made there and which host memory it had
+// page-locked and which device storage it handed out, without calling CUDA (all of it went with the context),
+// and makes what it needs anew on its next use. The host also tells kreplay (kreplay_agent_reset), which forgets
+// its own device storage and page-locking for the agent. Not thread-safe against ops running on the device.
+// A set of ops not made by make_runtime_ops is left as it is.
+void forget_device(const kreplay_device_ops_t& ops, int device);
 
 // register_symbols, then make_runtime_ops and kreplay_configure. The policy stays the host's: recommended_policy() is the
 // one this adapter is measured with.

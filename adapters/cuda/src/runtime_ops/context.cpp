@@ -137,6 +137,19 @@ cudaError_t prepare(device_state& state, int device, size_t device_bytes, size_t
       [](void** ptr, size_t size) { return cudaMallocHost(ptr, size); }, [](void* ptr) { return cudaFreeHost(ptr); });
 }
 
+void forget(device_state& state) {
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.ready = false;
+  state.stream = nullptr;
+  state.side = nullptr;
+  state.forked = nullptr;
+  state.joined = nullptr;
+  state.device_scratch = nullptr;
+  state.device_scratch_bytes = 0;
+  state.host_scratch = nullptr;
+  state.host_scratch_bytes = 0;
+}
+
 void destroy(device_state& state, int device) {
   if (!state.ready) {
     return;

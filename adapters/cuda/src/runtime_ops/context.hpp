@@ -111,6 +111,9 @@ int device_in(const context& ctx, kreplay_agent_t agent);
 cudaError_t prepare(device_state& state, int device, size_t device_bytes, size_t host_bytes);
 // Frees what prepare made, on the device's own context.
 void destroy(device_state& state, int device);
+// Forgets what prepare made, without a CUDA call: the device's context is gone, and its streams, events and
+// scratch went with it. The next prepare makes them anew in the device's next context.
+void forget(device_state& state);
 
 }  // namespace kreplay::cuda::detail
 

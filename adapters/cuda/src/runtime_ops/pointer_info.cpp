@@ -94,17 +94,4 @@ kreplay_status_t runtime_ops::pointer_info(void*, const void* ptr, kreplay_point
 
 }  // namespace detail
 
-kreplay_agent_t agent_of_device(int ordinal) {
-  kreplay_agent_t agent{};
-  agent.handle = ordinal >= 0 ? static_cast<uint64_t>(ordinal) + 1 : 0;
-  return agent;
-}
-
-int device_of_agent(kreplay_agent_t agent) {
-  if (agent.handle == 0 || agent.handle > 1u << 16) {
-    return -1;
-  }
-  return static_cast<int>(agent.handle - 1);
-}
-
 }  // namespace kreplay::cuda

@@ -36,6 +36,12 @@ class range_set {
     ranges_.erase(reinterpret_cast<uintptr_t>(ptr));
   }
 
+  // Every range forgotten at once (their device context is gone: nothing is unregistered or freed).
+  void clear() {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    ranges_.clear();
+  }
+
   std::shared_mutex& mutex() const { return mutex_; }
 
   // With mutex() held shared: whether [ptr, ptr + bytes) lies inside one range.

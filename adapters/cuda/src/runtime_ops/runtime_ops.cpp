@@ -50,6 +50,21 @@ void runtime_ops::release(void* user_data) {
 
 }  // namespace detail
 
+void forget_device(const kreplay_device_ops_t& ops, int device) {
+  if (ops.release != &detail::runtime_ops::release || ops.user_data == nullptr) {
+    return;  // not a set of runtime ops
+  }
+  detail::context& ctx = detail::context_of(ops.user_data);
+  if (device >= 0 && static_cast<size_t>(device) < ctx.devices.size()) {
+    detail::forget(*ctx.devices[static_cast<size_t>(device)]);
+  }
+  // Registrations and device storage are not told apart by device: all are forgotten, so no batch hands the
+  // kernel a pointer that may no longer be addressable. Those of other devices then take the copy engines' path,
+  // which needs neither.
+  ctx.locked.clear();
+  ctx.storage.clear();
+}
+
 kreplay_status_t make_runtime_ops(kreplay_device_ops_t* ops_out) {
   if (ops_out == nullptr) {
     return KREPLAY_STATUS_INVALID_ARGUMENT;
