@@ -65,11 +65,11 @@ kreplay_status_t tracker::iterate_module_variables(kreplay_agent_t agent, krepla
 }
 
 tracker_counts_t tracker::counts() {
-  const memory_counts_t memory = memory_.counts();
-  const module_counts_t modules = modules_.counts();
-  return tracker_counts_t{memory.allocations,     memory.frees,           memory.unknown_frees,
-                          memory.record_errors,   modules.modules_loaded, modules.modules_unloaded,
-                          memory.contexts_forgotten};
+  tracker_counts_t out = memory_.counts();
+  const tracker_counts_t modules = modules_.counts();
+  out.modules_loaded = modules.modules_loaded;
+  out.modules_unloaded = modules.modules_unloaded;
+  return out;
 }
 
 }  // namespace kreplay::cuda::inject

@@ -22,20 +22,11 @@
 
 #include "driver.hpp"
 #include "kreplay.h"
+#include "tracker/counts.hpp"
 #include "tracker/memory_table.hpp"
 #include "tracker/module_registry.hpp"
 
 namespace kreplay::cuda::inject {
-
-struct tracker_counts_t {
-  uint64_t allocations;     // allocation calls seen (every kind)
-  uint64_t frees;           // free calls seen
-  uint64_t unknown_frees;   // frees of pointers the tracker never saw
-  uint64_t record_errors;   // kreplay_record_* answers other than SUCCESS / NOT_FOUND
-  uint64_t modules_loaded;
-  uint64_t modules_unloaded;
-  uint64_t contexts_forgotten;
-};
 
 class tracker {
  public:

@@ -304,7 +304,7 @@ size_t memory_table::live_bytes(int ordinal) {
   return bytes;
 }
 
-memory_counts_t memory_table::counts() {
+tracker_counts_t memory_table::counts() {
   std::lock_guard<std::mutex> lock(mutex_);
   return counts_;
 }

@@ -19,6 +19,7 @@
 
 #include "driver.hpp"
 #include "kreplay.h"
+#include "tracker/counts.hpp"
 
 namespace kreplay::cuda::inject {
 
@@ -43,15 +44,6 @@ struct access_t {
   bool device;       // location is a device (not host memory)
   int ordinal;       // that device
   bool read_write;   // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-};
-
-// The memory table's share of the tracker's counts.
-struct memory_counts_t {
-  uint64_t allocations;     // allocation calls seen (every kind)
-  uint64_t frees;           // free calls seen
-  uint64_t unknown_frees;   // frees of pointers the table never saw
-  uint64_t record_errors;   // kreplay_record_* answers other than SUCCESS / NOT_FOUND
-  uint64_t contexts_forgotten;
 };
 
 class memory_table {
@@ -86,7 +78,8 @@ class memory_table {
   kreplay_status_t pointer_info(const void* ptr, kreplay_pointer_info_t* info_out);
   untracked_t untracked(int ordinal);
   size_t live_bytes(int ordinal);
-  memory_counts_t counts();
+  // Its own fields only: allocations, frees, unknown_frees, record_errors, contexts_forgotten.
+  tracker_counts_t counts();
 
  private:
   using ranges_t = std::vector<std::pair<uint64_t, size_t>>;  // (base, bytes)
@@ -127,7 +120,7 @@ class memory_table {
   std::map<uint64_t, allocation_t> allocations_;
   std::map<uint64_t, handle_t> handles_;
   std::map<uint64_t, mapping_t> mappings_;
-  memory_counts_t counts_{};
+  tracker_counts_t counts_{};
 };
 
 }  // namespace kreplay::cuda::inject

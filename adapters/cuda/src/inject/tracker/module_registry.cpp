@@ -155,7 +155,7 @@ void module_registry::module_counts(int ordinal, size_t* modules, size_t* variab
   *variables = variable_count;
 }
 
-module_counts_t module_registry::counts() {
+tracker_counts_t module_registry::counts() {
   std::lock_guard<std::mutex> lock(mutex_);
   return counts_;
 }

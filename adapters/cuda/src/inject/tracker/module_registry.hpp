@@ -27,6 +27,7 @@
 #include "cubin.hpp"
 #include "driver.hpp"
 #include "kreplay.h"
+#include "tracker/counts.hpp"
 
 namespace kreplay::cuda::inject {
 
@@ -59,12 +60,6 @@ struct resolved_variable_t {
 };
 using variable_visitor_t = bool (*)(void* data, const resolved_variable_t& variable);
 
-// The registry's share of the tracker's counts.
-struct module_counts_t {
-  uint64_t modules_loaded;
-  uint64_t modules_unloaded;
-};
-
 class module_registry {
  public:
   // `driver` is used only to resolve modules; it may hold nulls.
@@ -89,7 +84,8 @@ class module_registry {
   // Resolves and visits every variable of `ordinal`; the first failure's text goes to `detail`.
   kreplay_status_t list_variables(int ordinal, variable_visitor_t visit, void* data, std::string* detail);
   void module_counts(int ordinal, size_t* modules, size_t* variables);
-  module_counts_t counts();
+  // Its own fields only: modules_loaded, modules_unloaded.
+  tracker_counts_t counts();
   // Logs `text` as a warning, keeps it as the last error, and gives it to *detail if that is empty: a snapshot
   // of the device is declined (the answer is DEVICE_ERROR).
   kreplay_status_t fail(const std::string& text, std::string* detail);
@@ -163,7 +159,7 @@ class module_registry {
   std::mutex mutex_;
   std::map<uint32_t, std::shared_ptr<module_t>> modules_;
   std::map<CUlibrary, library_t> libraries_;
-  module_counts_t counts_{};
+  tracker_counts_t counts_{};
   std::atomic<uint64_t> generation_{0};  // changed (under mutex_) whenever a module or library comes or goes
   std::map<std::pair<CUcontext, std::vector<std::string>>, pairing_t> pairings_;  // by context and kernels
   std::string last_error_;
