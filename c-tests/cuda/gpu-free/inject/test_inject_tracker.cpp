@@ -15,6 +15,7 @@
 #include "fakes.hpp"
 #include "injection_ops.hpp"
 #include "tracker.hpp"
+#include "tracker/pairing.hpp"
 
 using namespace kreplay::cuda::inject;
 
@@ -715,6 +716,138 @@ void a_snapshot_covers_tracked_allocations_of_its_device_only() {
   g_tracker->freeing(other.address());
 }
 
+// ---- The pairing as a pure function (tracker/pairing.hpp): plain inputs, a result struct ---------------------
+
+namespace cubin = kreplay::cuda::cubin;
+
+const CUlibrary kLibLow = fake::handle<CUlibrary>(0x11);
+const CUlibrary kLibHigh = fake::handle<CUlibrary>(0x12);
+
+variable_set_t set_of(const std::vector<std::pair<std::string, uint64_t>>& variables) {
+  std::vector<cubin::variable_t> out;
+  for (const auto& [name, size] : variables) {
+    out.push_back(cubin::variable_t{name, size, cubin::section_kind::global, 0});
+  }
+  return variable_set(out);
+}
+
+// Each library's globals by name and size, and how often it was asked.
+struct globals_t {
+  std::map<CUlibrary, std::map<std::string, size_t>> of;
+  int asked = 0;
+  ask_global_t ask() {
+    return [this](CUlibrary library, const char* name, size_t* bytes) {
+      ++asked;
+      const auto& globals = of[library];
+      const auto found = globals.find(name);
+      if (found == globals.end()) {
+        return false;
+      }
+      *bytes = found->second;
+      return true;
+    };
+  }
+};
+
+const std::vector<std::pair<std::string, uint64_t>> kSmall = {{"counter", 4}, {"table", 256}};
+const std::vector<std::pair<std::string, uint64_t>> kLarge = {{"counter", 4}, {"table", 256}, {"more", 32}};
+
+pairing_input_t two_modules(const variable_set_t& first, const variable_set_t& second) {
+  pairing_input_t input;
+  input.kernels = {"bump"};
+  input.candidates = {kLibLow, kLibHigh};
+  input.claimants = {claimant_t{7, first}, claimant_t{9, second}};
+  input.libraries_known = 2;
+  return input;
+}
+
+void pairing_gives_interchangeable_modules_the_libraries_in_order_without_asking() {
+  globals_t globals;
+  const pairing_result_t result = pair_modules(two_modules(set_of(kSmall), set_of(kSmall)), globals.ask());
+  CHECK(result.outcome == pairing_outcome::paired);
+  CHECK_EQ(2, result.library.size());
+  CHECK(result.library.at(7) == kLibLow);
+  CHECK(result.library.at(9) == kLibHigh);
+  CHECK_EQ(0, globals.asked);
+  CHECK(decline_text(two_modules(set_of(kSmall), set_of(kSmall)), result).empty());
+}
+
+void pairing_tells_different_variables_apart_by_the_libraries_globals() {
+  globals_t globals;
+  globals.of[kLibLow] = {{"counter", 4}, {"table", 256}, {"more", 32}};  // has both sets: its own is the larger
+  globals.of[kLibHigh] = {{"counter", 4}, {"table", 256}};
+  const pairing_result_t result = pair_modules(two_modules(set_of(kSmall), set_of(kLarge)), globals.ask());
+  CHECK(result.outcome == pairing_outcome::paired);
+  CHECK(result.library.at(7) == kLibHigh);
+  CHECK(result.library.at(9) == kLibLow);
+  CHECK(globals.asked > 0);
+  // Without a way to ask, the same modules are declined.
+  const pairing_input_t input = two_modules(set_of(kSmall), set_of(kLarge));
+  const pairing_result_t blind = pair_modules(input, ask_global_t());
+  CHECK(blind.outcome == pairing_outcome::no_global_query);
+  CHECK(blind.library.empty());
+  CHECK_EQ(2, blind.sets);
+  CHECK(decline_text(input, blind).find("the modules define 2 different sets of variables and the driver has no "
+                                        "cuLibraryGetGlobal") != std::string::npos);
+}
+
+void pairing_declines_a_library_that_fits_none_of_the_sets() {
+  globals_t globals;
+  globals.of[kLibLow] = {{"counter", 4}, {"table", 128}};  // a size differs
+  globals.of[kLibHigh] = {{"counter", 4}, {"table", 256}, {"more", 32}};
+  const pairing_input_t input = two_modules(set_of(kSmall), set_of(kLarge));
+  const pairing_result_t result = pair_modules(input, globals.ask());
+  CHECK(result.outcome == pairing_outcome::ambiguous_library);
+  CHECK_EQ(0, result.fits);
+  CHECK(result.library.empty());
+  CHECK(decline_text(input, result) ==
+        "2 modules of its context and 2 known libraries have exactly its kernels, and the modules define 2 different "
+        "sets of variables, but a library's variables (cuLibraryGetGlobal) fit none of them, so its variables "
+        "cannot be located exactly (1 entry kernel, the first bump; 2 libraries known, 0 unreadable)");
+}
+
+void pairing_declines_unequal_counts_and_a_module_that_came_through_a_handle() {
+  pairing_input_t input = two_modules(set_of(kSmall), set_of(kSmall));
+  input.through_handle = 1;
+  const pairing_result_t through = pair_modules(input, ask_global_t());
+  CHECK(through.outcome == pairing_outcome::unequal_counts);
+  CHECK(through.library.empty());
+  CHECK(decline_text(input, through).find("2 modules of its context (loaded outside any followed call, and 1 more "
+                                          "through a module handle or a launch) and 2 known libraries") !=
+        std::string::npos);
+  // A surplus of libraries: declined under lazy loading, told apart by names under eager loading.
+  input.through_handle = 0;
+  input.claimants.pop_back();
+  globals_t globals;
+  globals.of[kLibHigh] = {{"counter", 4}, {"table", 256}};
+  CHECK(pair_modules(input, globals.ask()).outcome == pairing_outcome::unequal_counts);
+  input.eager_loading = true;
+  const pairing_result_t eager = pair_modules(input, globals.ask());
+  CHECK(eager.outcome == pairing_outcome::paired);
+  CHECK_EQ(1, eager.library.size());
+  CHECK(eager.library.at(7) == kLibHigh);
+}
+
+void pairing_without_a_library_names_the_closest_one() {
+  pairing_input_t input;
+  input.kernels = {"bump"};
+  input.claimants = {claimant_t{7, set_of(kSmall)}};
+  input.libraries_known = 3;
+  input.unreadable = 1;
+  const std::vector<std::string> one = {"another", "bump"};
+  const std::vector<std::string> other = {"else"};
+  input.closest = closest_library({&one, &other}, input.kernels);
+  CHECK_EQ(1, input.closest.as_close);
+  CHECK_EQ(1, input.closest.common);
+  CHECK_EQ(2, input.closest.size);
+  const pairing_result_t result = pair_modules(input, ask_global_t());
+  CHECK(result.outcome == pairing_outcome::no_library);
+  CHECK(decline_text(input, result) ==
+        "no module or library handle was known on the loading thread and no known library has exactly its kernels, "
+        "so its variables cannot be located exactly (1 entry kernel, the first bump; 3 libraries known, 1 "
+        "unreadable; the closest readable library has 1 of its 2 kernels among the module's 1)");
+}
+
 }  // namespace
 
 int main() {
@@ -731,6 +864,11 @@ int main() {
   kreplay_tracking_enable(true);
   CHECK_EQ(0, fake::g_base_made);  // made on first use, never inside InitializeInjection
 
+  RUN_TEST(pairing_gives_interchangeable_modules_the_libraries_in_order_without_asking);
+  RUN_TEST(pairing_tells_different_variables_apart_by_the_libraries_globals);
+  RUN_TEST(pairing_declines_a_library_that_fits_none_of_the_sets);
+  RUN_TEST(pairing_declines_unequal_counts_and_a_module_that_came_through_a_handle);
+  RUN_TEST(pairing_without_a_library_names_the_closest_one);
   RUN_TEST(allocations_of_each_kind_are_tracked_or_counted);
   RUN_TEST(frees_out_of_order_and_of_unknown_pointers_keep_the_inventory_exact);
   RUN_TEST(a_failed_free_puts_the_allocation_back);
