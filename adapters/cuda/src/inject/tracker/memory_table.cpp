@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <iterator>
 
+#include "kreplay/cuda.hpp"
 #include "log.hpp"
 
 namespace kreplay::cuda::inject {
@@ -30,12 +31,6 @@ const char* kind_name(memory_kind kind) {
     case memory_kind::host_mapped: return "host-mapped";
   }
   return "?";
-}
-
-// kreplay's agent of a device (0, none, for -1). The adapter's agent_of_device numbers them the same way, but it
-// lives in kreplay_cuda, which the injection core and its GPU-free tests do not link (its static CUDA runtime).
-kreplay_agent_t agent_of(int ordinal) {
-  return kreplay_agent_t{ordinal >= 0 ? static_cast<uint64_t>(ordinal) + 1 : 0};
 }
 
 void* pointer(uint64_t address) { return reinterpret_cast<void*>(address); }
@@ -94,7 +89,7 @@ void memory_table::record_unknown_owner(uint64_t address, size_t size) {
 }
 
 void memory_table::record_map(uint64_t address, size_t size, int ordinal) {
-  check(kreplay_record_vmem_map(pointer(address), size, agent_of(ordinal)), "kreplay_record_vmem_map", address);
+  check(kreplay_record_vmem_map(pointer(address), size, agent_of_device(ordinal)), "kreplay_record_vmem_map", address);
 }
 
 // ---- Contexts ---------------------------------------------------------------------------------------------
@@ -265,7 +260,7 @@ kreplay_status_t memory_table::pointer_info(const void* ptr, kreplay_pointer_inf
     --it;
     info.base = pointer(it->first);
     info.size = it->second.size;
-    info.owner = agent_of(it->second.ordinal);
+    info.owner = agent_of_device(it->second.ordinal);
     classify(it->second.kind, &info);
   }
   *info_out = info;
