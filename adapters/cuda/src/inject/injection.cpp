@@ -19,6 +19,7 @@
 #include "replay.hpp"
 #include "replay_config.hpp"
 #include "tracker.hpp"
+#include "tracker_callbacks.hpp"
 
 #define KREPLAY_INJECT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -70,12 +71,11 @@ void finish_replay() {
 // callbacks). Null, with one line on stderr, when the options are malformed or the driver lacks what it needs:
 // the program then runs with tracking only.
 replayer* make_replayer(const replay_config_t& config, const kreplay_device_ops_t& ops) {
-  replay_driver_t driver;
-  if (!resolve_replay_driver(driver)) {
+  if (!can_relaunch(g_injection.driver)) {
     std::fputs("kreplay-cuda-replay: the driver lacks the launch functions; nothing is replayed\n", stderr);
     return nullptr;
   }
-  return new (std::nothrow) replayer(*g_injection.owner, config, ops, driver);
+  return new (std::nothrow) replayer(*g_injection.owner, config, ops, g_injection.driver);
 }
 
 void initialize() {
@@ -129,11 +129,13 @@ void initialize() {
   }
   (void)kreplay_set_policy(&policy);
   kreplay_tracking_enable(true);
-  g_injection.layer = new (std::nothrow) cupti_layer(*g_injection.owner, cupti);
+  g_injection.layer = new (std::nothrow) cupti_layer(cupti);
   if (g_injection.layer == nullptr) {
     kreplay_tracking_enable(false);
     return;
   }
+  // The tracker first: a module the replay loads at a launch's entry is then bound to the launched function.
+  register_tracker_callbacks(g_injection.layer->board(), *g_injection.owner);
   if (config.enabled) {
     g_injection.replay = make_replayer(config, ops);
     std::string why;
@@ -143,7 +145,9 @@ void initialize() {
       delete g_injection.replay;
       g_injection.replay = nullptr;
     }
-    g_injection.layer->attach(g_injection.replay);
+    if (g_injection.replay != nullptr) {
+      register_replay_callbacks(g_injection.layer->board(), *g_injection.replay, cupti);
+    }
   }
   if (!g_injection.layer->start()) {
     kreplay_tracking_enable(false);

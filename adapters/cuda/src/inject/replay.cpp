@@ -12,8 +12,10 @@
 
 #include <cupti_checkpoint.h>
 
+#include "callback_data.hpp"
 #include "guard.hpp"
 #include "log.hpp"
+#include "symbols.hpp"
 
 namespace kreplay::cuda::inject {
 
@@ -35,34 +37,12 @@ const CUpti_CallbackId replay_capture_ids[] = {
 };
 const size_t replay_capture_id_count = std::size(replay_capture_ids);
 
-bool is_launch_callback(CUpti_CallbackId cbid) {
-  return std::find(std::begin(replay_launch_ids), std::end(replay_launch_ids), cbid) != std::end(replay_launch_ids);
-}
-bool is_capture_callback(CUpti_CallbackId cbid) {
-  return std::find(std::begin(replay_capture_ids), std::end(replay_capture_ids), cbid) !=
-         std::end(replay_capture_ids);
-}
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 double ms_between(clock_type::time_point a, clock_type::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-template <typename F>
-void find(void* library, const char* name, F& out) {
-  out = reinterpret_cast<F>(dlsym(library, name));
-}
-
-bool succeeded(const CUpti_CallbackData& data) {
-  return data.functionReturnValue != nullptr &&
-         *static_cast<const CUresult*>(data.functionReturnValue) == CUDA_SUCCESS;
-}
-
-template <typename P>
-const P& params(const CUpti_CallbackData& data) {
-  return *static_cast<const P*>(data.functionParams);
 }
 
 enum class launch_kind : uint8_t { kernel, kernel_ex, cooperative, graph };
@@ -164,42 +144,15 @@ thread_local int t_launch_depth = 0;  // launch callbacks in progress on this th
 thread_local uint64_t t_copy_token = 0;
 }  // namespace
 
-bool resolve_replay_driver(replay_driver_t& out) {
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (cuda == nullptr) {
-    return false;
-  }
-  find(cuda, "cuCtxSynchronize", out.ctx_synchronize);
-  find(cuda, "cuLaunchKernel", out.launch_kernel);
-  find(cuda, "cuLaunchKernelEx", out.launch_kernel_ex);
-  find(cuda, "cuLaunchCooperativeKernel", out.launch_cooperative);
-  find(cuda, "cuFuncGetName", out.func_get_name);
-  find(cuda, "cuKernelGetName", out.kernel_get_name);
-  find(cuda, "cuKernelGetFunction", out.kernel_get_function);
-  find(cuda, "cuFuncGetParamInfo", out.func_get_param_info);
-  find(cuda, "cuFuncIsLoaded", out.func_is_loaded);
-  find(cuda, "cuFuncLoad", out.func_load);
-  find(cuda, "cuEventCreate", out.event_create);
-  find(cuda, "cuEventRecord", out.event_record);
-  find(cuda, "cuEventElapsedTime_v2", out.event_elapsed);
-  if (out.event_elapsed == nullptr) {
-    find(cuda, "cuEventElapsedTime", out.event_elapsed);
-  }
-  find(cuda, "cuEventDestroy_v2", out.event_destroy);
-  find(cuda, "cuStreamIsCapturing", out.stream_is_capturing);
-  return out.ctx_synchronize != nullptr && out.launch_kernel != nullptr && out.launch_kernel_ex != nullptr &&
-         out.launch_cooperative != nullptr;
-}
-
 bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::string* where) {
   auto from = [&](void* library) {
     if (library == nullptr) {
       return false;
     }
     checkpoint_api_t found;  // published whole or not at all
-    find(library, "cuptiCheckpointSave", found.save);
-    find(library, "cuptiCheckpointRestore", found.restore);
-    find(library, "cuptiCheckpointFree", found.free);
+    find_symbol(library, "cuptiCheckpointSave", found.save);
+    find_symbol(library, "cuptiCheckpointRestore", found.restore);
+    find_symbol(library, "cuptiCheckpointFree", found.free);
     if (found.save == nullptr || found.restore == nullptr || found.free == nullptr) {
       return false;
     }
@@ -263,10 +216,20 @@ bool replayer::load_checkpoint(std::string* why) {
 }
 
 replayer::replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
-                   const replay_driver_t& driver)
+                   const driver_api_t& driver)
     : tracker_(tracker), config_(config), ops_(ops), driver_(driver), selector_(config) {
   started_ = clock_type::now();
   last_progress_ = started_;
+}
+
+std::vector<CUpti_CallbackDomain> replayer::whole_domains() const {
+  if (config_.backend == replay_backend::cupti) {
+    // --backend cupti ran on the H200 (run 5, docs/performance.md) with the runtime and resource domains
+    // enabled whole, as in the reference measurement of CUPTI's Checkpoint API; the callbacks they add are
+    // ignored, and their cost is the backend's.
+    return {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_RESOURCE};
+  }
+  return {};
 }
 
 bool replayer::start(const void* cupti_symbol, std::string* why) {

@@ -32,32 +32,12 @@
 #include <cupti.h>
 
 #include "kreplay.h"
+#include "driver.hpp"
 #include "replay_config.hpp"
+#include "switchboard.hpp"
 #include "tracker.hpp"
 
 namespace kreplay::cuda::inject {
-
-// The driver functions the loop calls, from the libcuda.so.1 in the process (tests fill them with fakes).
-struct replay_driver_t {
-  CUresult (*ctx_synchronize)() = nullptr;
-  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                            CUstream, void**, void**) = nullptr;
-  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
-  CUresult (*launch_cooperative)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                 CUstream, void**) = nullptr;
-  CUresult (*func_get_name)(const char**, CUfunction) = nullptr;
-  CUresult (*kernel_get_name)(const char**, CUkernel) = nullptr;
-  CUresult (*kernel_get_function)(CUfunction*, CUkernel) = nullptr;
-  CUresult (*func_get_param_info)(CUfunction, size_t, size_t*, size_t*) = nullptr;
-  CUresult (*func_is_loaded)(CUfunctionLoadingState*, CUfunction) = nullptr;
-  CUresult (*func_load)(CUfunction) = nullptr;
-  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
-  CUresult (*event_record)(CUevent, CUstream) = nullptr;
-  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
-  CUresult (*event_destroy)(CUevent) = nullptr;
-  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
-};
-bool resolve_replay_driver(replay_driver_t& out);
 
 // CUPTI's Checkpoint API (libcheckpoint.so, beside libcupti), for --backend cupti.
 struct checkpoint_api_t {
@@ -69,9 +49,7 @@ struct checkpoint_api_t {
 // by the loader's search. `where` says which, or why none.
 bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::string* where);
 
-// Which callback ids a replay adds to the tracker's (cupti_layer enables them).
-bool is_launch_callback(CUpti_CallbackId cbid);
-bool is_capture_callback(CUpti_CallbackId cbid);
+// Which callback ids a replay adds to the tracker's (besides every memcpy and memset).
 extern const CUpti_CallbackId replay_launch_ids[];
 extern const size_t replay_launch_id_count;
 extern const CUpti_CallbackId replay_capture_ids[];
@@ -103,7 +81,7 @@ std::string csv_row(const launch_row_t& row);
 class replayer {
  public:
   replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
-           const replay_driver_t& driver);
+           const driver_api_t& driver);
   replayer(const replayer&) = delete;
   replayer& operator=(const replayer&) = delete;
 
@@ -111,8 +89,8 @@ class replayer {
   // tracks only, and the launcher's summary says so.
   bool start(const void* cupti_symbol, std::string* why);
 
-  // --backend cupti: the layer enables CUPTI's runtime and resource domains whole (cupti_layer.cpp).
-  bool wants_whole_domains() const { return config_.backend == replay_backend::cupti; }
+  // --backend cupti: CUPTI's runtime and resource domains enabled whole.
+  std::vector<CUpti_CallbackDomain> whole_domains() const;
 
   // From the CUPTI layer, for the ids above and for every memcpy / memset id.
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
@@ -144,7 +122,7 @@ class replayer {
   tracker& tracker_;
   replay_config_t config_;
   kreplay_device_ops_t ops_;
-  replay_driver_t driver_;
+  driver_api_t driver_;
   checkpoint_api_t checkpoint_;
   const void* cupti_symbol_ = nullptr;  // a libcupti function: libcheckpoint.so is looked for beside it
   std::once_flag checkpoint_once_;
@@ -164,6 +142,11 @@ class replayer {
   std::chrono::steady_clock::time_point last_progress_;
   bool finished_ = false;
 };
+
+struct cupti_api_t;
+// The replay as an optional consumer of the CUPTI layer: its launches, stream captures and every memcpy and
+// memset (found by name with `api`). If CUPTI refuses any of them, nothing is replayed and one line says so.
+switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer& replay, const cupti_api_t& api);
 
 }  // namespace kreplay::cuda::inject
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cupti_layer.hpp"
+#include "tracker_callbacks.hpp"
 #include "fakes.hpp"
 #include "guard.hpp"
 #include "ops.hpp"
@@ -133,7 +134,8 @@ std::vector<unsigned char> read_cubin() {
 void a_held_cupti_gives_one_line_and_an_inert_layer(tracker& owner) {
   g_subscribe_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
   g_enabled = 0;
-  cupti_layer layer(owner, fake_cupti());
+  cupti_layer layer(fake_cupti());
+  register_tracker_callbacks(layer.board(), owner);
   // stderr into a file for the call.
   std::fflush(stderr);
   FILE* capture = std::tmpfile();
@@ -478,7 +480,8 @@ int main() {
   a_held_cupti_gives_one_line_and_an_inert_layer(owner);
   printf("[   OK ] a_held_cupti_gives_one_line_and_an_inert_layer\n");
 
-  static cupti_layer layer(owner, fake_cupti());
+  static cupti_layer layer(fake_cupti());
+  register_tracker_callbacks(layer.board(), owner);
   g_enabled = 0;
   CHECK(layer.start());
   g_layer = &layer;
