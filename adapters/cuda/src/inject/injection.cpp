@@ -16,7 +16,7 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "ops.hpp"
-#include "replay.hpp"
+#include "replay/replay.hpp"
 #include "replay_config.hpp"
 #include "tracker.hpp"
 #include "tracker_callbacks.hpp"

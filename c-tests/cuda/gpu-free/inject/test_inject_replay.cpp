@@ -1,4 +1,4 @@
-// GPU-free tests of kreplay-cuda-replay's loop (adapters/cuda/src/inject/replay.cpp) and of its options
+// GPU-free tests of kreplay-cuda-replay's loop (adapters/cuda/src/inject/replay/) and of its options
 // (replay_config.cpp): launches fabricated as CUPTI raises them, a fake driver whose "kernels" are host
 // functions over host memory, and kreplay itself (real snapshots and restores through the injection's ops, with
 // memcpy copies and a host digest). The program's own launch (pass 1) is run by the test between the ENTER
@@ -24,7 +24,7 @@
 #include "cupti_layer.hpp"
 #include "fakes.hpp"
 #include "ops.hpp"
-#include "replay.hpp"
+#include "replay/replay.hpp"
 #include "replay_config.hpp"
 #include "tracker_callbacks.hpp"
 

@@ -15,14 +15,16 @@
 // allows synchronisation, copies and launches. kreplay's passes, copies and digests run under the re-entry guard,
 // so they are neither tracked nor replayed; the one driver call made outside it on purpose is the loading of the
 // launched function at the entry, so that the module it loads is tracked before the snapshot.
-#ifndef KREPLAY_CUDA_INJECT_REPLAY_HPP
-#define KREPLAY_CUDA_INJECT_REPLAY_HPP
+//
+// The folder: launch (decoding a launch callback, relaunching), backend (kreplay's snapshots or CUPTI's
+// Checkpoint API), verify (--verify), report (CSV, progress, summary), loop.cpp and passes.cpp (the protocol),
+// callbacks.cpp (the replay as a consumer of the CUPTI layer's switchboard).
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
 
 #include <atomic>
-#include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,68 +33,51 @@
 #include <cuda.h>
 #include <cupti.h>
 
-#include "kreplay.h"
 #include "driver.hpp"
+#include "kreplay.h"
+#include "replay/report.hpp"
 #include "replay_config.hpp"
 #include "switchboard.hpp"
 #include "tracker.hpp"
 
 namespace kreplay::cuda::inject {
 
-// CUPTI's Checkpoint API (libcheckpoint.so, beside libcupti), for --backend cupti.
-struct checkpoint_api_t {
-  CUptiResult (*save)(void*) = nullptr;     // cuptiCheckpointSave(CUpti_Checkpoint*)
-  CUptiResult (*restore)(void*) = nullptr;  // cuptiCheckpointRestore
-  CUptiResult (*free)(void*) = nullptr;     // cuptiCheckpointFree
-};
-// libcheckpoint.so from KREPLAY_CHECKPOINT_PATH, else beside the libcupti that `cupti_symbol` lives in, else
-// by the loader's search. `where` says which, or why none.
-bool resolve_checkpoint(checkpoint_api_t& out, const void* cupti_symbol, std::string* where);
+class snapshot_backend;
+struct cupti_api_t;
 
-// Which callback ids a replay adds to the tracker's (besides every memcpy and memset).
-extern const CUpti_CallbackId replay_launch_ids[];
-extern const size_t replay_launch_id_count;
-extern const CUpti_CallbackId replay_capture_ids[];
-extern const size_t replay_capture_id_count;
-
-// One row of the report.
-struct launch_row_t {
-  uint64_t index = 0;
-  std::string kernel;
-  int device = -1;
-  unsigned grid[3] = {0, 0, 0};
-  unsigned block[3] = {0, 0, 0};
-  uint32_t passes_asked = 0;
-  uint32_t passes_run = 0;
-  size_t footprint_bytes = 0;
-  size_t bytes_moved = 0;
-  double snapshot_ms = 0;
-  double restore_ms = 0;        // every restore of the launch
-  double kernel_ms = 0;         // pass 1, by events around it
-  double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
-  bool replayed = false;
-  std::string reason;           // why it ran once ("" when replayed)
-  std::string verify = "off";   // "same", or "differs: pass P, B blocks"
+// Which callback ids a replay adds to the tracker's, besides every memcpy and memset: the launches (kernels and
+// graphs) and the stream captures.
+inline constexpr CUpti_CallbackId replay_launch_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
 };
-// The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
-std::string csv_header();
-std::string csv_row(const launch_row_t& row);
+inline constexpr size_t replay_launch_id_count = std::size(replay_launch_ids);
+inline constexpr CUpti_CallbackId replay_capture_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,         CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,      CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,  CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,           CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
+};
+inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
 
 class replayer {
  public:
   replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
            const driver_api_t& driver);
+  ~replayer();
   replayer(const replayer&) = delete;
   replayer& operator=(const replayer&) = delete;
 
-  // Opens the report, resolves the backend. False (with why) when the replay cannot run: the library then
+  // Opens the report, readies the backend. False (with why) when the replay cannot run: the library then
   // tracks only, and the launcher's summary says so.
   bool start(const void* cupti_symbol, std::string* why);
 
-  // --backend cupti: CUPTI's runtime and resource domains enabled whole.
+  // What the backend wants of CUPTI besides the replay's callbacks (--backend cupti: whole domains).
   std::vector<CUpti_CallbackDomain> whole_domains() const;
 
-  // From the CUPTI layer, for the ids above and for every memcpy / memset id.
+  // From the CUPTI layer: the launch and capture ids above, and every memcpy / memset id.
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_copy(const CUpti_CallbackData& data);
@@ -100,54 +85,43 @@ class replayer {
   // The closing summary on stderr and the report's last flush (atexit). Idempotent.
   void finish();
 
-  struct pending_t;  // replay.cpp: a launch between its ENTER and EXIT on one thread
+  struct pending_t;  // pending.hpp: a launch between its ENTER and EXIT on one thread
 
  private:
+  // At the launch's entry: describe -> select -> window -> drain -> snapshot -> passes (loop.cpp).
   void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
-  void exit(const CUpti_CallbackData& data);
-  void run_once_fenced(pending_t& p, const std::string& reason);
+  void describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  std::string why_run_once(pending_t& p);
   bool open_window(pending_t& p);
+  bool drain(pending_t& p);
   bool take_snapshot(pending_t& p);
-  bool restore(pending_t& p);
-  void close_window(pending_t& p);
+  void run_once_fenced(pending_t& p, const std::string& reason);
+  // passes.cpp: kreplay's passes at the entry; the program's own pass and the close at its exit.
   void run_own_passes(pending_t& p);
-  CUresult relaunch(pending_t& p);
-  float elapsed_ms(const pending_t& p);
+  bool run_pass(pending_t& p, uint32_t pass, double* restore_ms);
+  bool restore(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
-  bool load_checkpoint(std::string* why);
-  bool digest_footprint(pending_t& p, std::vector<kreplay_digest_t>* out);
-  void report(launch_row_t& row, double replay_ms);
-  void progress_locked(std::chrono::steady_clock::time_point now);
+  void exit(const CUpti_CallbackData& data);
+  void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
+  void close_window(pending_t& p);
 
   tracker& tracker_;
   replay_config_t config_;
   kreplay_device_ops_t ops_;
   driver_api_t driver_;
-  checkpoint_api_t checkpoint_;
-  const void* cupti_symbol_ = nullptr;  // a libcupti function: libcheckpoint.so is looked for beside it
-  std::once_flag checkpoint_once_;
-  bool checkpoint_loaded_ = false;  // written inside checkpoint_once_, read after it
+  std::unique_ptr<snapshot_backend> backend_;
+  std::mutex selector_mutex_;
   launch_selector selector_;
   std::atomic<int> captures_{0};          // stream captures in progress, process-wide
   std::atomic<uint64_t> launches_{0};
   std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
-
-  std::mutex mutex_;                      // the selector, the counts, the report file
-  FILE* csv_ = nullptr;
-  std::map<std::string, uint64_t> declined_;
-  uint64_t replayed_ = 0;
-  uint64_t differed_ = 0;
-  double replay_ms_ = 0;
-  std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point last_progress_;
-  bool finished_ = false;
+  replay_report report_;
 };
 
-struct cupti_api_t;
 // The replay as an optional consumer of the CUPTI layer: its launches, stream captures and every memcpy and
 // memset (found by name with `api`). If CUPTI refuses any of them, nothing is replayed and one line says so.
 switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer& replay, const cupti_api_t& api);
 
 }  // namespace kreplay::cuda::inject
 
-#endif  // KREPLAY_CUDA_INJECT_REPLAY_HPP
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP

@@ -1,8 +1,11 @@
+// The replay as a consumer of the CUPTI layer's switchboard.
 #include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "cupti_layer.hpp"
-#include "replay.hpp"
+#include "replay/replay.hpp"
 
 namespace kreplay::cuda::inject {
 namespace {
@@ -37,13 +40,11 @@ switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer&
                  refused, wanted, named ? "" : " and has no cuptiGetCallbackName");
   };
   const switchboard::consumer_id me = board.add_consumer(std::move(spec));
-  for (size_t i = 0; i < replay_launch_id_count; ++i) {
-    const CUpti_CallbackId cbid = replay_launch_ids[i];
+  for (CUpti_CallbackId cbid : replay_launch_ids) {
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId id, const void* data) { replay.on_launch(id, api_data(data)); });
   }
-  for (size_t i = 0; i < replay_capture_id_count; ++i) {
-    const CUpti_CallbackId cbid = replay_capture_ids[i];
+  for (CUpti_CallbackId cbid : replay_capture_ids) {
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId id, const void* data) { replay.on_capture(id, api_data(data)); });
   }
