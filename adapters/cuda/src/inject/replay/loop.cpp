@@ -1,6 +1,8 @@
 // The replay loop's callbacks and the protocol at a launch's entry: describe the launch, decide whether it is
 // replayed, then window -> drain -> snapshot -> passes (passes.cpp). A launch that is not replayed runs once,
 // fenced, with its reason.
+#include <algorithm>
+#include <iterator>
 #include <new>
 
 #include "callback_data.hpp"
