@@ -2,40 +2,51 @@
 
 #include <dlfcn.h>
 
+#include "symbols.hpp"
+
 namespace kreplay::cuda::inject {
-namespace {
-
-template <typename F>
-void find(void* library, const char* name, F& out) {
-  // SAFETY-equivalent note for C++: dlsym returns the address of the function named `name` whose prototype cuda.h
-  // declares; F is that prototype, so the conversion is the one POSIX documents for dlsym.
-  out = reinterpret_cast<F>(dlsym(library, name));
-}
-
-}  // namespace
 
 bool resolve_driver(driver_api_t& out) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (cuda == nullptr) {
     return false;
   }
-  find(cuda, "cuCtxGetDevice", out.ctx_get_device);
-  find(cuda, "cuCtxGetDevice_v2", out.ctx_get_device_of);
-  find(cuda, "cuCtxPushCurrent_v2", out.ctx_push);
-  find(cuda, "cuCtxPopCurrent_v2", out.ctx_pop);
-  find(cuda, "cuModuleGetGlobal_v2", out.module_get_global);
-  find(cuda, "cuLibraryGetModule", out.library_get_module);
-  find(cuda, "cuKernelGetLibrary", out.kernel_get_library);
-  find(cuda, "cuFuncGetModule", out.func_get_module);
-  find(cuda, "cuFuncGetName", out.func_get_name);
-  find(cuda, "cuKernelGetFunction", out.kernel_get_function);
-  find(cuda, "cuLibraryGetKernelCount", out.library_get_kernel_count);
-  find(cuda, "cuLibraryEnumerateKernels", out.library_enumerate_kernels);
-  find(cuda, "cuKernelGetName", out.kernel_get_name);
-  find(cuda, "cuLibraryGetGlobal", out.library_get_global);
-  find(cuda, "cuMemGetInfo_v2", out.mem_get_info);
+  find_symbol(cuda, "cuCtxGetDevice", out.ctx_get_device);
+  find_symbol(cuda, "cuCtxGetDevice_v2", out.ctx_get_device_of);
+  find_symbol(cuda, "cuCtxPushCurrent_v2", out.ctx_push);
+  find_symbol(cuda, "cuCtxPopCurrent_v2", out.ctx_pop);
+  find_symbol(cuda, "cuModuleGetGlobal_v2", out.module_get_global);
+  find_symbol(cuda, "cuLibraryGetModule", out.library_get_module);
+  find_symbol(cuda, "cuKernelGetLibrary", out.kernel_get_library);
+  find_symbol(cuda, "cuFuncGetModule", out.func_get_module);
+  find_symbol(cuda, "cuFuncGetName", out.func_get_name);
+  find_symbol(cuda, "cuKernelGetFunction", out.kernel_get_function);
+  find_symbol(cuda, "cuLibraryGetKernelCount", out.library_get_kernel_count);
+  find_symbol(cuda, "cuLibraryEnumerateKernels", out.library_enumerate_kernels);
+  find_symbol(cuda, "cuKernelGetName", out.kernel_get_name);
+  find_symbol(cuda, "cuLibraryGetGlobal", out.library_get_global);
+  find_symbol(cuda, "cuMemGetInfo_v2", out.mem_get_info);
+  find_symbol(cuda, "cuCtxSynchronize", out.ctx_synchronize);
+  find_symbol(cuda, "cuLaunchKernel", out.launch_kernel);
+  find_symbol(cuda, "cuLaunchKernelEx", out.launch_kernel_ex);
+  find_symbol(cuda, "cuLaunchCooperativeKernel", out.launch_cooperative);
+  find_symbol(cuda, "cuFuncGetParamInfo", out.func_get_param_info);
+  find_symbol(cuda, "cuFuncIsLoaded", out.func_is_loaded);
+  find_symbol(cuda, "cuFuncLoad", out.func_load);
+  find_symbol(cuda, "cuEventCreate", out.event_create);
+  find_symbol(cuda, "cuEventRecord", out.event_record);
+  if (!find_symbol(cuda, "cuEventElapsedTime_v2", out.event_elapsed)) {
+    find_symbol(cuda, "cuEventElapsedTime", out.event_elapsed);
+  }
+  find_symbol(cuda, "cuEventDestroy_v2", out.event_destroy);
+  find_symbol(cuda, "cuStreamIsCapturing", out.stream_is_capturing);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
+}
+
+bool can_relaunch(const driver_api_t& driver) {
+  return driver.ctx_synchronize != nullptr && driver.launch_kernel != nullptr &&
+         driver.launch_kernel_ex != nullptr && driver.launch_cooperative != nullptr;
 }
 
 }  // namespace kreplay::cuda::inject

@@ -1,6 +1,7 @@
-// The driver API functions the tracker's module resolution needs, resolved with dlsym from the libcuda the
-// process already loaded (never linked: the library must not pull a second driver or runtime into the host).
-// Tests fill the table with fakes. Every entry may be null (an older driver): what needs it then fails.
+// The driver API functions the injection calls, resolved with dlsym from the libcuda the process already loaded
+// (never linked: the library must not pull a second driver or runtime into the host): the tracker's module
+// resolution, and the replay's launches, synchronisation, events and function queries. Tests fill the table
+// with fakes. Every entry may be null (an older driver): what needs it then fails.
 #ifndef KREPLAY_CUDA_INJECT_DRIVER_HPP
 #define KREPLAY_CUDA_INJECT_DRIVER_HPP
 
@@ -25,10 +26,29 @@ struct driver_api_t {
   // cuLibraryGetGlobal: a library's variable in the current context, by name (no module handle needed)
   CUresult (*library_get_global)(CUdeviceptr*, size_t*, CUlibrary, const char*) = nullptr;
   CUresult (*mem_get_info)(size_t*, size_t*) = nullptr;               // cuMemGetInfo_v2
+
+  // The replay's (kreplay-cuda-replay): the four below are what can_relaunch asks for.
+  CUresult (*ctx_synchronize)() = nullptr;                            // cuCtxSynchronize
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void**, void**) = nullptr;      // cuLaunchKernel
+  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;  // cuLaunchKernelEx
+  CUresult (*launch_cooperative)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 CUstream, void**) = nullptr;         // cuLaunchCooperativeKernel
+  CUresult (*func_get_param_info)(CUfunction, size_t, size_t*, size_t*) = nullptr;  // cuFuncGetParamInfo
+  CUresult (*func_is_loaded)(CUfunctionLoadingState*, CUfunction) = nullptr;        // cuFuncIsLoaded
+  CUresult (*func_load)(CUfunction) = nullptr;                        // cuFuncLoad
+  CUresult (*event_create)(CUevent*, unsigned) = nullptr;             // cuEventCreate
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;              // cuEventRecord
+  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;      // cuEventElapsedTime_v2, else cuEventElapsedTime
+  CUresult (*event_destroy)(CUevent) = nullptr;                       // cuEventDestroy_v2
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;  // cuStreamIsCapturing
 };
 
 // Resolves the table from the libcuda.so.1 already in the process (RTLD_NOLOAD). False when there is none.
 bool resolve_driver(driver_api_t& out);
+
+// Whether the table has what a replay cannot do without: synchronising and the three launch forms.
+bool can_relaunch(const driver_api_t& driver);
 
 }  // namespace kreplay::cuda::inject
 

@@ -16,9 +16,10 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "injection_ops.hpp"
-#include "replay.hpp"
+#include "replay/replay.hpp"
 #include "replay_config.hpp"
 #include "tracker.hpp"
+#include "tracker_callbacks.hpp"
 
 #define KREPLAY_INJECT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -66,57 +67,57 @@ void finish_replay() {
   }
 }
 
-// The replay the launcher asked for, made before the CUPTI layer starts (which then enables the launch
-// callbacks). Null, with one line on stderr, when the options are malformed or the driver lacks what it needs:
-// the program then runs with tracking only.
-replayer* make_replayer(const replay_config_t& config, const kreplay_device_ops_t& ops) {
-  replay_driver_t driver;
-  if (!resolve_replay_driver(driver)) {
-    std::fputs("kreplay-cuda-replay: the driver lacks the launch functions; nothing is replayed\n", stderr);
-    return nullptr;
-  }
-  return new (std::nothrow) replayer(*g_injection.owner, config, ops, driver);
-}
-
-void initialize() {
-  set_log_level(level_from_environment());
-  kreplay_set_logger(forward_log, nullptr, log_level());
+// KREPLAY_INJECT_TRACKING: false when it is 0 (the library then subscribes to nothing).
+bool tracking_asked() {
   const char* tracking = std::getenv("KREPLAY_INJECT_TRACKING");
   if (tracking != nullptr && std::strcmp(tracking, "0") == 0) {
     g_injection.tracking = false;
     log(KREPLAY_LOG_INFO, "KREPLAY_INJECT_TRACKING=0: subscribing to nothing");
-    return;
+    return false;
   }
   if (tracking != nullptr && std::strcmp(tracking, "1") != 0) {
     log(KREPLAY_LOG_WARNING, "KREPLAY_INJECT_TRACKING=%s is not 0 or 1: tracking stays on", tracking);
   }
+  return true;
+}
+
+// The driver and CUPTI already in the process. False, with one line, when either is missing.
+bool resolve_apis(cupti_api_t* cupti) {
   if (!resolve_driver(g_injection.driver)) {
     log(KREPLAY_LOG_WARNING, "libcuda.so.1 is not in the process; the injection stays inert");
-    return;
+    return false;
   }
-  cupti_api_t cupti;
   std::string where;
-  if (!resolve_cupti(cupti, &where)) {
+  if (!resolve_cupti(*cupti, &where)) {
     log(KREPLAY_LOG_WARNING, "%s; the injection stays inert", where.c_str());
-    return;
+    return false;
   }
   log(KREPLAY_LOG_INFO, "CUPTI: %s", where.c_str());
+  return true;
+}
+
+// The tracker, and kreplay configured with the ops made over it.
+bool make_tracker(kreplay_device_ops_t* ops) {
   g_injection.owner = new (std::nothrow) tracker(g_injection.driver);
   if (g_injection.owner == nullptr) {
-    return;
+    return false;
   }
   if (const char* loading = std::getenv("CUDA_MODULE_LOADING");
       loading != nullptr && std::strcmp(loading, "EAGER") == 0) {
     g_injection.owner->set_eager_loading(true);
   }
-  kreplay_device_ops_t ops{};
-  if (make_injection_ops(*g_injection.owner, base_ops, &ops) != KREPLAY_STATUS_SUCCESS) {
-    return;
+  if (make_injection_ops(*g_injection.owner, base_ops, ops) != KREPLAY_STATUS_SUCCESS) {
+    return false;
   }
-  if (kreplay_configure(&ops) != KREPLAY_STATUS_SUCCESS) {
+  if (kreplay_configure(ops) != KREPLAY_STATUS_SUCCESS) {
     log(KREPLAY_LOG_WARNING, "kreplay_configure refused the injection's ops; the injection stays inert");
-    return;
+    return false;
   }
+  return true;
+}
+
+// The launcher's options (KREPLAY_REPLAY*), and the policy they ask for. Malformed options: one line, no replay.
+replay_config_t read_replay_config() {
   replay_config_t config;
   std::string config_error;
   if (!parse_replay_config([](const char* name) { return std::getenv(name); }, &config, &config_error)) {
@@ -128,26 +129,57 @@ void initialize() {
     policy = replay_policy(config, policy);
   }
   (void)kreplay_set_policy(&policy);
-  kreplay_tracking_enable(true);
-  g_injection.layer = new (std::nothrow) cupti_layer(*g_injection.owner, cupti);
-  if (g_injection.layer == nullptr) {
-    kreplay_tracking_enable(false);
+  return config;
+}
+
+// The replay the launcher asked for, registered with the layer before it starts (which then enables the launch
+// callbacks). None, with one line on stderr, when the driver lacks what it needs or the replay cannot start:
+// the program then runs with tracking only.
+void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& ops, const cupti_api_t& cupti) {
+  if (!can_relaunch(g_injection.driver)) {
+    std::fputs("kreplay-cuda-replay: the driver lacks the launch functions; nothing is replayed\n", stderr);
     return;
   }
-  if (config.enabled) {
-    g_injection.replay = make_replayer(config, ops);
-    std::string why;
-    if (g_injection.replay != nullptr &&
-        !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
-      std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", why.c_str());
-      delete g_injection.replay;
-      g_injection.replay = nullptr;
-    }
-    g_injection.layer->attach(g_injection.replay);
+  g_injection.replay = new (std::nothrow) replayer(*g_injection.owner, config, ops, g_injection.driver);
+  std::string why;
+  if (g_injection.replay != nullptr &&
+      !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
+    std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", why.c_str());
+    delete g_injection.replay;
+    g_injection.replay = nullptr;
   }
-  if (!g_injection.layer->start()) {
+  if (g_injection.replay != nullptr) {
+    register_replay_callbacks(g_injection.layer->board(), *g_injection.replay, cupti);
+  }
+}
+
+// The layer and its consumers: the tracker first, so that a module the replay loads at a launch's entry is bound
+// to the launched function.
+bool connect_layer(const replay_config_t& config, const kreplay_device_ops_t& ops, const cupti_api_t& cupti) {
+  g_injection.layer = new (std::nothrow) cupti_layer(cupti);
+  if (g_injection.layer == nullptr) {
+    return false;
+  }
+  register_tracker_callbacks(g_injection.layer->board(), *g_injection.owner);
+  if (config.enabled) {
+    connect_replay(config, ops, cupti);
+  }
+  return true;
+}
+
+void initialize() {
+  set_log_level(level_from_environment());
+  kreplay_set_logger(forward_log, nullptr, log_level());
+  cupti_api_t cupti;
+  kreplay_device_ops_t ops{};
+  if (!tracking_asked() || !resolve_apis(&cupti) || !make_tracker(&ops)) {
+    return;
+  }
+  const replay_config_t config = read_replay_config();
+  kreplay_tracking_enable(true);
+  if (!connect_layer(config, ops, cupti) || !g_injection.layer->start()) {
     kreplay_tracking_enable(false);
-    if (config.enabled) {
+    if (config.enabled && g_injection.layer != nullptr) {
       std::fputs("kreplay-cuda-replay: CUPTI could not be subscribed (see above): nothing is replayed\n", stderr);
     }
     return;

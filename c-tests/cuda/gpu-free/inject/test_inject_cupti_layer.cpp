@@ -1,4 +1,5 @@
-// GPU-free tests of the injection's CUPTI layer (adapters/cuda/src/inject/cupti_layer.cpp): a fake CUPTI, and
+// GPU-free tests of the injection's CUPTI layer (adapters/cuda/src/inject/cupti_layer.cpp, switchboard.cpp and
+// the tracker's handlers, tracker_callbacks.cpp): a fake CUPTI, and
 // callbacks fabricated the way CUPTI raises them (CUpti_CallbackData with the driver call's parameter struct,
 // CUpti_ResourceData for module and context events), so that the translation itself is tested.
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cupti_layer.hpp"
+#include "tracker_callbacks.hpp"
 #include "fakes.hpp"
 #include "guard.hpp"
 #include "injection_ops.hpp"
@@ -133,7 +135,8 @@ std::vector<unsigned char> read_cubin() {
 void a_held_cupti_gives_one_line_and_an_inert_layer(tracker& owner) {
   g_subscribe_result = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
   g_enabled = 0;
-  cupti_layer layer(owner, fake_cupti());
+  cupti_layer layer(fake_cupti());
+  register_tracker_callbacks(layer.board(), owner);
   // stderr into a file for the call.
   std::fflush(stderr);
   FILE* capture = std::tmpfile();
@@ -463,6 +466,95 @@ void a_destroyed_context_forgets_its_allocations() {
   CHECK_EQ(before, test_inventory(agent0()).regions);
 }
 
+
+// ---- The switchboard ------------------------------------------------------------------------------------------
+// Handlers of one callback nest like scopes: entry in the order routed, exit in reverse. A listening route
+// (enables = false) asks CUPTI for nothing; a consumer switched off is no longer called; a sealed board takes no
+// route.
+void the_switchboard_nests_handlers_and_listens_without_enabling() {
+  switchboard board;
+  consumer_spec first_spec;
+  first_spec.name = "first";
+  consumer_spec second_spec;
+  second_spec.name = "second";
+  second_spec.required = false;
+  const switchboard::consumer_id first = board.add_consumer(first_spec);
+  const switchboard::consumer_id second = board.add_consumer(second_spec);
+  const CUpti_CallbackId id = CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel;
+  std::string order;
+  CHECK(board.route(first, CUPTI_CB_DOMAIN_DRIVER_API, id, [&](CUpti_CallbackId, const void*) { order += 'a'; },
+                    false));
+  CHECK(board.route(second, CUPTI_CB_DOMAIN_DRIVER_API, id, [&](CUpti_CallbackId, const void*) { order += 'b'; }));
+  CHECK(board.wanted(first).empty());
+  CHECK(board.wanted(second).size() == 1 && board.wanted(second)[0].second == id);
+  CUpti_CallbackData data{};
+  data.callbackSite = CUPTI_API_ENTER;
+  board.dispatch(CUPTI_CB_DOMAIN_DRIVER_API, id, &data);
+  data.callbackSite = CUPTI_API_EXIT;
+  board.dispatch(CUPTI_CB_DOMAIN_DRIVER_API, id, &data);
+  CHECK(order == "abba");
+  board.dispatch(CUPTI_CB_DOMAIN_DRIVER_API, id + 1, &data);  // no route: nothing
+  board.dispatch(CUPTI_CB_DOMAIN_RESOURCE, id, &data);
+  CHECK(order == "abba");
+  board.switch_off(second);
+  board.dispatch(CUPTI_CB_DOMAIN_DRIVER_API, id, &data);
+  CHECK(order == "abbaa");
+  board.seal();
+  CHECK(!board.route(first, CUPTI_CB_DOMAIN_DRIVER_API, id + 1, [](CUpti_CallbackId, const void*) {}));
+}
+
+// An optional consumer that CUPTI refuses one callback of: the ones it enabled are turned off again, except one
+// a required consumer also enabled; its `refused` says how many of how many; the required consumer goes on.
+std::map<std::pair<int, CUpti_CallbackId>, bool> g_switches;
+CUptiResult enable_refusing_launches(uint32_t on, CUpti_SubscriberHandle, CUpti_CallbackDomain domain,
+                                     CUpti_CallbackId id) {
+  if (on != 0 && id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) {
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  }
+  g_switches[{static_cast<int>(domain), id}] = on != 0;
+  return CUPTI_SUCCESS;
+}
+
+void an_optional_consumer_refused_leaves_the_required_callbacks_on() {
+  cupti_api_t api = fake_cupti();
+  api.enable_callback = enable_refusing_launches;
+  cupti_layer layer(api);
+  int required_calls = 0;
+  consumer_spec required;
+  required.name = "required";
+  const switchboard::consumer_id r = layer.board().add_consumer(required);
+  layer.board().route(r, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+                      [&](CUpti_CallbackId, const void*) { ++required_calls; });
+  consumer_spec optional;
+  optional.name = "optional";
+  optional.required = false;
+  size_t refused = 0;
+  size_t wanted = 0;
+  optional.refused = [&](size_t n, size_t of) { refused = n, wanted = of; };
+  int optional_calls = 0;
+  const switchboard::consumer_id o = layer.board().add_consumer(optional);
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+                              CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel}) {
+    layer.board().route(o, CUPTI_CB_DOMAIN_DRIVER_API, id, [&](CUpti_CallbackId, const void*) { ++optional_calls; });
+  }
+  g_switches.clear();
+  CHECK(layer.start() && layer.active());
+  CHECK_EQ(1, layer.enabled_callbacks());
+  CHECK(refused == 1 && wanted == 3);
+  const std::pair<int, CUpti_CallbackId> alloc{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2};
+  const std::pair<int, CUpti_CallbackId> free{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2};
+  CHECK(g_switches.count(alloc) == 1 && g_switches[alloc]);  // the required consumer's stays on
+  CHECK(g_switches.count(free) == 1 && !g_switches[free]);   // on, then off again
+  CUdeviceptr address = 0;
+  cuMemAlloc_v2_params params{&address, 64};
+  CUresult failed = CUDA_ERROR_INVALID_VALUE;  // nothing for a tracker to record
+  CUpti_CallbackData data{};
+  data.callbackSite = CUPTI_API_EXIT;
+  data.functionParams = &params;
+  data.functionReturnValue = &failed;
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &data);
+  CHECK(required_calls == 1 && optional_calls == 0);
+}
 }  // namespace
 
 int main() {
@@ -478,7 +570,8 @@ int main() {
   a_held_cupti_gives_one_line_and_an_inert_layer(owner);
   printf("[   OK ] a_held_cupti_gives_one_line_and_an_inert_layer\n");
 
-  static cupti_layer layer(owner, fake_cupti());
+  static cupti_layer layer(fake_cupti());
+  register_tracker_callbacks(layer.board(), owner);
   g_enabled = 0;
   CHECK(layer.start());
   g_layer = &layer;
@@ -493,5 +586,7 @@ int main() {
   RUN_TEST(a_module_loaded_outside_any_call_is_found_by_its_kernels_or_declined);
   RUN_TEST(loads_on_two_threads_at_once_bind_each_module_to_its_own_call);
   RUN_TEST(a_destroyed_context_forgets_its_allocations);
+  RUN_TEST(the_switchboard_nests_handlers_and_listens_without_enabling);
+  RUN_TEST(an_optional_consumer_refused_leaves_the_required_callbacks_on);
   return 0;
 }

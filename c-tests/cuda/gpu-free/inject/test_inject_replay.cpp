@@ -1,4 +1,4 @@
-// GPU-free tests of kreplay-cuda-replay's loop (adapters/cuda/src/inject/replay.cpp) and of its options
+// GPU-free tests of kreplay-cuda-replay's loop (adapters/cuda/src/inject/replay/) and of its options
 // (replay_config.cpp): launches fabricated as CUPTI raises them, a fake driver whose "kernels" are host
 // functions over host memory, and kreplay itself (real snapshots and restores through the injection's ops, with
 // memcpy copies and a host digest). The program's own launch (pass 1) is run by the test between the ENTER
@@ -24,8 +24,9 @@
 #include "cupti_layer.hpp"
 #include "fakes.hpp"
 #include "injection_ops.hpp"
-#include "replay.hpp"
+#include "replay/replay.hpp"
 #include "replay_config.hpp"
+#include "tracker_callbacks.hpp"
 
 using namespace kreplay::cuda::inject;
 
@@ -98,8 +99,8 @@ CUresult event_elapsed(float* ms, CUevent, CUevent) {
 }
 CUresult event_destroy(CUevent) { return CUDA_SUCCESS; }
 
-replay_driver_t fake_driver() {
-  replay_driver_t d;
+driver_api_t fake_driver() {
+  driver_api_t d;
   d.ctx_synchronize = synchronize;
   d.launch_kernel = launch;
   d.launch_kernel_ex = launch_ex;
@@ -416,7 +417,7 @@ void launches_never_replayed_run_once_with_their_reason() {
   std::remove(csv.c_str());
 }
 
-// The CUPTI layer enables the launch, capture, memcpy and memset ids only when a replay is attached.
+// The CUPTI layer enables the launch, capture, memcpy and memset ids only when a replay is registered.
 std::set<CUpti_CallbackId> g_ids;
 CUptiResult enable(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain domain, CUpti_CallbackId id) {
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
@@ -447,15 +448,17 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   api.subscribe = subscribe;
   api.enable_callback = enable;
   api.get_callback_name = callback_name;
-  cupti_layer plain(*g_tracker, api);
+  cupti_layer plain(api);
+  register_tracker_callbacks(plain.board(), *g_tracker);
   CHECK(plain.start());
   CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel) == 0 &&
         g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 0);
   const size_t tracking_only = g_ids.size();
   g_ids.clear();
   replayer r(*g_tracker, config_with({}), g_ops, fake_driver());
-  cupti_layer replaying(*g_tracker, api);
-  replaying.attach(&r);
+  cupti_layer replaying(api);
+  register_tracker_callbacks(replaying.board(), *g_tracker);
+  register_replay_callbacks(replaying.board(), r, api);
   CHECK(replaying.start());
   for (size_t i = 0; i < replay_launch_id_count; ++i) {
     CHECK(g_ids.count(replay_launch_ids[i]) == 1);
@@ -501,7 +504,8 @@ void a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back() {
   cupti_api_t api;
   api.subscribe = subscribe;
   api.enable_callback = enable;
-  cupti_layer layer(*g_tracker, api);
+  cupti_layer layer(api);
+  register_tracker_callbacks(layer.board(), *g_tracker);
   CHECK(layer.start());
   CUdeviceptr address = 0;
   cuMemAlloc_v2_params params{&address, size_t{1} << 40};
@@ -538,8 +542,9 @@ void a_refused_replay_callback_leaves_tracking_on_and_replays_nothing() {
   api.get_callback_name = callback_name;
   g_ids.clear();
   replayer r(*g_tracker, config_with({}), g_ops, fake_driver());
-  cupti_layer layer(*g_tracker, api);
-  layer.attach(&r);
+  cupti_layer layer(api);
+  register_tracker_callbacks(layer.board(), *g_tracker);
+  register_replay_callbacks(layer.board(), r, api);
   CHECK(layer.start());  // tracking is on
   CHECK(layer.active());
   CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2) == 1);
@@ -557,7 +562,8 @@ void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
   api.subscribe = subscribe;
   api.unsubscribe = unsubscribe;
   api.enable_callback = enable;
-  cupti_layer layer(*g_tracker, api);
+  cupti_layer layer(api);
+  register_tracker_callbacks(layer.board(), *g_tracker);
   g_ids.clear();
   CHECK(layer.start());
   const std::set<CUpti_CallbackId> first = g_ids;

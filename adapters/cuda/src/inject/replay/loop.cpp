@@ -1,0 +1,249 @@
+// The replay loop's callbacks and the protocol at a launch's entry: describe the launch, decide whether it is
+// replayed, then window -> drain -> snapshot -> passes (passes.cpp). A launch that is not replayed runs once,
+// fenced, with its reason.
+#include <algorithm>
+#include <iterator>
+#include <new>
+
+#include "callback_data.hpp"
+#include "guard.hpp"
+#include "replay/pending.hpp"
+
+namespace kreplay::cuda::inject {
+namespace {
+thread_local replayer::pending_t* t_pending = nullptr;
+thread_local int t_launch_depth = 0;  // launch callbacks in progress on this thread (another tool's may nest)
+thread_local uint64_t t_copy_token = 0;
+}  // namespace
+
+replayer::replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
+                   const driver_api_t& driver)
+    : tracker_(tracker),
+      config_(config),
+      ops_(ops),
+      driver_(driver),
+      backend_(make_backend(config.backend, tracker)),
+      selector_(config),
+      report_(config, backend_->name()) {}
+
+replayer::~replayer() = default;
+
+bool replayer::start(const void* cupti_symbol, std::string* why) {
+  return backend_->start(cupti_symbol, why) && report_.open(why);
+}
+
+std::vector<CUpti_CallbackDomain> replayer::whole_domains() const { return backend_->whole_domains(); }
+
+void replayer::finish() { report_.finish(in_flight_.load(std::memory_order_relaxed)); }
+
+void replayer::on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  if (data.callbackSite != CUPTI_API_EXIT || !succeeded(data)) {
+    return;
+  }
+  const bool ends = cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture ||
+                    cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz;
+  if (!ends) {
+    captures_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Never below zero, also when two threads end captures at once.
+  int now = captures_.load(std::memory_order_relaxed);
+  while (now > 0 && !captures_.compare_exchange_weak(now, now - 1, std::memory_order_relaxed)) {
+  }
+}
+
+void replayer::on_copy(const CUpti_CallbackData& data) {
+  // A copy or memset of the program: while a window of another thread is open on its device, it waits for
+  // the window's close (kreplay's fence), then counts as in flight until its call returns. An asynchronous
+  // copy still queued when a later window opens is drained by that window's synchronisation.
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    const int device = tracker_.device_of(data.context);
+    if (device >= 0) {
+      const kreplay_agent_t agent = agent_for_device(device);
+      if (kreplay_copy_begin(&agent, 1, &t_copy_token) != KREPLAY_STATUS_SUCCESS) {
+        t_copy_token = 0;
+      }
+    }
+  } else if (t_copy_token != 0) {
+    kreplay_copy_end(t_copy_token);
+    t_copy_token = 0;
+  }
+}
+
+void replayer::on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  // Only the outermost launch of a thread is the program's: one made inside its callbacks (another tool's)
+  // runs as it is, and its EXIT must not take the outer launch's state.
+  if (data.callbackSite == CUPTI_API_ENTER) {
+    if (++t_launch_depth != 1) {
+      return;
+    }
+    try {
+      enter(cbid, data);
+    } catch (...) {
+      // Out of host memory on the way: the launch runs once, from the saved memory if passes ran.
+      if (t_pending != nullptr && t_pending->saved != nullptr) {
+        (void)t_pending->saved->restore(t_pending->row);
+      }
+      if (t_pending != nullptr) {
+        t_pending->replaying = false;
+        t_pending->row.reason = "internal error (out of host memory): run once";
+      }
+    }
+    return;
+  }
+  if (t_launch_depth == 0 || --t_launch_depth != 0) {
+    return;
+  }
+  try {
+    exit(data);
+  } catch (...) {
+    // exit() owns the launch's state from its first line: its destructor has closed what was open.
+  }
+}
+
+void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  auto* p = new (std::nothrow) pending_t(driver_);
+  if (p == nullptr) {
+    return;
+  }
+  t_pending = p;
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
+  describe(*p, cbid, data);
+  if (const std::string reason = why_run_once(*p); !reason.empty()) {
+    run_once_fenced(*p, reason);
+    return;
+  }
+  copy_arguments(p->launch, driver_);
+  // The window first: from here on other threads' launches, copies and memsets wait (the fence), so the
+  // synchronise that follows drains everything the snapshot must see, and nothing slips in after it.
+  if (!open_window(*p)) {
+    run_once_fenced(*p, p->row.reason);
+    return;
+  }
+  if (!drain(*p) || !take_snapshot(*p)) {
+    const std::string why = p->row.reason;
+    close_window(*p);
+    run_once_fenced(*p, why);
+    return;
+  }
+  p->replaying = true;
+  run_own_passes(*p);
+}
+
+// The launch and its row: what it launches, where, and the function's name. A lazily loaded function is loaded
+// here, before the snapshot, so that its module's variables are captured (the tracker follows the load).
+void replayer::describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  p.entered = replay_clock::now();
+  p.row.index = launches_.fetch_add(1, std::memory_order_relaxed);
+  p.row.passes_asked = config_.passes;
+  p.row.passes_run = 1;  // a launch run once; a replayed one's count is set at its exit
+  decode_launch(cbid, data, p.launch);
+  std::copy(std::begin(p.launch.grid), std::end(p.launch.grid), std::begin(p.row.grid));
+  std::copy(std::begin(p.launch.block), std::end(p.launch.block), std::begin(p.row.block));
+  p.context = data.context;
+  p.device = tracker_.device_of(data.context);
+  p.row.device = p.device;
+  p.agent = agent_for_device(p.device);
+  if (p.launch.kind == launch_kind::graph) {
+    p.row.kernel = "(graph launch)";
+    return;
+  }
+  p.name = resolve_function(p.launch, driver_);
+  p.row.kernel = p.name != nullptr ? p.name : "(unnamed)";
+}
+
+// Empty when the launch is replayed, else why it runs once.
+std::string replayer::why_run_once(pending_t& p) {
+  const bool graph = p.launch.kind == launch_kind::graph;
+  {
+    std::lock_guard<std::mutex> lock(selector_mutex_);
+    const launch_selector::verdict verdict = graph ? launch_selector::verdict::replay : selector_.classify(p.name);
+    if (verdict != launch_selector::verdict::replay) {
+      return launch_selector::text(verdict);
+    }
+  }
+  if (graph) {
+    return "graph launch: its kernels raise no launch callback, run once";
+  }
+  // Also a capture begun before the injection saw it, or on this very stream: asked of the driver.
+  if (captures_.load(std::memory_order_relaxed) > 0 || stream_capturing(p.launch, driver_)) {
+    return "a stream capture is in progress: the launch may not execute, run once";
+  }
+  if (p.device < 0) {
+    return "the launch's device is unknown";
+  }
+  if (p.launch.loaded == nullptr) {
+    return "the function cannot be queried in the launch's context";
+  }
+  return "";
+}
+
+bool replayer::open_window(pending_t& p) {
+  kreplay_window_options_t options{};
+  options.struct_size = sizeof(options);
+  options.passes = config_.passes;
+  for (int attempt = 0;; ++attempt) {
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    if (kreplay_window_open(p.agent, &options, &p.window, &reason) == KREPLAY_STATUS_SUCCESS) {
+      return true;
+    }
+    p.window = nullptr;
+    if (reason != KREPLAY_DECLINE_WINDOW_NESTED || attempt == 3) {
+      p.row.reason = std::string("window declined: ") + kreplay_decline_reason_string(reason);
+      return false;
+    }
+    // Another thread's window on this device: wait until it closes (the fence holds this thread back until
+    // then), and try again.
+    uint64_t token = 0;
+    if (kreplay_copy_begin(&p.agent, 1, &token) == KREPLAY_STATUS_SUCCESS) {
+      kreplay_copy_end(token);
+    }
+  }
+}
+
+bool replayer::drain(pending_t& p) {
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    p.row.reason = "the context could not be synchronised before the launch";
+    return false;
+  }
+  return true;
+}
+
+bool replayer::take_snapshot(pending_t& p) {
+  p.saved = backend_->capture(p.agent, p.context, p.row);
+  return p.saved != nullptr;
+}
+
+void replayer::run_once_fenced(pending_t& p, const std::string& reason) {
+  p.row.reason = reason;
+  // After any other thread's window on the device has closed (the fence); counted until the EXIT.
+  if (p.device >= 0 && kreplay_copy_begin(&p.agent, 1, &p.fence_token) != KREPLAY_STATUS_SUCCESS) {
+    p.fence_token = 0;
+  }
+}
+
+// ---- The launch's exit ------------------------------------------------------------------------------------------
+
+void replayer::exit(const CUpti_CallbackData& data) {
+  std::unique_ptr<pending_t> p(t_pending);
+  t_pending = nullptr;
+  if (p == nullptr) {
+    return;
+  }
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  if (p->replaying) {
+    finish_program_pass(*p, data);
+    close_window(*p);
+    if (!p->extra_ms.empty()) {
+      std::sort(p->extra_ms.begin(), p->extra_ms.end());
+      p->row.extra_pass_ms = p->extra_ms[p->extra_ms.size() / 2];  // the median
+    }
+  }
+  p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
+  if (p->row.reason.empty() && !p->row.replayed) {
+    p->row.reason = "fewer passes than asked";
+  }
+  report_.add(p->row, p->replaying ? ms_between(p->entered, replay_clock::now()) : 0.0);
+}
+
+}  // namespace kreplay::cuda::inject

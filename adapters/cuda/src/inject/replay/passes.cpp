@@ -1,0 +1,111 @@
+// The passes of a replayed launch. At its entry, passes 1 to N - 1: relaunch, wait, digest (--verify), back to
+// the saved memory. The program's own launch is then pass N, measured at its exit, where the window closes. If
+// a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
+// without kreplay.
+#include "callback_data.hpp"
+#include "guard.hpp"
+#include "replay/pending.hpp"
+
+namespace kreplay::cuda::inject {
+
+void replayer::run_own_passes(pending_t& p) {
+  own_call_scope own;  // the relaunches and their callbacks are kreplay's, not the program's
+  p.timer.create();
+  double restore_ms = 0;  // the restore that prepared the pass about to run
+  for (uint32_t pass = 1; pass < config_.passes; ++pass) {
+    if (!run_pass(p, pass, &restore_ms)) {
+      return;
+    }
+  }
+  p.restore_before_program_ms = restore_ms;
+  p.timer.start(p.launch.stream);
+  p.program_pass_begun = replay_clock::now();
+}
+
+bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
+  const auto begun = replay_clock::now();
+  p.timer.start(p.launch.stream);
+  const CUresult launched = relaunch(p.launch, driver_);
+  p.timer.stop(p.launch.stream);
+  const bool ran = launched == CUDA_SUCCESS && driver_.ctx_synchronize() == CUDA_SUCCESS;
+  const auto done = replay_clock::now();
+  if (!ran) {
+    p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
+                   std::to_string(static_cast<int>(launched)) + "; the program's own launch runs from the snapshot";
+    (void)driver_.ctx_synchronize();
+    (void)restore(p);
+    return false;
+  }
+  ++p.own_passes_run;
+  const float kernel_ms = p.timer.elapsed_ms();
+  if (pass == 1) {
+    p.row.kernel_ms = kernel_ms;
+  } else {
+    p.extra_ms.push_back(*restore_ms + ms_between(begun, done) - kernel_ms);
+  }
+  verify_pass(p, pass);
+  const auto restoring = replay_clock::now();
+  if (!restore(p)) {
+    p.row.reason = "restore failed: after pass " + std::to_string(pass) +
+                   ", the program's own launch may see that pass's writes";
+    return false;
+  }
+  *restore_ms = ms_between(restoring, replay_clock::now());
+  return true;
+}
+
+bool replayer::restore(pending_t& p) {
+  if (!config_.restore) {
+    return true;  // the control: every pass sees the previous one's writes
+  }
+  return p.saved != nullptr && p.saved->restore(p.row);
+}
+
+void replayer::verify_pass(pending_t& p, uint32_t pass) {
+  if (config_.verify) {
+    p.verifier.after_pass(ops_, p.agent, pass, p.row.verify);
+  }
+}
+
+// The program's own launch, the last pass: its time, and its digest compared with pass 1's.
+void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data) {
+  const uint32_t pass = p.own_passes_run + 1;
+  if (!succeeded(data)) {
+    if (p.row.reason.empty()) {
+      p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
+    }
+    return;
+  }
+  own_call_scope own;
+  p.timer.stop(p.launch.stream);
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS && p.row.reason.empty()) {
+    p.row.reason = "the program's launch failed on the device";
+  }
+  const float kernel_ms = p.timer.elapsed_ms();
+  if (pass == 1) {
+    p.row.kernel_ms = kernel_ms;
+  } else if (p.row.reason.empty()) {
+    p.extra_ms.push_back(p.restore_before_program_ms + ms_between(p.program_pass_begun, replay_clock::now()) -
+                         kernel_ms);
+  }
+  if (p.row.reason.empty()) {
+    verify_pass(p, pass);
+  }
+  p.row.passes_run = pass;
+}
+
+// The saved memory released, then the window closed: other threads' work goes on from here.
+void replayer::close_window(pending_t& p) {
+  p.saved.reset();
+  if (p.window == nullptr) {
+    return;
+  }
+  kreplay_window_outcome_t outcome{};
+  outcome.struct_size = sizeof(outcome);
+  if (kreplay_window_close(p.window, &outcome) == KREPLAY_STATUS_SUCCESS) {
+    backend_->window_closed(outcome, p.row);
+  }
+  p.window = nullptr;
+}
+
+}  // namespace kreplay::cuda::inject

@@ -1,0 +1,54 @@
+// A launch between its ENTER and its EXIT on the calling thread: what the loop holds for it (private to the
+// replay's loop.cpp and passes.cpp).
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP
+
+#include <memory>
+#include <vector>
+
+#include "replay/backend.hpp"
+#include "replay/launch.hpp"
+#include "replay/replay.hpp"
+#include "replay/report.hpp"
+#include "replay/verify.hpp"
+
+namespace kreplay::cuda::inject {
+
+struct replayer::pending_t {
+  launch_t launch;
+  const char* name = nullptr;      // the launched function's, when the driver has one
+  int device = -1;
+  CUcontext context = nullptr;     // the launch's
+  kreplay_agent_t agent{0};
+  bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
+  uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
+  uint64_t fence_token = 0;        // a launch run once: it waited for other threads' windows
+  kreplay_window_t* window = nullptr;
+  std::unique_ptr<saved_memory> saved;
+  kernel_timer timer;
+  replay_clock::time_point entered;
+  replay_clock::time_point program_pass_begun;    // the program's own launch (the last pass) begins
+  double restore_before_program_ms = 0;           // the restore that prepared it
+  std::vector<double> extra_ms;                   // cost of each pass after the first
+  pass_verifier verifier;
+  launch_row_t row;
+
+  explicit pending_t(const driver_api_t& driver) : timer(driver) {}
+  pending_t(const pending_t&) = delete;
+  pending_t& operator=(const pending_t&) = delete;
+  // Whatever the normal path did not release (an exception on the way): nothing stays open or held, so no
+  // other thread waits on this launch's window for ever.
+  ~pending_t() {
+    saved.reset();
+    if (window != nullptr) {
+      (void)kreplay_window_close(window, nullptr);
+    }
+    if (fence_token != 0) {
+      kreplay_copy_end(fence_token);
+    }
+  }
+};
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP

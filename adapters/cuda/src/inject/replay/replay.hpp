@@ -1,0 +1,131 @@
+// The replay loop of kreplay-cuda-replay, inside the injection library: for each selected kernel launch of an
+// unmodified program (driver API: cuLaunchKernel, cuLaunchKernelEx, cooperative launches, and their per-thread
+// stream forms), at the launch's entry: open a replay window (other threads' work now waits), drain the context,
+// snapshot, then for passes 1 to N - 1 relaunch the same function with the same configuration and a private
+// copy of its arguments, wait, and restore. The program's own launch is pass N; its exit closes the window. What
+// the program sees afterwards is the last pass's memory, and a relaunch that fails leaves the snapshot's
+// memory for the program's own launch, so its result never depends on kreplay's passes.
+//
+// Launches that are never replayed run once, each with its reason in the report: not selected, an excluded
+// communication kernel, a stream capture in progress, a graph launch, a window or snapshot that declined. While
+// a window is open, the program's launches, copies and memsets from other threads wait for it (kreplay's
+// async-copy fence). One CSV row per launch, a progress line and a closing summary on stderr.
+//
+// Everything here runs inside CUPTI driver callbacks (the launch's own ENTER and EXIT), where the driver
+// allows synchronisation, copies and launches. kreplay's passes, copies and digests run under the re-entry guard,
+// so they are neither tracked nor replayed; the one driver call made outside it on purpose is the loading of the
+// launched function at the entry, so that the module it loads is tracked before the snapshot.
+//
+// The folder: launch (decoding a launch callback, relaunching), backend (kreplay's snapshots or CUPTI's
+// Checkpoint API), verify (--verify), report (CSV, progress, summary), loop.cpp and passes.cpp (the protocol),
+// callbacks.cpp (the replay as a consumer of the CUPTI layer's switchboard).
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <cupti.h>
+
+#include "driver.hpp"
+#include "kreplay.h"
+#include "replay/report.hpp"
+#include "replay_config.hpp"
+#include "switchboard.hpp"
+#include "tracker.hpp"
+
+namespace kreplay::cuda::inject {
+
+class snapshot_backend;
+struct cupti_api_t;
+
+// Which callback ids a replay adds to the tracker's, besides every memcpy and memset: the launches (kernels and
+// graphs) and the stream captures.
+inline constexpr CUpti_CallbackId replay_launch_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,           CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,            CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+inline constexpr size_t replay_launch_id_count = std::size(replay_launch_ids);
+inline constexpr CUpti_CallbackId replay_capture_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
+};
+inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
+
+class replayer {
+ public:
+  replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
+           const driver_api_t& driver);
+  ~replayer();
+  replayer(const replayer&) = delete;
+  replayer& operator=(const replayer&) = delete;
+
+  // Opens the report, readies the backend. False (with why) when the replay cannot run: the library then
+  // tracks only, and the launcher's summary says so.
+  bool start(const void* cupti_symbol, std::string* why);
+
+  // What the backend wants of CUPTI besides the replay's callbacks (--backend cupti: whole domains).
+  std::vector<CUpti_CallbackDomain> whole_domains() const;
+
+  // From the CUPTI layer: the launch and capture ids above, and every memcpy / memset id.
+  void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void on_copy(const CUpti_CallbackData& data);
+
+  // The closing summary on stderr and the report's last flush (atexit). Idempotent.
+  void finish();
+
+  struct pending_t;  // pending.hpp: a launch between its ENTER and EXIT on one thread
+
+ private:
+  // At the launch's entry: describe -> select -> window -> drain -> snapshot -> passes (loop.cpp).
+  void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  std::string why_run_once(pending_t& p);
+  bool open_window(pending_t& p);
+  bool drain(pending_t& p);
+  bool take_snapshot(pending_t& p);
+  void run_once_fenced(pending_t& p, const std::string& reason);
+  // passes.cpp: kreplay's passes at the entry; the program's own pass and the close at its exit.
+  void run_own_passes(pending_t& p);
+  bool run_pass(pending_t& p, uint32_t pass, double* restore_ms);
+  bool restore(pending_t& p);
+  void verify_pass(pending_t& p, uint32_t pass);
+  void exit(const CUpti_CallbackData& data);
+  void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
+  void close_window(pending_t& p);
+
+  tracker& tracker_;
+  replay_config_t config_;
+  kreplay_device_ops_t ops_;
+  driver_api_t driver_;
+  std::unique_ptr<snapshot_backend> backend_;
+  std::mutex selector_mutex_;
+  launch_selector selector_;
+  std::atomic<int> captures_{0};          // stream captures in progress, process-wide
+  std::atomic<uint64_t> launches_{0};
+  std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
+  replay_report report_;
+};
+
+// The replay as an optional consumer of the CUPTI layer: its launches, stream captures and every memcpy and
+// memset (found by name with `api`). If CUPTI refuses any of them, nothing is replayed and one line says so.
+switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer& replay, const cupti_api_t& api);
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP

@@ -1,0 +1,152 @@
+#include "report.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstring>
+
+#include "log.hpp"
+
+namespace kreplay::cuda::inject {
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  }
+  return out + "\"";
+}
+
+// Milliseconds with four decimals, written with integers: "%.4f" follows the program's LC_NUMERIC, and a
+// decimal comma would break the CSV.
+std::string fixed4(double ms) {
+  const long long tenths_of_us = std::llround(ms * 1e4);
+  const unsigned long long magnitude = static_cast<unsigned long long>(tenths_of_us < 0 ? -tenths_of_us : tenths_of_us);
+  char text[48];
+  std::snprintf(text, sizeof(text), "%s%llu.%04llu", tenths_of_us < 0 ? "-" : "", magnitude / 10000, magnitude % 10000);
+  return text;
+}
+
+}  // namespace
+
+double ms_between(replay_clock::time_point a, replay_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::string csv_header() {
+  return "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
+         "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify\n";
+}
+
+std::string csv_row(const launch_row_t& r) {
+  char shape[160];
+  std::snprintf(shape, sizeof(shape), "%d,%ux%ux%u,%ux%ux%u,%" PRIu32 ",%" PRIu32 ",%zu,%zu,", r.device, r.grid[0],
+                r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.passes_asked, r.passes_run,
+                r.footprint_bytes, r.bytes_moved);
+  return std::to_string(r.index) + "," + quoted(r.kernel) + "," + shape + fixed4(r.snapshot_ms) + "," +
+         fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
+         (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "\n";
+}
+
+std::string report_path(const std::string& output, uint64_t launcher_pid, uint64_t pid) {
+  if (output.empty() || launcher_pid == 0 || launcher_pid == pid) {
+    return output;
+  }
+  const size_t dot = output.rfind('.');
+  const size_t slash = output.rfind('/');
+  const std::string suffix = "." + std::to_string(pid);
+  return dot != std::string::npos && (slash == std::string::npos || dot > slash)
+             ? output.substr(0, dot) + suffix + output.substr(dot)
+             : output + suffix;
+}
+
+replay_report::replay_report(const replay_config_t& config, const char* backend)
+    : config_(config), backend_(backend), started_(replay_clock::now()), last_progress_(started_) {}
+
+bool replay_report::open(std::string* why) {
+  config_.output = report_path(config_.output, config_.launcher_pid, static_cast<uint64_t>(getpid()));
+  if (config_.output.empty()) {
+    return true;
+  }
+  csv_ = std::fopen(config_.output.c_str(), "w");
+  if (csv_ == nullptr) {
+    *why = "cannot write the report " + config_.output + ": " + std::strerror(errno);
+    return false;
+  }
+  std::fputs(csv_header().c_str(), csv_);
+  std::fflush(csv_);
+  return true;
+}
+
+void replay_report::add(const launch_row_t& row, double replay_ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (row.replayed) {
+    ++replayed_;
+  } else {
+    ++declined_[row.reason.substr(0, row.reason.find(':'))];
+  }
+  if (row.verify.rfind("differs", 0) == 0) {
+    ++differed_;
+    log(KREPLAY_LOG_WARNING, "launch %" PRIu64 " (%s): %s", row.index, row.kernel.c_str(), row.verify.c_str());
+  }
+  replay_ms_ += replay_ms;
+  if (csv_ != nullptr && !finished_) {
+    std::fputs(csv_row(row).c_str(), csv_);
+    std::fflush(csv_);
+  }
+  progress_locked(replay_clock::now());
+}
+
+uint64_t replay_report::declined_locked() const {
+  uint64_t declined = 0;
+  for (const auto& [why, count] : declined_) {
+    declined += count;
+  }
+  return declined;
+}
+
+void replay_report::progress_locked(replay_clock::time_point now) {
+  if (config_.progress_seconds <= 0 || ms_between(last_progress_, now) < config_.progress_seconds * 1e3) {
+    return;
+  }
+  last_progress_ = now;
+  const uint64_t declined = declined_locked();
+  std::fprintf(stderr, "kreplay-cuda-replay: %.1f s: %" PRIu64 " launches, %" PRIu64 " replayed, %" PRIu64
+               " run once, %.1f s replaying\n",
+               ms_between(started_, now) / 1e3, replayed_ + declined, replayed_, declined, replay_ms_ / 1e3);
+}
+
+void replay_report::finish(int64_t in_flight) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (finished_) {
+    return;
+  }
+  finished_ = true;
+  const double total_ms = ms_between(started_, replay_clock::now());
+  const uint64_t declined = declined_locked();
+  std::fprintf(stderr,
+               "kreplay-cuda-replay: %" PRIu64 " launches: %" PRIu64 " replayed (%u passes, backend %s), %" PRIu64
+               " run once; %.3f s replaying, %.3f s the program's own (of %.3f s)",
+               replayed_ + declined, replayed_, config_.passes, backend_, declined, replay_ms_ / 1e3,
+               (total_ms - replay_ms_) / 1e3, total_ms / 1e3);
+  if (config_.verify) {
+    std::fprintf(stderr, "; verify: %" PRIu64 " launches whose passes differed", differed_);
+  }
+  if (in_flight > 0) {
+    // The program ended while other threads were inside launches: those have no row.
+    std::fprintf(stderr, "; %" PRId64 " launches still in progress at exit (no row)", in_flight);
+  }
+  std::fputs("\n", stderr);
+  for (const auto& [why, count] : declined_) {
+    std::fprintf(stderr, "kreplay-cuda-replay:   run once: %" PRIu64 " x %s\n", count, why.c_str());
+  }
+  if (csv_ != nullptr) {
+    std::fclose(csv_);
+    csv_ = nullptr;
+  }
+}
+
+}  // namespace kreplay::cuda::inject

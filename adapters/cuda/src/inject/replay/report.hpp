@@ -1,0 +1,80 @@
+// What a replay reports: one CSV row per launch (--output), a progress line every --progress seconds, and the
+// closing summary on stderr.
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_REPORT_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_REPORT_HPP
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "replay_config.hpp"
+
+namespace kreplay::cuda::inject {
+
+using replay_clock = std::chrono::steady_clock;
+double ms_between(replay_clock::time_point a, replay_clock::time_point b);
+
+// One row of the report.
+struct launch_row_t {
+  uint64_t index = 0;
+  std::string kernel;
+  int device = -1;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  uint32_t passes_asked = 0;
+  uint32_t passes_run = 0;
+  size_t footprint_bytes = 0;
+  size_t bytes_moved = 0;
+  double snapshot_ms = 0;
+  double restore_ms = 0;        // every restore of the launch
+  double kernel_ms = 0;         // pass 1, by events around it
+  double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
+  bool replayed = false;
+  std::string reason;           // why it ran once ("" when replayed)
+  std::string verify = "off";   // "same", or "differs: pass P, B blocks"
+};
+// The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
+std::string csv_header();
+std::string csv_row(const launch_row_t& row);
+
+// The report a process writes: `output` itself for the launcher's program, `output` with ".<pid>" before its
+// extension for a child of it (which inherited the launcher's environment), so that none overwrites another's.
+std::string report_path(const std::string& output, uint64_t launcher_pid, uint64_t pid);
+
+class replay_report {
+ public:
+  replay_report(const replay_config_t& config, const char* backend);
+  replay_report(const replay_report&) = delete;
+  replay_report& operator=(const replay_report&) = delete;
+
+  // Opens --output (report_path: a child of the program writes its own) and writes the header. False (with why) when it cannot be written.
+  bool open(std::string* why);
+  // One launch: its row, the counts, and the progress line when one is due. `replay_ms`: its time replaying.
+  void add(const launch_row_t& row, double replay_ms);
+  // The closing summary on stderr and the report's last flush. Idempotent. `in_flight`: launches between their
+  // entry and exit now (they get no row).
+  void finish(int64_t in_flight);
+
+ private:
+  void progress_locked(replay_clock::time_point now);
+  uint64_t declined_locked() const;
+
+  replay_config_t config_;
+  const char* backend_;
+  std::mutex mutex_;
+  FILE* csv_ = nullptr;
+  std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'
+  uint64_t replayed_ = 0;
+  uint64_t differed_ = 0;
+  double replay_ms_ = 0;
+  replay_clock::time_point started_;
+  replay_clock::time_point last_progress_;
+  bool finished_ = false;
+};
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_REPORT_HPP
