@@ -58,12 +58,6 @@ void copy_arguments(launch_t& launch, const driver_api_t& driver);
 
 CUresult relaunch(const launch_t& launch, const driver_api_t& driver);
 
-// The kreplay agent of a device ordinal: agent_of_device's rule (kreplay/cuda.hpp), which lives in kreplay_cuda;
-// the injection's core and its GPU-free tests link without that library and its static CUDA runtime.
-inline kreplay_agent_t agent_for_device(int device) {
-  return kreplay_agent_t{device >= 0 ? static_cast<uint64_t>(device) + 1 : 0};
-}
-
 // A kernel's time by two events on its stream; every call a no-op when the events could not be made.
 class kernel_timer {
  public:

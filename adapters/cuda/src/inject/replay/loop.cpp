@@ -7,6 +7,7 @@
 
 #include "callback_data.hpp"
 #include "guard.hpp"
+#include "kreplay/cuda.hpp"
 #include "replay/pending.hpp"
 
 namespace kreplay::cuda::inject {
@@ -59,7 +60,7 @@ void replayer::on_copy(const CUpti_CallbackData& data) {
   if (data.callbackSite == CUPTI_API_ENTER) {
     const int device = tracker_.device_of(data.context);
     if (device >= 0) {
-      const kreplay_agent_t agent = agent_for_device(device);
+      const kreplay_agent_t agent = agent_of_device(device);
       if (kreplay_copy_begin(&agent, 1, &t_copy_token) != KREPLAY_STATUS_SUCCESS) {
         t_copy_token = 0;
       }
@@ -143,7 +144,8 @@ void replayer::describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_Callbac
   p.context = data.context;
   p.device = tracker_.device_of(data.context);
   p.row.device = p.device;
-  p.agent = agent_for_device(p.device);
+  // A context the tracker never saw is taken for device 0's, as it always was.
+  p.agent = agent_of_device(p.device < 0 ? 0 : p.device);
   if (p.launch.kind == launch_kind::graph) {
     p.row.kernel = "(graph launch)";
     return;
