@@ -11,12 +11,17 @@
 #   cupy         cupy_prog.py: elementwise, a reduction, cuBLAS and cuRAND on about 1 GiB, in place
 #   resnet       torch_prog.py resnet: ResNet-18, batch 32, 224 x 224, SGD with momentum, 3 steps
 #   transformer  torch_prog.py transformer: a 4-layer transformer encoder, AdamW, 3 steps
+#   reset        replay_reset (reset.cu): cudaDeviceReset twice mid-run with allocations and modules live, one JIT
+#                image loaded twice side by side, one instance unloaded and loaded again, globals mutated
 # For each: the plain run's checksum, then every kernel replayed with 3 passes on the host tier with
 # dirty-only and --verify, on the device tier, and on the device tier with a budget of half the footprint: each
 # checksum must equal the plain run's. The control, relaunch without restore (--debug-no-restore), must differ
 # (under a timeout; cuDNN's split-K weight-gradient kernels are left out of it: relaunched without restore they
 # hung the GPU). Then the cost (KREPLAY_RUN_PERF=0 skips it): ResNet-18, 2 steps, every kernel at 5 passes,
-# kreplay (host tier, dirty-only) against CUPTI's Checkpoint API. OUT_DIR receives replay.tar.gz (every log
+# kreplay (host tier, dirty-only, the write set learned on the first pass) against CUPTI's Checkpoint API, and
+# kreplay at 20 passes, each checksum equal to the plain run's. Then JAX with its default preallocation
+# (KREPLAY_RUN_JAX=0 skips it): the program must finish, every declined launch say HOST_BUDGET, and the host's
+# available memory never fall below 20 % of its total (sampled every 0.2 s). OUT_DIR receives replay.tar.gz (every log
 # and report) and summary.txt. The exit status is 1 when a check failed.
 set -u -o pipefail
 
@@ -42,7 +47,7 @@ verdict() {  # verdict WHAT CONDITION...
   kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
   python3 -c 'import torch, torchvision, cupy; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cupy", cupy.__version__)' 2>&1
 } >"$work/env.log" 2>&1
-kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay replay_globals" >>"$work/env.log" 2>&1
+kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay replay_globals replay_reset" >>"$work/env.log" 2>&1
 build_rc=$?
 launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
 if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
@@ -57,6 +62,7 @@ declare -A command=(
   [cupy]="python3 $src/cupy_prog.py"
   [resnet]="python3 $src/torch_prog.py resnet"
   [transformer]="python3 $src/torch_prog.py transformer"
+  [reset]="$build/replay_reset"
 )
 run() {  # run LOG cmd...: the command under the timeout, its output in LOG; prints the checksum
   local log=$1
@@ -67,7 +73,7 @@ run() {  # run LOG cmd...: the command under the timeout, its output in LOG; pri
   echo "== exit $rc after $((SECONDS - start)) s" >>"$log"
   sed -n 's/^CHECKSUM //p' "$log" | tail -1
 }
-csv_figure() {  # csv_figure REPORT max_footprint|replayed|rows|differs: from the launcher's CSV (names have commas)
+csv_figure() {  # csv_figure REPORT max_footprint|replayed|rows|declined|declined_other|differs: from the launcher's CSV (names have commas)
   python3 - "$@" <<'PY'
 import csv, sys
 try:
@@ -81,13 +87,18 @@ elif what == "replayed":
     print(sum(r["replayed"] == "1" for r in rows))
 elif what == "rows":
     print(len(rows))
+elif what == "declined":
+    print(sum(r["reason"].startswith(("snapshot declined", "window declined")) for r in rows))
+elif what == "declined_other":
+    print(sum(r["reason"].startswith(("snapshot declined", "window declined")) and "HOST_BUDGET" not in r["reason"]
+              for r in rows))
 else:
     names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
     print(len(names), "; ".join(sorted(set(names))[:5]))
 PY
 }
 
-for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer}; do
+for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer reset}; do
   cmd=${command[$program]}
   plain=$(run "$work/$program.plain.log" $cmd)
   verdict "$program: the plain run gives a checksum (${plain:-none})" test -n "$plain"
@@ -128,13 +139,41 @@ done
 if [[ ${KREPLAY_RUN_PERF:-1} != 0 ]]; then
   export KREPLAY_PROG_STEPS=2
   cmd=${command[resnet]}
-  run "$work/perf.plain.log" $cmd >/dev/null
+  plain=$(run "$work/perf.plain.log" $cmd)
   for backend in kreplay cupti; do
-    run "$work/perf.$backend.log" "$launcher" --passes 5 --tier host --dirty-only on --backend "$backend" \
-      --progress 10 -o "$work/perf.$backend.csv" -- $cmd >/dev/null
+    sum=$(run "$work/perf.$backend.log" "$launcher" --passes 5 --tier host --dirty-only on --backend "$backend" \
+      --progress 10 -o "$work/perf.$backend.csv" -- $cmd)
+    verdict "perf: $backend, 5 passes: checksum $sum == $plain" test -n "$sum" -a "$sum" = "$plain"
   done
+  sum=$(run "$work/perf.kreplay20.log" "$launcher" --passes 20 --tier host --dirty-only on \
+    --progress 10 -o "$work/perf.kreplay20.csv" -- $cmd)
+  verdict "perf: kreplay, 20 passes: checksum $sum == $plain" test -n "$sum" -a "$sum" = "$plain"
+  unset KREPLAY_PROG_STEPS
   python3 "$src/replay_figures.py" "$work" | tee -a "$summary"
   grep -q '^FAIL' <(python3 "$src/replay_figures.py" "$work") && failures=$((failures + 1))
+fi
+
+if [[ ${KREPLAY_RUN_JAX:-1} != 0 ]]; then
+  # XLA's command buffers off: every kernel is then a stream launch, so every launch meets the budget.
+  export XLA_FLAGS="--xla_gpu_enable_command_buffer="
+  jax_cmd="python3 $src/jax_prealloc.py"
+  plain=$(run "$work/jax.plain.log" $jax_cmd)
+  verdict "jax: the plain run gives a checksum (${plain:-none})" test -n "$plain"
+  for tier in host device; do
+    python3 "$src/memwatch.py" "$work/jax.$tier.mem" &
+    watcher=$!
+    sum=$(run "$work/jax.$tier.log" "$launcher" --passes 3 --tier "$tier" --progress 10 \
+          -o "$work/jax.$tier.csv" -- $jax_cmd)
+    kill "$watcher" 2>/dev/null
+    wait "$watcher" 2>/dev/null
+    verdict "jax, $tier tier: the program finishes with the plain checksum ($sum == $plain)" \
+      test -n "$sum" -a "$sum" = "$plain"
+    verdict "jax, $tier tier: $(csv_figure "$work/jax.$tier.csv" declined) declined launches, all for the host budget" \
+      test "$(csv_figure "$work/jax.$tier.csv" declined_other)" = 0 -a "$(csv_figure "$work/jax.$tier.csv" declined)" -gt 0
+    verdict "jax, $tier tier: the host's available memory stayed at or above 20 % ($(cat "$work/jax.$tier.mem.min" 2>/dev/null))" \
+      python3 -c "import sys; sys.exit(0 if float(open('$work/jax.$tier.mem.min').read().split()[0]) >= 20 else 1)"
+  done
+  unset XLA_FLAGS
 fi
 
 tar -C "$out" -czf "$out/replay.tar.gz" replay
