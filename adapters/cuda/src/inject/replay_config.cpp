@@ -46,7 +46,7 @@ constexpr option_value_t seconds(uint64_t max) {
 
 template <auto Field>
 constexpr option_value_t text(option_kind kind) {
-  static_assert(std::is_same_v<field_of<Field>, std::string>, "a pattern or a path fills a string");
+  static_assert(std::is_same_v<field_of<Field>, std::string>, "a pattern, a path or a text fills a string");
   return {kind, "", 0, 0, &store_field<Field>};
 }
 
@@ -163,6 +163,7 @@ std::string wanted(const option_value_t& value) {
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "a valid regular expression";
     case option_kind::path: return "a file name";
+    case option_kind::text: return "a text";
   }
   return "valid";
 }
@@ -194,7 +195,8 @@ bool parse_value(const option_value_t& value, const char* text, parsed_value_t* 
       name_pattern check;
       return *text == '\0' || name_pattern::compile(text, &check, why);
     }
-    case option_kind::path: return true;
+    case option_kind::path:
+    case option_kind::text: return true;
   }
   return false;
 }
@@ -219,6 +221,7 @@ const char* value_placeholder(const replay_option_t& option) {
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "REGEX";
     case option_kind::path: return "FILE";
+    case option_kind::text: return "TEXT";
   }
   return "";
 }

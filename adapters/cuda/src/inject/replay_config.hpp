@@ -58,13 +58,14 @@ enum class option_kind : uint8_t {
   pattern,           // a name_pattern; empty means unset (the default)
   pattern_or_empty,  // a name_pattern, where "" means none (the exclusion list)
   path,              // a file name; the launcher makes it absolute
+  text,              // any other text (a list of names, ...)
 };
 
 // What a value parsed to, for the row's store function.
 struct parsed_value_t {
   uint64_t number = 0;  // flags, on_off, count, choice (the index), bytes
   double real = 0.0;    // seconds
-  const char* text = "";  // pattern, path
+  const char* text = "";  // pattern, path, text
 };
 
 struct option_value_t {

@@ -40,8 +40,9 @@ void usage(FILE* to) {
   std::fprintf(to,
                "\nEnvironment: KREPLAY_INJECT_LOG=warning|info|trace (the library's messages), KREPLAY_CUPTI_PATH\n"
                "(a libcupti.so.13 when the program brings none), KREPLAY_CHECKPOINT_PATH (libcheckpoint.so for\n"
-               "--backend cupti). Only one CUPTI subscriber is allowed per process: PyTorch's profiler, Nsight\n"
-               "Systems and Nsight Compute record nothing in a program run under kreplay-cuda-replay.\n");
+               "--%s cupti). Only one CUPTI subscriber is allowed per process: PyTorch's profiler, Nsight\n"
+               "Systems and Nsight Compute record nothing in a program run under kreplay-cuda-replay.\n",
+               kreplay::cuda::inject::flag_of<&replay_config_t::backend>());
 }
 
 // The folder of this executable, from /proc/self/exe.

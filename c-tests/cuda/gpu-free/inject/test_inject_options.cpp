@@ -50,7 +50,8 @@ const char* malformed(option_kind kind) {
     case option_kind::seconds: return "-1";
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "((";
-    case option_kind::path: return "";
+    case option_kind::path:
+    case option_kind::text: return "";
   }
   return "";
 }
@@ -83,7 +84,7 @@ void every_row_refuses_a_malformed_value_naming_its_variable() {
     CHECK(error.find(std::string(option.variable) + "=" + bad + " is not ") == 0);
     ++refused;
   }
-  CHECK(refused + 1 == static_cast<size_t>(replay_options().end() - replay_options().begin()));  // all but -o
+  CHECK(refused + 1 == static_cast<size_t>(replay_options().end() - replay_options().begin()));  // all but -o FILE
   replay_config_t out;
   std::string error;
   CHECK(!parse({{variable_of<&replay_config_t::passes>(), "1001"}}, &out, &error));
