@@ -1,3 +1,5 @@
+// kreplay-cuda-replay's options as one table (below), the parser and --help that read it, the replay's kreplay
+// policy, and the launch selector. Shared by the injection library and the launcher.
 #include "replay_config.hpp"
 
 #include <cerrno>

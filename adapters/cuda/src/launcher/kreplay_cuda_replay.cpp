@@ -99,7 +99,8 @@ given_t find_option(const std::string& arg) {
       continue;
     }
     const std::string flag = std::string("--") + option.flag;
-    const bool has_short = option.short_flag != '\0' && arg.size() >= 2 && arg[0] == '-' && arg[1] == option.short_flag;
+    const bool has_short =
+        option.short_flag != '\0' && arg.size() >= 2 && arg[0] == '-' && arg[1] == option.short_flag;
     if (arg == flag || (has_short && arg.size() == 2)) {
       return {&option, "", false};
     }
