@@ -11,6 +11,7 @@
 #include <string>
 
 #include "adapter.hpp"
+#include "boundary.hpp"
 #include "cupti_layer.hpp"
 #include "driver.hpp"
 #include "guard.hpp"
@@ -196,167 +197,181 @@ void initialize() {
 }  // namespace kreplay::cuda::inject
 
 using namespace kreplay::cuda::inject;
+using kreplay::cuda::agent_of_device;
 
+// Every export's body runs inside the boundary (boundary.hpp): an exception never reaches the driver or the
+// host's C code.
 KREPLAY_INJECT_EXPORT int InitializeInjection(void) {
-  try {
+  // 1 whatever happens: the driver goes on, and the program runs without kreplay if initialisation failed.
+  return guarded_with(__func__, 1, 1, [] {
     std::call_once(g_once, initialize);
-  } catch (...) {
-    // Never unwind into the driver: the host goes on without kreplay.
-    std::fputs("kreplay-inject: initialisation failed; the injection stays inert\n", stderr);
-  }
-  return 1;
+    return 1;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_state(kreplay_inject_state_t* state_out) {
-  if (state_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  kreplay_inject_state_t state{};
-  state.tracking = g_injection.tracking;
-  state.subscribed = live();
-  if (g_injection.layer != nullptr) {
-    state.callbacks_enabled = g_injection.layer->enabled_callbacks();
-  }
-  if (g_injection.owner != nullptr) {
-    const tracker_counts_t counts = g_injection.owner->counts();
-    state.allocations = counts.allocations;
-    state.frees = counts.frees;
-    state.unknown_frees = counts.unknown_frees;
-    state.record_errors = counts.record_errors;
-    state.modules_loaded = counts.modules_loaded;
-    state.modules_unloaded = counts.modules_unloaded;
-    state.contexts_forgotten = counts.contexts_forgotten;
-  }
-  if (g_injection.layer != nullptr) {
-    state.callbacks_raised = g_injection.layer->callbacks_raised();
-  }
-  *state_out = state;
-  return KREPLAY_STATUS_SUCCESS;
+  return guarded(__func__, [&] {
+    if (state_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    kreplay_inject_state_t state{};
+    state.tracking = g_injection.tracking;
+    state.subscribed = live();
+    if (g_injection.layer != nullptr) {
+      state.callbacks_enabled = g_injection.layer->enabled_callbacks();
+      state.callbacks_raised = g_injection.layer->callbacks_raised();
+    }
+    if (g_injection.owner != nullptr) {
+      const tracker_counts_t counts = g_injection.owner->counts();
+      state.allocations = counts.allocations;
+      state.frees = counts.frees;
+      state.unknown_frees = counts.unknown_frees;
+      state.record_errors = counts.record_errors;
+      state.modules_loaded = counts.modules_loaded;
+      state.modules_unloaded = counts.modules_unloaded;
+      state.contexts_forgotten = counts.contexts_forgotten;
+    }
+    *state_out = state;
+    return KREPLAY_STATUS_SUCCESS;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_inventory_stats(int device,
                                                                      kreplay_inventory_stats_t* stats_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || stats_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  return kreplay_inventory_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < 0 || stats_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    return kreplay_inventory_stats(agent_of_device(device), stats_out);
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_live_bytes(int device, size_t* bytes_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || bytes_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  *bytes_out = g_injection.owner->live_bytes(device);
-  return KREPLAY_STATUS_SUCCESS;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < 0 || bytes_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    *bytes_out = g_injection.owner->live_bytes(device);
+    return KREPLAY_STATUS_SUCCESS;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked(int device, kreplay_inject_untracked_t* untracked_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || untracked_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  const untracked_t counts = g_injection.owner->untracked(device);
-  *untracked_out = {counts.count[0], counts.bytes[0], counts.count[1], counts.bytes[1], counts.count[2],
-                    counts.bytes[2]};
-  return KREPLAY_STATUS_SUCCESS;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < 0 || untracked_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    const untracked_t counts = g_injection.owner->untracked(device);
+    *untracked_out = {counts.count[0], counts.bytes[0], counts.count[1], counts.bytes[1], counts.count[2],
+                      counts.bytes[2]};
+    return KREPLAY_STATUS_SUCCESS;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_module_counts(int device, size_t* modules_out,
                                                                    size_t* variables_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < -1 || modules_out == nullptr || variables_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  g_injection.owner->module_counts(device, modules_out, variables_out);
-  return KREPLAY_STATUS_SUCCESS;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < -1 || modules_out == nullptr || variables_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    g_injection.owner->module_counts(device, modules_out, variables_out);
+    return KREPLAY_STATUS_SUCCESS;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_variables(int device,
                                                                     kreplay_inject_variable_visitor_t visit,
                                                                     void* user_data, char* detail,
                                                                     size_t detail_length) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || visit == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  struct forward_t {
-    kreplay_inject_variable_visitor_t visit;
-    void* data;
-  } forward{visit, user_data};
-  auto each = [](void* data, const resolved_variable_t& variable) {
-    const auto* to = static_cast<const forward_t*>(data);
-    const kreplay_inject_variable_t out{variable.module_id, variable.name, variable.address, variable.size,
-                                        variable.is_constant};
-    return to->visit(to->data, &out);
-  };
-  std::string why;
-  kreplay_status_t status = KREPLAY_STATUS_INTERNAL_ERROR;
-  try {
-    own_call_scope own;
-    status = g_injection.owner->list_variables(device, each, &forward, &why);
-  } catch (const std::bad_alloc&) {
-    return KREPLAY_STATUS_OUT_OF_HOST_MEMORY;
-  }
-  if (detail != nullptr && detail_length > 0) {
-    std::snprintf(detail, detail_length, "%s", why.c_str());
-  }
-  return status;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < 0 || visit == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    struct forward_t {
+      kreplay_inject_variable_visitor_t visit;
+      void* data;
+    } forward{visit, user_data};
+    auto each = [](void* data, const resolved_variable_t& variable) {
+      const auto* to = static_cast<const forward_t*>(data);
+      const kreplay_inject_variable_t out{variable.module_id, variable.name, variable.address, variable.size,
+                                          variable.is_constant};
+      return to->visit(to->data, &out);
+    };
+    std::string why;
+    kreplay_status_t status = KREPLAY_STATUS_INTERNAL_ERROR;
+    {
+      own_call_scope own;
+      status = g_injection.owner->list_variables(device, each, &forward, &why);
+    }
+    if (detail != nullptr && detail_length > 0) {
+      std::snprintf(detail, detail_length, "%s", why.c_str());
+    }
+    return status;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_snapshot(int device,
                                                                kreplay_inject_snapshot_result_t* result_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || result_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  kreplay_inject_snapshot_result_t result{};
-  const kreplay_agent_t agent{static_cast<uint64_t>(device) + 1};
-  kreplay_snapshot_t* snapshot = nullptr;
-  result.snap_status = kreplay_snap(agent, &snapshot, &result.reason);
-  result.restore_status = KREPLAY_STATUS_SUCCESS;
-  if (result.snap_status == KREPLAY_STATUS_SUCCESS) {
-    kreplay_snapshot_info_t info{};
-    if (kreplay_snapshot_info(snapshot, &info) == KREPLAY_STATUS_SUCCESS) {
-      result.regions = info.regions;
-      result.module_variables = info.module_variables;
-      result.bytes = info.bytes;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
     }
-    result.restore_status = kreplay_restore(snapshot, &result.report);
-    kreplay_snapshot_free(snapshot);
-  } else if (result.reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
-    std::snprintf(result.detail, sizeof(result.detail), "%s", g_injection.owner->last_error().c_str());
-  }
-  *result_out = result;
-  return result.snap_status;
+    if (device < 0 || result_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    kreplay_inject_snapshot_result_t result{};
+    kreplay_snapshot_t* snapshot = nullptr;
+    result.snap_status = kreplay_snap(agent_of_device(device), &snapshot, &result.reason);
+    result.restore_status = KREPLAY_STATUS_SUCCESS;
+    if (result.snap_status == KREPLAY_STATUS_SUCCESS) {
+      kreplay_snapshot_info_t info{};
+      if (kreplay_snapshot_info(snapshot, &info) == KREPLAY_STATUS_SUCCESS) {
+        result.regions = info.regions;
+        result.module_variables = info.module_variables;
+        result.bytes = info.bytes;
+      }
+      result.restore_status = kreplay_restore(snapshot, &result.report);
+      kreplay_snapshot_free(snapshot);
+    } else if (result.reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
+      std::snprintf(result.detail, sizeof(result.detail), "%s", g_injection.owner->last_error().c_str());
+    }
+    *result_out = result;
+    return result.snap_status;
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_untracked_stats(int device, kreplay_untracked_t* stats_out) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  if (device < 0 || stats_out == nullptr) {
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  return kreplay_untracked_stats(kreplay_agent_t{static_cast<uint64_t>(device) + 1}, stats_out);
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    if (device < 0 || stats_out == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    return kreplay_untracked_stats(agent_of_device(device), stats_out);
+  });
 }
 
 KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_set_subscribed(bool subscribed) {
-  if (!live()) {
-    return KREPLAY_STATUS_NOT_CONFIGURED;
-  }
-  return g_injection.layer->set_subscribed(subscribed) ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
+  return guarded(__func__, [&] {
+    if (!live()) {
+      return KREPLAY_STATUS_NOT_CONFIGURED;
+    }
+    return g_injection.layer->set_subscribed(subscribed) ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
+  });
 }

@@ -1,12 +1,97 @@
+// kreplay-cuda-replay's options as one table (below), the parser and --help that read it, the replay's kreplay
+// policy, and the launch selector. Shared by the injection library and the launcher.
 #include "replay_config.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
 namespace kreplay::cuda::inject {
 namespace {
+
+// ---- How a row is written: its kind, the field it fills and its limits, checked against the field's type ------
+
+template <auto Field>
+using field_of = std::remove_reference_t<decltype(std::declval<replay_config_t&>().*Field)>;
+
+template <auto Field>
+constexpr option_value_t flag(option_kind kind) {
+  static_assert(std::is_same_v<field_of<Field>, bool>, "a flag or on|off fills a bool");
+  return {kind, "", 0, 1, &store_field<Field>};
+}
+
+template <auto Field>
+constexpr option_value_t count(uint64_t min, uint64_t max, const char* what) {
+  static_assert(std::is_integral_v<field_of<Field>> && !std::is_same_v<field_of<Field>, bool>, "a count");
+  return {option_kind::count, what, min, max, &store_field<Field>};
+}
+
+template <auto Field>
+constexpr option_value_t choice(const char* words) {
+  static_assert(std::is_enum_v<field_of<Field>>, "a choice fills an enum, its words in the enum's order");
+  return {option_kind::choice, words, 0, 0, &store_field<Field>};
+}
+
+template <auto Field>
+constexpr option_value_t bytes() {
+  static_assert(std::is_same_v<field_of<Field>, size_t>, "a byte count fills a size_t");
+  return {option_kind::bytes, "", 0, 0, &store_field<Field>};
+}
+
+template <auto Field>
+constexpr option_value_t seconds(uint64_t max) {
+  static_assert(std::is_floating_point_v<field_of<Field>>, "seconds fill a double");
+  return {option_kind::seconds, "a number of seconds", 0, max, &store_field<Field>};
+}
+
+template <auto Field>
+constexpr option_value_t text(option_kind kind) {
+  static_assert(std::is_same_v<field_of<Field>, std::string>, "a pattern, a path or a text fills a string");
+  return {kind, "", 0, 0, &store_field<Field>};
+}
+
+using c = replay_config_t;
+using k = option_kind;
+constexpr uint64_t no_limit = std::numeric_limits<uint64_t>::max();
+
+// The options, one row each: {flag, short flag, variable, kind<field>(limits), default, help}. The order is
+// --help's and the order in which the variables are checked.
+// clang-format off
+constexpr replay_option_t options[] = {
+  {nullptr, 0, "KREPLAY_REPLAY", flag<&c::enabled>(k::flag_on), "0", "the launcher asks for a replay"},
+  {"passes", 0, "KREPLAY_REPLAY_PASSES", count<&c::passes>(1, 1000, "a number of passes"), "5",
+   "passes per replayed launch, 1 to 1000"},
+  {"kernel-name", 0, "KREPLAY_REPLAY_KERNEL_NAME", text<&c::kernel_regex>(k::pattern), nullptr,
+   "replay only kernels whose name matches (ECMAScript, searched anywhere in the mangled name; no "
+   "back-references or look-arounds)"},
+  {"launch-skip", 0, "KREPLAY_REPLAY_LAUNCH_SKIP", count<&c::launch_skip>(0, no_limit, "a number of launches"), "0",
+   "run the first N matching launches once"},
+  {"launch-count", 0, "KREPLAY_REPLAY_LAUNCH_COUNT", count<&c::launch_count>(0, no_limit, "a number of launches"),
+   "0", "replay at most N matching launches, 0 for all"},
+  {"tier", 0, "KREPLAY_REPLAY_TIER", choice<&c::tier>("host|device|auto"), "host",
+   "where snapshots live: host staging, device memory (spilling to host past the budget), or auto (at most "
+   "half of the free device memory at each capture, the rest on the host)"},
+  {"dirty-only", 0, "KREPLAY_REPLAY_DIRTY_ONLY", flag<&c::dirty_only>(k::on_off), "on",
+   "restore and re-capture only changed blocks"},
+  {"device-budget", 0, "KREPLAY_REPLAY_DEVICE_BUDGET", bytes<&c::device_budget>(), nullptr,
+   "device memory snapshots may hold (K, M, G; default: the tier's)"},
+  {"verify", 0, "KREPLAY_REPLAY_VERIFY", flag<&c::verify>(k::flag_on), nullptr,
+   "compare every pass's footprint with pass 1's (block digests)"},
+  {"backend", 0, "KREPLAY_REPLAY_BACKEND", choice<&c::backend>("kreplay|cupti"), "kreplay",
+   "kreplay, or CUPTI's Checkpoint API (device memory) for a side-by-side measurement"},
+  {"exclude", 0, "KREPLAY_REPLAY_EXCLUDE", text<&c::exclude>(k::pattern_or_empty), default_exclude,
+   "kernels never replayed, run once (communication kernels hang under replay; \"\" excludes nothing)"},
+  {"progress", 0, "KREPLAY_REPLAY_PROGRESS", seconds<&c::progress_seconds>(86400), "5",
+   "seconds between progress lines on stderr, 0 for none"},
+  {"debug-no-restore", 0, "KREPLAY_REPLAY_RESTORE", flag<&c::restore>(k::flag_off), nullptr,
+   "debug: relaunch without restoring (results then differ: the control of a correctness test)"},
+  {"output", 'o', "KREPLAY_REPLAY_OUTPUT", text<&c::output>(k::path), nullptr, "the CSV report, one row per launch"},
+  {nullptr, 0, "KREPLAY_REPLAY_PID", count<&c::launcher_pid>(0, no_limit, "a process id"), nullptr,
+   "the launcher's process id, which is the program's"},
+};
+// clang-format on
 
 bool parse_unsigned(const char* text, uint64_t max, uint64_t* out) {
   if (text == nullptr || *text < '0' || *text > '9') {
@@ -22,28 +107,155 @@ bool parse_unsigned(const char* text, uint64_t max, uint64_t* out) {
   return true;
 }
 
-bool parse_switch(const char* text, bool* out) {
+bool parse_switch(const char* text, uint64_t* out) {
   if (std::strcmp(text, "1") == 0 || std::strcmp(text, "on") == 0) {
-    *out = true;
+    *out = 1;
     return true;
   }
   if (std::strcmp(text, "0") == 0 || std::strcmp(text, "off") == 0) {
-    *out = false;
+    *out = 0;
     return true;
   }
   return false;
 }
 
-bool compile(const std::string& pattern, std::regex* out) {
-  try {
-    *out = std::regex(pattern, std::regex::ECMAScript | std::regex::optimize);
-    return true;
-  } catch (const std::regex_error&) {
-    return false;
+// The index of `text` among "a|b|c".
+bool parse_choice(const char* text, const char* words, uint64_t* out) {
+  const size_t length = std::strlen(text);
+  uint64_t index = 0;
+  for (const char* word = words;; ++index) {
+    const char* bar = std::strchr(word, '|');
+    const size_t word_length = bar != nullptr ? static_cast<size_t>(bar - word) : std::strlen(word);
+    if (word_length == length && std::strncmp(word, text, length) == 0) {
+      *out = index;
+      return true;
+    }
+    if (bar == nullptr) {
+      return false;
+    }
+    word = bar + 1;
   }
 }
 
+// "host|device|auto" as "host, device or auto".
+std::string listed(const char* words) {
+  std::string out;
+  const char* word = words;
+  for (const char* bar = std::strchr(word, '|'); bar != nullptr; bar = std::strchr(word, '|')) {
+    out.append(word, static_cast<size_t>(bar - word));
+    word = bar + 1;
+    out += std::strchr(word, '|') != nullptr ? ", " : " or ";
+  }
+  return out + word;
+}
+
+// What a value must be, for the refusal: "a number of passes from 1 to 1000", "host, device or auto", ...
+std::string wanted(const option_value_t& value) {
+  switch (value.kind) {
+    case option_kind::flag_on:
+    case option_kind::flag_off: return "0 or 1";
+    case option_kind::on_off: return "on or off";
+    case option_kind::choice: return listed(value.words);
+    case option_kind::bytes: return "a byte count (a number, or with K, M or G)";
+    case option_kind::count:
+    case option_kind::seconds:
+      return value.max == no_limit ? value.words
+                                   : std::string(value.words) + " from " + std::to_string(value.min) + " to " +
+                                         std::to_string(value.max);
+    case option_kind::pattern:
+    case option_kind::pattern_or_empty: return "a valid regular expression";
+    case option_kind::path: return "a file name";
+    case option_kind::text: return "a text";
+  }
+  return "valid";
+}
+
+// Parses one value of its row's kind; false, with what was wrong in *why for a pattern.
+bool parse_value(const option_value_t& value, const char* text, parsed_value_t* out, std::string* why) {
+  out->text = text;
+  switch (value.kind) {
+    case option_kind::flag_on:
+    case option_kind::flag_off:
+    case option_kind::on_off: return parse_switch(text, &out->number);
+    case option_kind::choice: return parse_choice(text, value.words, &out->number);
+    case option_kind::count:
+      return parse_unsigned(text, value.max, &out->number) && out->number >= value.min;
+    case option_kind::bytes: {
+      size_t bytes = 0;
+      const bool ok = parse_bytes(text, &bytes);
+      out->number = bytes;
+      return ok;
+    }
+    case option_kind::seconds: {
+      char* end = nullptr;
+      out->real = std::strtod(text, &end);
+      return end != text && *end == '\0' && out->real >= static_cast<double>(value.min) &&
+             out->real <= static_cast<double>(value.max);
+    }
+    case option_kind::pattern:
+    case option_kind::pattern_or_empty: {
+      name_pattern check;
+      return *text == '\0' || name_pattern::compile(text, &check, why);
+    }
+    case option_kind::path:
+    case option_kind::text: return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+option_table_t replay_options() { return {std::begin(options), std::end(options)}; }
+
+bool takes_value(const replay_option_t& option) {
+  return option.value.kind != option_kind::flag_on && option.value.kind != option_kind::flag_off;
+}
+
+const char* value_placeholder(const replay_option_t& option) {
+  switch (option.value.kind) {
+    case option_kind::flag_on:
+    case option_kind::flag_off: return "";
+    case option_kind::on_off: return "on|off";
+    case option_kind::count: return "N";
+    case option_kind::choice: return option.value.words;
+    case option_kind::bytes: return "BYTES";
+    case option_kind::seconds: return "SECONDS";
+    case option_kind::pattern:
+    case option_kind::pattern_or_empty: return "REGEX";
+    case option_kind::path: return "FILE";
+    case option_kind::text: return "TEXT";
+  }
+  return "";
+}
+
+std::string options_help() {
+  std::string out;
+  for (const replay_option_t& option : options) {
+    if (option.flag == nullptr) {
+      continue;
+    }
+    std::string left = option.short_flag != '\0' ? std::string("-") + option.short_flag + ", " : "";
+    left += std::string("--") + option.flag;
+    left += takes_value(option) ? std::string(" ") + value_placeholder(option) : "";
+    std::string help = option.help;
+    if (option.default_value != nullptr && takes_value(option)) {
+      help += std::string(" (default ") + option.default_value + ")";
+    }
+    char line[1024];
+    std::snprintf(line, sizeof(line), "  %-32s %s\n", left.c_str(), help.c_str());
+    out += line;
+  }
+  return out;
+}
+
+const replay_option_t* option_storing(void (*store)(replay_config_t*, const parsed_value_t&)) {
+  for (const replay_option_t& option : options) {
+    if (option.value.store == store) {
+      return &option;
+    }
+  }
+  return nullptr;
+}
 
 bool parse_bytes(const char* text, size_t* out) {
   if (text == nullptr || *text < '0' || *text > '9') {
@@ -78,92 +290,22 @@ bool parse_bytes(const char* text, size_t* out) {
 bool parse_replay_config(const std::function<const char*(const char*)>& get, replay_config_t* out,
                          std::string* error) {
   replay_config_t config;
-  auto bad = [&](const char* name, const char* value, const char* want) {
-    *error = std::string(name) + "=" + value + " is not " + want;
-    return false;
-  };
-  auto value_of = [&](const char* name) -> const char* {
-    const char* value = get(name);
-    return value != nullptr && *value != '\0' ? value : nullptr;
-  };
-  if (const char* v = value_of("KREPLAY_REPLAY"); v != nullptr && !parse_switch(v, &config.enabled)) {
-    return bad("KREPLAY_REPLAY", v, "0 or 1");
-  }
-  uint64_t number = 0;
-  if (const char* v = value_of("KREPLAY_REPLAY_PASSES"); v != nullptr) {
-    if (!parse_unsigned(v, 1000, &number) || number == 0) {
-      return bad("KREPLAY_REPLAY_PASSES", v, "a number of passes from 1 to 1000");
+  for (const replay_option_t& option : options) {
+    const char* text = get(option.variable);
+    if (text == nullptr || (*text == '\0' && option.value.kind != option_kind::pattern_or_empty)) {
+      text = option.default_value;
     }
-    config.passes = static_cast<uint32_t>(number);
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_KERNEL_NAME"); v != nullptr) {
-    config.kernel_regex = v;
-    std::regex check;
-    if (!compile(config.kernel_regex, &check)) {
-      return bad("KREPLAY_REPLAY_KERNEL_NAME", v, "a valid regular expression (ECMAScript)");
+    if (text == nullptr) {
+      continue;
     }
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_LAUNCH_SKIP"); v != nullptr &&
-                                                            !parse_unsigned(v, UINT64_MAX, &config.launch_skip)) {
-    return bad("KREPLAY_REPLAY_LAUNCH_SKIP", v, "a number of launches");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_LAUNCH_COUNT"); v != nullptr &&
-                                                             !parse_unsigned(v, UINT64_MAX, &config.launch_count)) {
-    return bad("KREPLAY_REPLAY_LAUNCH_COUNT", v, "a number of launches");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_TIER"); v != nullptr) {
-    if (std::strcmp(v, "host") == 0) {
-      config.tier = replay_tier::host;
-    } else if (std::strcmp(v, "device") == 0) {
-      config.tier = replay_tier::device;
-    } else if (std::strcmp(v, "auto") == 0) {
-      config.tier = replay_tier::automatic;
-    } else {
-      return bad("KREPLAY_REPLAY_TIER", v, "host, device or auto");
+    parsed_value_t value;
+    std::string why;
+    if (!parse_value(option.value, text, &value, &why)) {
+      *error = std::string(option.variable) + "=" + text + " is not " + wanted(option.value) +
+               (why.empty() ? "" : " (" + why + ")");
+      return false;
     }
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_DIRTY_ONLY"); v != nullptr && !parse_switch(v, &config.dirty_only)) {
-    return bad("KREPLAY_REPLAY_DIRTY_ONLY", v, "on or off");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_DEVICE_BUDGET"); v != nullptr &&
-                                                              !parse_bytes(v, &config.device_budget)) {
-    return bad("KREPLAY_REPLAY_DEVICE_BUDGET", v, "a byte count (a number, or with K, M or G)");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_VERIFY"); v != nullptr && !parse_switch(v, &config.verify)) {
-    return bad("KREPLAY_REPLAY_VERIFY", v, "0 or 1");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_BACKEND"); v != nullptr) {
-    if (std::strcmp(v, "kreplay") == 0) {
-      config.backend = replay_backend::kreplay;
-    } else if (std::strcmp(v, "cupti") == 0) {
-      config.backend = replay_backend::cupti;
-    } else {
-      return bad("KREPLAY_REPLAY_BACKEND", v, "kreplay or cupti");
-    }
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_OUTPUT"); v != nullptr) {
-    config.output = v;
-  }
-  if (const char* v = get("KREPLAY_REPLAY_EXCLUDE"); v != nullptr) {  // "" is meaningful: exclude nothing
-    config.exclude = v;
-    std::regex check;
-    if (!config.exclude.empty() && !compile(config.exclude, &check)) {
-      return bad("KREPLAY_REPLAY_EXCLUDE", v, "a valid regular expression (ECMAScript)");
-    }
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_RESTORE"); v != nullptr && !parse_switch(v, &config.restore)) {
-    return bad("KREPLAY_REPLAY_RESTORE", v, "0 or 1");
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_PROGRESS"); v != nullptr) {
-    char* end = nullptr;
-    const double seconds = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(seconds >= 0.0) || seconds > 86400.0) {
-      return bad("KREPLAY_REPLAY_PROGRESS", v, "a number of seconds from 0 to 86400");
-    }
-    config.progress_seconds = seconds;
-  }
-  if (const char* v = value_of("KREPLAY_REPLAY_PID"); v != nullptr && !parse_unsigned(v, UINT64_MAX, &config.launcher_pid)) {
-    return bad("KREPLAY_REPLAY_PID", v, "a process id");
+    option.value.store(&config, value);
   }
   if (config.backend == replay_backend::cupti && config.tier != replay_tier::host) {
     // CUPTI's Checkpoint API chooses its own storage (device memory first): the tier options are kreplay's.
@@ -200,18 +342,16 @@ launch_selector::launch_selector(const replay_config_t& config)
       has_exclude_(!config.exclude.empty()),
       skip_(config.launch_skip),
       count_(config.launch_count) {
-  // parse_replay_config checked both expressions.
-  if (has_filter_ && !compile(config.kernel_regex, &filter_)) {
-    has_filter_ = false;
-  }
-  if (has_exclude_ && !compile(config.exclude, &exclude_)) {
-    has_exclude_ = false;
-  }
+  // parse_replay_config checked both patterns; one that does not compile (a configuration made by hand) is
+  // no filter, and no exclusion, as before.
+  std::string why;
+  has_filter_ = has_filter_ && name_pattern::compile(config.kernel_regex, &filter_, &why);
+  has_exclude_ = has_exclude_ && name_pattern::compile(config.exclude, &exclude_, &why);
 }
 
 launch_selector::verdict launch_selector::classify(const char* name) {
   const char* text = name != nullptr ? name : "";
-  if (has_filter_ && !std::regex_search(text, filter_)) {
+  if (has_filter_ && !filter_.search(text)) {
     return verdict::not_matched;
   }
   const uint64_t index = matched_++;
@@ -221,19 +361,27 @@ launch_selector::verdict launch_selector::classify(const char* name) {
   if (count_ != 0 && index - skip_ >= count_) {
     return verdict::count_reached;
   }
-  if (has_exclude_ && std::regex_search(text, exclude_)) {
+  if (has_exclude_ && exclude_.search(text)) {
     return verdict::excluded;
   }
   return verdict::replay;
 }
 
 const char* launch_selector::text(verdict v) {
+  // The reasons name the options by their flags, from the table (made once, thread-safe).
+  static const std::string not_matched = std::string("not selected: the name does not match --") +
+                                         flag_of<&replay_config_t::kernel_regex>();
+  static const std::string skipped = std::string("not selected: within --") + flag_of<&replay_config_t::launch_skip>();
+  static const std::string count_reached =
+      std::string("not selected: past --") + flag_of<&replay_config_t::launch_count>();
+  static const std::string excluded = std::string("excluded: a communication kernel (--") +
+                                      flag_of<&replay_config_t::exclude>() + "), run once";
   switch (v) {
     case verdict::replay: return "replay";
-    case verdict::not_matched: return "not selected: the name does not match --kernel-name";
-    case verdict::skipped: return "not selected: within --launch-skip";
-    case verdict::count_reached: return "not selected: past --launch-count";
-    case verdict::excluded: return "excluded: a communication kernel (--exclude), run once";
+    case verdict::not_matched: return not_matched.c_str();
+    case verdict::skipped: return skipped.c_str();
+    case verdict::count_reached: return count_reached.c_str();
+    case verdict::excluded: return excluded.c_str();
   }
   return "?";
 }

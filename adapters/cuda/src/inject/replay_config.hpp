@@ -7,10 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <regex>
 #include <string>
+#include <type_traits>
 
 #include "kreplay.h"
+#include "name_pattern.hpp"
 
 namespace kreplay::cuda::inject {
 
@@ -20,26 +21,123 @@ enum class replay_backend : uint8_t { kreplay, cupti };
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
 inline constexpr const char* default_exclude = "nccl|nvshmem";
 
+// Filled from the environment by parse_replay_config; which variable fills which field, and the defaults, are in
+// the options' table (replay_config.cpp).
 struct replay_config_t {
-  bool enabled = false;          // KREPLAY_REPLAY=1: the launcher asked for a replay
-  uint32_t passes = 5;           // KREPLAY_REPLAY_PASSES, 1..1000
-  std::string kernel_regex;      // KREPLAY_REPLAY_KERNEL_NAME ("" = every kernel), matched anywhere in the name
-  uint64_t launch_skip = 0;      // KREPLAY_REPLAY_LAUNCH_SKIP: matching launches run once before the first replay
-  uint64_t launch_count = 0;     // KREPLAY_REPLAY_LAUNCH_COUNT: replay at most this many (0 = no limit)
-  replay_tier tier = replay_tier::host;      // KREPLAY_REPLAY_TIER=host|device|auto
-  bool dirty_only = true;                    // KREPLAY_REPLAY_DIRTY_ONLY=on|off
-  size_t device_budget = 0;                  // KREPLAY_REPLAY_DEVICE_BUDGET (bytes, K/M/G suffixes; 0 = tier's)
-  bool verify = false;                       // KREPLAY_REPLAY_VERIFY=1
-  replay_backend backend = replay_backend::kreplay;  // KREPLAY_REPLAY_BACKEND=kreplay|cupti
-  std::string output;                        // KREPLAY_REPLAY_OUTPUT: the CSV report ("" = none)
-  std::string exclude = default_exclude;     // KREPLAY_REPLAY_EXCLUDE ("" = exclude nothing)
-  bool restore = true;                       // KREPLAY_REPLAY_RESTORE=0: debug, relaunch without restoring
-  double progress_seconds = 5.0;             // KREPLAY_REPLAY_PROGRESS: seconds between progress lines (0 = none)
-  uint64_t launcher_pid = 0;                 // KREPLAY_REPLAY_PID: the launcher's process, which is the program's
+  bool enabled = false;          // the launcher asked for a replay
+  uint32_t passes = 5;           // passes per replayed launch, 1..1000
+  std::string kernel_regex;      // the name filter ("" = every kernel), a name_pattern searched in the name
+  uint64_t launch_skip = 0;      // matching launches run once before the first replay
+  uint64_t launch_count = 0;     // replay at most this many matching launches (0 = no limit)
+  replay_tier tier = replay_tier::host;      // where snapshots live
+  bool dirty_only = true;                    // restore and re-capture only changed blocks
+  size_t device_budget = 0;                  // bytes of device memory for snapshots (0 = the tier's)
+  bool verify = false;                       // compare every pass's footprint with pass 1's
+  replay_backend backend = replay_backend::kreplay;
+  std::string output;                        // the CSV report ("" = none)
+  std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
+  bool restore = true;                       // false: debug, relaunch without restoring
+  double progress_seconds = 5.0;             // seconds between progress lines (0 = none)
+  uint64_t launcher_pid = 0;                 // the launcher's process, which is the program's
 };
 
-// Reads the configuration through `get` (std::getenv in the library). False, with the first problem in
-// *error (which names the variable and the value), when a value is malformed; a replay is then not started.
+// ---- The options: one table, one line per option ------------------------------------------------------------
+// Each row gives an option's flag, its environment variable, its kind (which parses the value and names the
+// field it fills), its default and its help. The library's parser, the launcher's command line, its checks and
+// its --help all read the table (replay_config.cpp): adding an option is one row there and the field above.
+
+// How a value is written, which decides how it is parsed, what the launcher asks for and what --help shows.
+enum class option_kind : uint8_t {
+  flag_on,           // a flag without a value: given, the variable is 1 (0|1|on|off in the environment)
+  flag_off,          // a flag without a value: given, the variable is 0
+  on_off,            // on|off (1|0 too)
+  count,             // a whole number from min to max
+  choice,            // one of `words` ("host|device|auto"), stored as its index: the enum's order
+  bytes,             // parse_bytes
+  seconds,           // a decimal number of seconds from min to max
+  pattern,           // a name_pattern; empty means unset (the default)
+  pattern_or_empty,  // a name_pattern, where "" means none (the exclusion list)
+  path,              // a file name; the launcher makes it absolute
+  text,              // any other text (a list of names, ...)
+};
+
+// What a value parsed to, for the row's store function.
+struct parsed_value_t {
+  uint64_t number = 0;  // flags, on_off, count, choice (the index), bytes
+  double real = 0.0;    // seconds
+  const char* text = "";  // pattern, path, text
+};
+
+struct option_value_t {
+  option_kind kind;
+  const char* words;  // count, seconds: what the number is ("a number of passes"); choice: "a|b|c"
+  uint64_t min;       // count, seconds
+  uint64_t max;
+  void (*store)(replay_config_t* config, const parsed_value_t& value);  // fills the row's field
+};
+
+struct replay_option_t {
+  const char* flag;           // without "--"; nullptr: set by the launcher itself, not a command-line option
+  char short_flag;            // '\0', or the one-letter form ('o': -o FILE, -oFILE)
+  const char* variable;       // the library's environment variable
+  option_value_t value;
+  const char* default_value;  // in the variable's syntax; nullptr: none (the field's own default stands)
+  const char* help;           // for --help, without the default (which is added from default_value)
+};
+
+struct option_table_t {
+  const replay_option_t* first;
+  const replay_option_t* last;
+  const replay_option_t* begin() const { return first; }
+  const replay_option_t* end() const { return last; }
+};
+
+// The table, in --help's order (also the order in which parse_replay_config checks the variables).
+option_table_t replay_options();
+
+// Whether the launcher's option takes a value (every kind but the two flags).
+bool takes_value(const replay_option_t& option);
+
+// What --help shows for the value: "N", "BYTES", "host|device|auto", "" for a flag, ...
+const char* value_placeholder(const replay_option_t& option);
+
+// The options part of --help: one line per row with a flag, "  --passes N   <help> (default 5)".
+std::string options_help();
+
+// Stores a parsed value into the field `Field` of the configuration (the table's store functions).
+template <auto Field>
+void store_field(replay_config_t* config, const parsed_value_t& value) {
+  using field_t = std::remove_reference_t<decltype(config->*Field)>;
+  if constexpr (std::is_same_v<field_t, bool>) {
+    config->*Field = value.number != 0;
+  } else if constexpr (std::is_same_v<field_t, std::string>) {
+    config->*Field = value.text;
+  } else if constexpr (std::is_floating_point_v<field_t>) {
+    config->*Field = value.real;
+  } else {
+    config->*Field = static_cast<field_t>(value.number);  // integers and the choices' enums
+  }
+}
+
+// The row that fills `store`'s field, or nullptr.
+const replay_option_t* option_storing(void (*store)(replay_config_t*, const parsed_value_t&));
+
+// The variable and the flag of the row that fills `Field` ("" when none): the launcher sets the enabling
+// variable and the process id itself, and the selector's reasons name the flags.
+template <auto Field>
+const char* variable_of() {
+  const replay_option_t* option = option_storing(&store_field<Field>);
+  return option != nullptr ? option->variable : "";
+}
+template <auto Field>
+const char* flag_of() {
+  const replay_option_t* option = option_storing(&store_field<Field>);
+  return option != nullptr && option->flag != nullptr ? option->flag : "";
+}
+
+// Reads the configuration through `get` (std::getenv in the library): every row's variable, or its default
+// when unset or "" (but for pattern_or_empty, where "" is a value). False, with the first problem in *error
+// (which names the variable and the value), when a value is malformed; a replay is then not started.
 bool parse_replay_config(const std::function<const char*(const char*)>& get, replay_config_t* out,
                          std::string* error);
 
@@ -63,8 +161,8 @@ class launch_selector {
  private:
   bool has_filter_;
   bool has_exclude_;
-  std::regex filter_;
-  std::regex exclude_;
+  name_pattern filter_;
+  name_pattern exclude_;
   uint64_t skip_;
   uint64_t count_;
   uint64_t matched_ = 0;

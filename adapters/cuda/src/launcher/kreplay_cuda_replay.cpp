@@ -12,44 +12,21 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <vector>
 
 #include "replay_config.hpp"
 
 namespace {
 
-using kreplay::cuda::inject::parse_replay_config;
+using kreplay::cuda::inject::option_kind;
 using kreplay::cuda::inject::replay_config_t;
+using kreplay::cuda::inject::replay_option_t;
 
 constexpr const char* library_name = "libkreplay_cuda_inject.so";
 
-struct option_t {
-  const char* name;      // without the leading "--"
-  const char* variable;  // the library's environment variable
-  const char* value;     // what the value is, for --help ("" for a flag)
-  const char* help;
-};
-
-constexpr option_t options[] = {
-    {"passes", "KREPLAY_REPLAY_PASSES", "N", "passes per replayed launch, 1 to 1000 (default 5)"},
-    {"kernel-name", "KREPLAY_REPLAY_KERNEL_NAME", "REGEX", "replay only kernels whose name matches (ECMAScript, "
-                                                            "searched anywhere in the mangled name)"},
-    {"launch-skip", "KREPLAY_REPLAY_LAUNCH_SKIP", "N", "run the first N matching launches once (default 0)"},
-    {"launch-count", "KREPLAY_REPLAY_LAUNCH_COUNT", "N", "replay at most N matching launches (default: all)"},
-    {"tier", "KREPLAY_REPLAY_TIER", "host|device|auto",
-     "where snapshots live: host staging (default), device memory (spilling to host past the budget), or "
-     "auto (at most half of the free device memory at each capture, the rest on the host)"},
-    {"dirty-only", "KREPLAY_REPLAY_DIRTY_ONLY", "on|off", "restore and re-capture only changed blocks (default on)"},
-    {"device-budget", "KREPLAY_REPLAY_DEVICE_BUDGET", "BYTES", "device memory snapshots may hold (K, M, G)"},
-    {"verify", "KREPLAY_REPLAY_VERIFY", "", "compare every pass's footprint with pass 1's (block digests)"},
-    {"backend", "KREPLAY_REPLAY_BACKEND", "kreplay|cupti",
-     "kreplay (default), or CUPTI's Checkpoint API (device memory) for a side-by-side measurement"},
-    {"exclude", "KREPLAY_REPLAY_EXCLUDE", "REGEX",
-     "kernels never replayed, run once (default: nccl|nvshmem, communication kernels hang under replay; \"\" "
-     "excludes nothing)"},
-    {"progress", "KREPLAY_REPLAY_PROGRESS", "SECONDS", "seconds between progress lines on stderr (default 5, 0 none)"},
-    {"debug-no-restore", "KREPLAY_REPLAY_RESTORE", "",
-     "debug: relaunch without restoring (results then differ: the control of a correctness test)"},
+// What the command line asks for: the library's environment and where the program's arguments start.
+struct command_t {
+  std::map<std::string, std::string> environment;
+  int first = 0;
 };
 
 void usage(FILE* to) {
@@ -58,17 +35,14 @@ void usage(FILE* to) {
                "Runs the program with kreplay's CUDA injection library and replays every selected kernel launch:\n"
                "snapshot before the launch, then for each further pass restore and relaunch. The program's results\n"
                "are those of the last pass. One CSV row per launch (-o), a summary on stderr.\n\noptions:\n");
-  for (const option_t& option : options) {
-    std::string left = std::string("--") + option.name + (*option.value != '\0' ? std::string(" ") + option.value : "");
-    std::fprintf(to, "  %-32s %s\n", left.c_str(), option.help);
-  }
-  std::fprintf(to, "  %-32s %s\n", "-o, --output FILE", "the CSV report, one row per launch");
+  std::fputs(kreplay::cuda::inject::options_help().c_str(), to);
   std::fprintf(to, "  %-32s %s\n", "-h, --help", "this text");
   std::fprintf(to,
                "\nEnvironment: KREPLAY_INJECT_LOG=warning|info|trace (the library's messages), KREPLAY_CUPTI_PATH\n"
                "(a libcupti.so.13 when the program brings none), KREPLAY_CHECKPOINT_PATH (libcheckpoint.so for\n"
-               "--backend cupti). Only one CUPTI subscriber is allowed per process: PyTorch's profiler, Nsight\n"
-               "Systems and Nsight Compute record nothing in a program run under kreplay-cuda-replay.\n");
+               "--%s cupti). Only one CUPTI subscriber is allowed per process: PyTorch's profiler, Nsight\n"
+               "Systems and Nsight Compute record nothing in a program run under kreplay-cuda-replay.\n",
+               kreplay::cuda::inject::flag_of<&replay_config_t::backend>());
 }
 
 // The folder of this executable, from /proc/self/exe.
@@ -111,81 +85,102 @@ std::string find_library() {
   return "";
 }
 
-}  // namespace
+// An option as written: its row, and the value written with it (--flag=value, -xvalue) if any.
+struct given_t {
+  const replay_option_t* option = nullptr;
+  std::string value;
+  bool joined = false;
+};
 
-int main(int argc, char** argv) {
-  std::map<std::string, std::string> environment{{"KREPLAY_REPLAY", "1"}};
-  int first = argc;
+// The row `arg` names, as --flag, --flag=value, -x or -xvalue.
+given_t find_option(const std::string& arg) {
+  for (const replay_option_t& option : kreplay::cuda::inject::replay_options()) {
+    if (option.flag == nullptr) {
+      continue;
+    }
+    const std::string flag = std::string("--") + option.flag;
+    const bool has_short =
+        option.short_flag != '\0' && arg.size() >= 2 && arg[0] == '-' && arg[1] == option.short_flag;
+    if (arg == flag || (has_short && arg.size() == 2)) {
+      return {&option, "", false};
+    }
+    if (arg.rfind(flag + "=", 0) == 0) {
+      return {&option, arg.substr(flag.size() + 1), true};
+    }
+    if (has_short) {
+      return {&option, arg.substr(2), true};
+    }
+  }
+  return {};
+}
+
+// The value of an option (written as `arg`, at argv[*i]) into the environment: 0 to go on, else the exit status.
+int take_option(const given_t& given, const std::string& arg, int argc, char** argv, int* i, command_t* out) {
+  const replay_option_t& option = *given.option;
+  std::string value = given.value;
+  const bool joined = given.joined;
+  const bool path = option.value.kind == option_kind::path;
+  const char* placeholder = kreplay::cuda::inject::value_placeholder(option);
+  if (!kreplay::cuda::inject::takes_value(option)) {
+    if (joined) {
+      std::fprintf(stderr, "kreplay-cuda-replay: --%s takes no value\n", option.flag);
+      return 2;
+    }
+    value = option.value.kind == option_kind::flag_off ? "0" : "1";
+  } else if (!joined) {
+    if (*i + 1 >= argc) {
+      if (path) {
+        std::fprintf(stderr, "kreplay-cuda-replay: %s needs a file name\n", arg.c_str());
+      } else {
+        std::fprintf(stderr, "kreplay-cuda-replay: --%s needs a value (%s)\n", option.flag, placeholder);
+      }
+      return 2;
+    }
+    value = argv[++*i];
+  }
+  // An empty value would silently mean the default; only where "" is a value of its own (--exclude '': exclude
+  // nothing) is it taken.
+  if (value.empty() && option.value.kind != option_kind::pattern_or_empty) {
+    if (path) {
+      std::fprintf(stderr, "kreplay-cuda-replay: %s: the report's file name is empty\n", arg.c_str());
+    } else {
+      std::fprintf(stderr, "kreplay-cuda-replay: --%s: the value is empty (%s)\n", option.flag, placeholder);
+    }
+    return 2;
+  }
+  out->environment[option.variable] = path ? absolute(value) : value;
+  return 0;
+}
+
+// The command line into *out: 0 to go on, else the exit status (--help: 0 after the text, with out->first 0).
+int parse_arguments(int argc, char** argv, command_t* out) {
+  out->environment[kreplay::cuda::inject::variable_of<&replay_config_t::enabled>()] = "1";
+  out->first = argc;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") {
-      first = i + 1;
+      out->first = i + 1;
       break;
     }
     if (arg == "-h" || arg == "--help") {
       usage(stdout);
+      out->first = 0;
       return 0;
     }
-    if (arg == "-o" || arg == "--output" || arg.rfind("--output=", 0) == 0 || (arg.rfind("-o", 0) == 0 && arg.size() > 2)) {
-      std::string file;
-      if (arg == "-o" || arg == "--output") {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "kreplay-cuda-replay: %s needs a file name\n", arg.c_str());
-          return 2;
-        }
-        file = argv[++i];
-      } else {
-        file = arg.substr(arg[1] == 'o' ? 2 : std::strlen("--output="));
-      }
-      if (file.empty()) {
-        std::fprintf(stderr, "kreplay-cuda-replay: %s: the report's file name is empty\n", arg.c_str());
-        return 2;
-      }
-      environment["KREPLAY_REPLAY_OUTPUT"] = absolute(file);
-      continue;
-    }
-    const option_t* found = nullptr;
-    std::string value;
-    bool has_value = false;  // written as --name=value
-    for (const option_t& option : options) {
-      const std::string flag = std::string("--") + option.name;
-      if (arg == flag) {
-        found = &option;
-      } else if (arg.rfind(flag + "=", 0) == 0) {
-        found = &option;
-        value = arg.substr(flag.size() + 1);
-        has_value = true;
-      }
-    }
-    if (found == nullptr) {
+    const given_t given = find_option(arg);
+    if (given.option == nullptr) {
       if (arg.rfind("-", 0) != 0) {
-        first = i;  // the program, without a "--" before it
+        out->first = i;  // the program, without a "--" before it
         break;
       }
       std::fprintf(stderr, "kreplay-cuda-replay: unknown option %s (see --help)\n", arg.c_str());
       return 2;
     }
-    if (*found->value == '\0') {
-      if (has_value) {
-        std::fprintf(stderr, "kreplay-cuda-replay: --%s takes no value\n", found->name);
-        return 2;
-      }
-      value = std::strcmp(found->variable, "KREPLAY_REPLAY_RESTORE") == 0 ? "0" : "1";
-    } else if (!has_value) {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kreplay-cuda-replay: --%s needs a value (%s)\n", found->name, found->value);
-        return 2;
-      }
-      value = argv[++i];
+    if (const int status = take_option(given, arg, argc, argv, &i, out); status != 0) {
+      return status;
     }
-    // An empty value would silently mean the default; only --exclude '' means something (exclude nothing).
-    if (value.empty() && std::strcmp(found->variable, "KREPLAY_REPLAY_EXCLUDE") != 0) {
-      std::fprintf(stderr, "kreplay-cuda-replay: --%s: the value is empty (%s)\n", found->name, found->value);
-      return 2;
-    }
-    environment[found->variable] = value;
   }
-  if (first >= argc) {
+  if (out->first >= argc) {
     std::fprintf(stderr, "kreplay-cuda-replay: no program given\n\n");
     usage(stderr);
     return 2;
@@ -194,13 +189,20 @@ int main(int argc, char** argv) {
   replay_config_t config;
   std::string error;
   auto get = [&](const char* name) -> const char* {
-    const auto it = environment.find(name);
-    return it != environment.end() ? it->second.c_str() : nullptr;
+    const auto it = out->environment.find(name);
+    return it != out->environment.end() ? it->second.c_str() : nullptr;
   };
-  if (!parse_replay_config(get, &config, &error)) {
+  if (!kreplay::cuda::inject::parse_replay_config(get, &config, &error)) {
     std::fprintf(stderr, "kreplay-cuda-replay: %s\n", error.c_str());
     return 2;
   }
+  return 0;
+}
+
+// The library, the process id and tracking into the environment, every other option's variable removed, and
+// the whole environment set: 0, else the exit status.
+int prepare_environment(command_t* command) {
+  std::map<std::string, std::string>& environment = command->environment;
   const std::string library = find_library();
   if (library.empty()) {
     std::fprintf(stderr, "kreplay-cuda-replay: %s is not in %s/../lib or beside the launcher\n", library_name,
@@ -214,18 +216,15 @@ int main(int argc, char** argv) {
   environment["CUDA_INJECTION64_PATH"] = library;
   // The program keeps this process's id across exec: the library tells the program from its children (a child
   // that inherits the environment writes a report of its own, report.<pid>.csv, instead of truncating this one).
-  environment["KREPLAY_REPLAY_PID"] = std::to_string(getpid());
+  environment[kreplay::cuda::inject::variable_of<&replay_config_t::launcher_pid>()] = std::to_string(getpid());
   // A caller's KREPLAY_INJECT_TRACKING=0 would turn the whole injection off, the replay with it.
   environment["KREPLAY_INJECT_TRACKING"] = "1";
-  // The options given are the whole configuration: a KREPLAY_REPLAY_* left in the caller's environment from
-  // another run does not leak into this one.
-  for (const option_t& option : options) {
+  // The options given are the whole configuration: a variable of the table left in the caller's environment
+  // from another run does not leak into this one.
+  for (const replay_option_t& option : kreplay::cuda::inject::replay_options()) {
     if (environment.count(option.variable) == 0) {
       unsetenv(option.variable);
     }
-  }
-  if (environment.count("KREPLAY_REPLAY_OUTPUT") == 0) {
-    unsetenv("KREPLAY_REPLAY_OUTPUT");
   }
   for (const auto& [name, value] : environment) {
     if (setenv(name.c_str(), value.c_str(), 1) != 0) {
@@ -233,7 +232,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  execvp(argv[first], argv + first);
-  std::fprintf(stderr, "kreplay-cuda-replay: cannot run %s: %s\n", argv[first], std::strerror(errno));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  command_t command;
+  if (const int status = parse_arguments(argc, argv, &command); status != 0 || command.first == 0) {
+    return status;
+  }
+  if (const int status = prepare_environment(&command); status != 0) {
+    return status;
+  }
+  execvp(argv[command.first], argv + command.first);
+  std::fprintf(stderr, "kreplay-cuda-replay: cannot run %s: %s\n", argv[command.first], std::strerror(errno));
   return 127;
 }
