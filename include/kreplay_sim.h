@@ -178,6 +178,15 @@ kreplay_status_t kreplay_sim_add_module_variable(kreplay_agent_t agent,
                                                  bool is_constant,
                                                  void **address_out);
 
+// Starts a new code object: module variables added from now on lie in its own loaded segment. Returns its id
+// (every variable added before the first call is in code object 0).
+size_t kreplay_sim_new_code_object(void);
+
+// Unloads code object `code_object` (as `hsa_executable_destroy` or `cuModuleUnload` would): its variables
+// leave the module scan and their memory reads as freed, so a copy into it counts as a violation. Returns how
+// many variables it held. The library is not told: a host calls `kreplay_modules_changed()` itself.
+size_t kreplay_sim_unload_code_object(size_t code_object);
+
 // Arms the faults in `faults` (NULL disarms all) and restarts their counts.
 //
 // # Safety

@@ -447,6 +447,24 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     unsafe { deliver(address_out, add) }
 }
 
+/// Starts a new code object: module variables added from now on lie in its own loaded segment. Returns its id
+/// (every variable added before the first call is in code object 0).
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_sim_new_code_object() -> usize {
+    sim().new_code_object();
+    sim().code_object() as usize
+}
+
+/// Unloads code object `code_object` (as `hsa_executable_destroy` or `cuModuleUnload` would): its variables
+/// leave the module scan and their memory reads as freed, so a copy into it counts as a violation. Returns how
+/// many variables it held. The library is not told: a host calls `kreplay_modules_changed()` itself.
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_sim_unload_code_object(code_object: usize) -> usize {
+    sim().unload_code_object(code_object as u64)
+}
+
 /// Arms the faults in `faults` (NULL disarms all) and restarts their counts.
 ///
 /// # Safety

@@ -11,7 +11,7 @@
 //!
 //! - Memory: [`SimDevice::alloc`], [`SimDevice::alloc_kind`], [`SimDevice::try_alloc`] (also at a freed
 //!   region's address), [`SimDevice::free`], [`SimDevice::try_free`], [`SimDevice::add_variable`],
-//!   [`SimDevice::add_variable_with`], [`SimDevice::new_code_object`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
+//!   [`SimDevice::add_variable_with`], [`SimDevice::new_code_object`], [`SimDevice::unload_code_object`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
 //!   [`SimDevice::device_bytes_held`].
 //! - Hooks: [`SimDevice::set_hook`] runs a callback at the start of every op ([`SimOp`]), outside the device's
 //!   lock, so it may call back into the device (free a region, write) or into the engine.
@@ -596,6 +596,33 @@ impl SimDevice {
     /// of the previous one may not run into (until then, every variable is in code object 0).
     pub fn new_code_object(&self) {
         self.state().code_object += 1;
+    }
+
+    /// The code object that variables added now go into.
+    pub fn code_object(&self) -> u64 {
+        self.state().code_object
+    }
+
+    /// Unloads code object `code_object`: its variables leave the scan, and their storage reads as freed (filled
+    /// with [`FREED_FILL`]; a copy touching it is a violation). Returns how many variables it held. Variables
+    /// added later still go into the current code object (start a new one first to keep loading).
+    pub fn unload_code_object(&self, code_object: u64) -> usize {
+        let mut state = self.state();
+        let mut unloaded = 0;
+        let arena = self.arena();
+        for (&address, item) in state.items.iter_mut() {
+            if item.live && matches!(item.kind, ItemKind::Variable { code_object: c } if c == code_object) {
+                item.live = false;
+                unloaded += 1;
+                // SAFETY: a variable's storage lies inside the arena, reserved for it; nothing else writes it.
+                unsafe { std::ptr::write_bytes(arena.at(address), FREED_FILL, item.size) };
+            }
+        }
+        let dead = |state: &State, address: usize| state.items.get(&address).is_some_and(|item| !item.live);
+        let kept: Vec<Variable> = state.variables.iter().filter(|v| !dead(&state, v.address)).cloned().collect();
+        state.variables = kept;
+        state.segments.retain(|_, &mut (_, c)| c != code_object);
+        unloaded
     }
 
     /// Adds a module-scope variable visible to `agent`, filled with `fill`; returns its address.
