@@ -451,9 +451,12 @@ fn split_ranges(
 fn split_list(list: &ModuleList, is_refused: &dyn Fn(u32) -> bool, extra: usize) -> Option<ModuleList> {
     let mut spans: Vec<Span> = Vec::new();
     let mut variables: Vec<CachedVariable> = Vec::new();
+    let mut names: Vec<u8> = Vec::new();
     spans.try_reserve_exact(list.spans.len() + extra).ok()?;
     variables.try_reserve_exact(list.variables.len()).ok()?;
+    names.try_reserve_exact(list.names.len()).ok()?;
     variables.extend_from_slice(&list.variables);
+    names.extend_from_slice(&list.names);
     for span in &list.spans {
         if is_refused(span.first) {
             let single = |(k, variable): (u32, CachedVariable)| Span {
@@ -467,7 +470,7 @@ fn split_list(list: &ModuleList, is_refused: &dyn Fn(u32) -> bool, extra: usize)
             spans.push(*span);
         }
     }
-    Some(ModuleList { variables, spans })
+    Some(ModuleList { variables, spans, names })
 }
 
 /// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,
