@@ -94,7 +94,7 @@ typedef enum kreplay_decline_reason_t {
   KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = 6,
   // An allocation of the agent could not be recorded and may be live.
   KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
-  // The snapshot would exceed `max_snapshot_bytes`.
+  // The snapshot would exceed the host budget: `max_snapshot_bytes`, or the live `host_budget_percent`.
   KREPLAY_DECLINE_HOST_BUDGET = 8,
   // Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
   KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,
@@ -281,6 +281,13 @@ typedef struct kreplay_device_ops_t {
   // storage counted as free); a failure means no device storage for that capture. Appended after `release`
   // (which follows `digest`), so a version-2 `struct_size` stops before it.
   kreplay_status_t (*device_free_bytes)(void*, struct kreplay_agent_t, size_t*);
+  // Version 4, optional: the host memory available now, in bytes, written to `bytes_out` (what a new
+  // allocation of the process can get without swapping: Linux's `MemAvailable`, or a container's limit less
+  // its usage). With `host_budget_percent`, each capture's host budget is that percent of it plus the
+  // staging kreplay holds. NULL: kreplay reads `/proc/meminfo` itself. A failure means nothing available for
+  // that capture (only what kreplay holds counts). Called from capture, outside kreplay's locks; it may call
+  // no kreplay function. Appended after `device_free_bytes`.
+  kreplay_status_t (*host_available_bytes)(void*, size_t*);
 } kreplay_device_ops_t;
 
 // How snapshots use host memory.
@@ -315,6 +322,15 @@ typedef struct kreplay_policy_t {
   // counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
   // has no effect.
   uint32_t device_budget_percent;
+  // Version 4 [0 = off], at most 100: the live host budget. At each capture, everything kreplay would hold
+  // in host staging once the capture has its storage (other agents' and live snapshots' staging, plus this
+  // snapshot's host part, device-tier spill included) may be at most this percent of the host memory
+  // available at that moment plus the staging kreplay holds (counted as available to it). Above it the
+  // snapshot declines with `KREPLAY_DECLINE_HOST_BUDGET` and a warning with the figures. The available memory
+  // comes from `ops.host_available_bytes`, else Linux's `MemAvailable` (`/proc/meminfo`); when it cannot be
+  // read, nothing is taken as available. Page-locked staging (`pin_staging`) is staging within this budget.
+  // `max_snapshot_bytes` applies as well. The adapters' `recommended_policy()` set 50.
+  uint32_t host_budget_percent;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -490,7 +506,7 @@ enum kreplay_status_t kreplay_configure(const struct kreplay_device_ops_t *ops);
 // are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
 // fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
 // that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with unknown bits or a
-// `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+// `device_budget_percent` or `host_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 // Thread-safe.
 //
 // # Safety

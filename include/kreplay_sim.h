@@ -37,6 +37,10 @@ typedef struct kreplay_sim_options_t {
   // Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
   // less the storage the agent holds now (at least 0).
   size_t free_bytes;
+  // `kreplay_sim_device_ops` fills `host_available_bytes`, which answers `host_available` as set here.
+  bool host_available_bytes;
+  // Host memory available, in bytes, as `host_available_bytes` reports it.
+  size_t host_available;
 } kreplay_sim_options_t;
 
 // Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
@@ -65,6 +69,8 @@ typedef struct kreplay_sim_faults_t {
   size_t fail_digests_from;
   // Every `device_free_bytes` fails.
   bool fail_device_free_bytes;
+  // Every `host_available_bytes` fails.
+  bool fail_host_available_bytes;
 } kreplay_sim_faults_t;
 
 // What the simulated device has seen since the last reset.
@@ -115,6 +121,8 @@ typedef struct kreplay_sim_counters_t {
   size_t refused_copies;
   // `device_free_bytes` calls, failed ones included.
   size_t device_free_queries;
+  // `host_available_bytes` calls, failed ones included.
+  size_t host_available_queries;
 } kreplay_sim_counters_t;
 
 #ifdef __cplusplus
@@ -122,7 +130,7 @@ extern "C" {
 #endif // __cplusplus
 
 // Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops
-// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`) that `kreplay_sim_set_options`
+// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`, `host_available_bytes`) that `kreplay_sim_set_options`
 // turned on (none by default). `release` stays NULL: the simulated device lives as long as the process. Ready for
 // `kreplay_configure`.
 //

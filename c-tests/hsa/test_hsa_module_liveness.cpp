@@ -68,6 +68,15 @@ int main() {
   HSA_TEST_CHECK(!fake::destroyed_memory_intact());
   kreplay_snapshot_free(snapshot);
 
+  // The recommended policy turns the live host budget on, at half of what is available.
+  const kreplay_policy_t recommended = kreplay::hsa::recommended_policy();
+  HSA_TEST_CHECK(recommended.host_budget_percent == 50);
+  HSA_TEST_CHECK(recommended.cache_module_scan == kreplay::hsa::module_wrappers_installed());
+  HSA_TEST_CHECK(kreplay::hsa::set_policy(&recommended) == KREPLAY_STATUS_SUCCESS);
+  kreplay_modules_changed();  // the control's destroy, which kreplay was never told of
+  snapshot = snap(gpu, 3);
+  kreplay_snapshot_free(snapshot);
+
   kreplay_staging_trim(fake::k(gpu));
   kreplay::hsa::finalize();
   std::printf("hsa module liveness: a destroyed executable's variables skipped; the control caught the write\n");

@@ -368,6 +368,14 @@ impl<O: DeviceOps> Engine<O> {
             );
             return Err(Error::InvalidArgument);
         }
+        if policy.host_budget_percent > crate::policy::MAX_HOST_BUDGET_PERCENT {
+            crate::log!(
+                Level::Warning,
+                "set_policy: host_budget_percent = {} is above 100",
+                policy.host_budget_percent
+            );
+            return Err(Error::InvalidArgument);
+        }
         if !policy.is_valid() {
             crate::log!(
                 Level::Warning,

@@ -32,6 +32,9 @@
 //!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `free_bytes` is what each
 //!     agent has free besides its storage, so the op answers `free_bytes` less the storage the agent holds
 //!     now; `free_bytes_queries` (calls), fault `fail_free_bytes` (every query fails);
+//!   - available host memory (`host_available_bytes`, offered with `offer_host_memory`): the op answers
+//!     `host_available` as set, so a test feeds the figure each capture sees; `host_available_queries` (calls),
+//!     fault `fail_host_available` (every query fails);
 //!   - digests: `digests` (calls), `digest_blocks`, `digest_bytes`, `constant_digest` (every block digests
 //!     the same, to prove a digest that cannot tell contents apart is never trusted for a reallocated region),
 //!     `digest_seed`, fault `fail_digest_at` (once), `fail_digests_from`;
@@ -102,6 +105,8 @@ pub enum SimOp {
     Digest { agent: Agent, jobs: usize, block_bytes: usize },
     /// `device_free_bytes`.
     DeviceFreeBytes { agent: Agent },
+    /// `host_available_bytes`.
+    HostAvailableBytes,
 }
 
 /// A callback run at the start of every op.
@@ -188,6 +193,11 @@ pub struct State {
     pub free_bytes: usize,
     pub free_bytes_queries: usize,
     pub fail_free_bytes: bool,
+
+    pub offer_host_memory: bool,
+    pub host_available: usize,
+    pub host_available_queries: usize,
+    pub fail_host_available: bool,
 
     pub digests: usize,
     pub digest_blocks: usize,
@@ -709,6 +719,7 @@ impl SimDevice {
             offer_device: state.offer_device,
             offer_digest: state.offer_digest,
             offer_free_bytes: state.offer_free_bytes,
+            offer_host_memory: state.offer_host_memory,
             locked: std::mem::take(&mut state.locked),
             locked_bytes: state.locked_bytes,
             ..State::default()
@@ -980,6 +991,20 @@ impl DeviceOps for SimDevice {
         }
         let held = state.held.get(&agent.0).copied().unwrap_or(0);
         Ok(state.free_bytes.saturating_sub(held))
+    }
+
+    fn can_query_host_memory(&self) -> bool {
+        self.state().offer_host_memory
+    }
+
+    fn host_available_bytes(&self) -> Result<usize> {
+        self.run_hook(SimOp::HostAvailableBytes);
+        let mut state = self.state();
+        state.host_available_queries += 1;
+        if state.fail_host_available {
+            return Err(Error::DeviceError);
+        }
+        Ok(state.host_available)
     }
 }
 
