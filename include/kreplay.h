@@ -414,7 +414,13 @@ typedef struct kreplay_inventory_stats_t {
 typedef struct kreplay_window_options_t {
   // `sizeof(kreplay_window_options_t)` as the caller compiled it.
   size_t struct_size;
-  // Passes the host means to run (at least 1): used for admission and the outcome.
+  // Passes the host means to run, used for admission and the outcome; version 4: 0 means open-ended, not
+  // known in advance (a counter service decides as it goes). An open-ended window is admitted on its first
+  // pass (the snapshot) at open; after each restore, its projection (the snapshot and restores so far, as
+  // measured, plus one more restore at their average) is checked against the policy: the first crossing of
+  // `warn_window_ns` and of `max_window_ns` each log one WARNING, and the window stays open (an open window
+  // is never declined; the host decides whether to run the next pass). The outcome line says
+  // `passes=N/open`.
   uint32_t passes;
   // How long the open waits for async copies in flight [0 = 1000].
   uint32_t copy_timeout_ms;
@@ -437,7 +443,7 @@ typedef struct kreplay_window_outcome_t {
   struct kreplay_agent_t agent;
   // `KREPLAY_DECLINE_NONE`: replayed; otherwise why not (a snapshot that declined inside the window).
   enum kreplay_decline_reason_t reason;
-  // Passes the host asked for at open.
+  // Passes the host asked for at open; 0: open-ended.
   uint32_t passes_requested;
   // 1 + the restores that succeeded in this window.
   uint32_t passes_run;
@@ -699,8 +705,9 @@ enum kreplay_status_t kreplay_inventory_stats(struct kreplay_agent_t agent,
 // (`COPIES_IN_FLIGHT`, `UNTRACKED_MEMORY`, `OVER_COST`, `WINDOW_NESTED`), nothing is left fenced and the
 // outcome line was logged: run the dispatch once. A second window on an agent that has one open is
 // `WINDOW_NESTED` at once, never a wait; windows on different agents may be open together, also on one thread.
-// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small,
-// `passes` 0. `reason_out` may be NULL. Thread-safe.
+// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small.
+// `passes` 0 opens an open-ended window (version 4; it was `INVALID_ARGUMENT` in version 3). `reason_out` may
+// be NULL. Thread-safe.
 //
 // # Safety
 // `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as
