@@ -76,7 +76,7 @@ static void a_capture_over_the_budget_declines_and_the_budget_follows_the_availa
   set_available(100 * KIB);
   test_log_capture(KREPLAY_LOG_WARNING);
   CHECK_EQ(KREPLAY_DECLINE_HOST_BUDGET, snap_reason(agent, NULL));
-  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "host budget"));
+  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "host budget: the snapshot needs"));
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "102400 bytes available"));
   CHECK_EQ(0, kreplay_retained_staging_bytes(agent)); /* a decline keeps nothing */
   test_log_stop();

@@ -59,7 +59,7 @@ static void a_variable_of_an_unloaded_module_is_skipped_counted_and_named(void) 
   CHECK(test_has_pattern(region, 4096, 3));
   CHECK(test_all_bytes(gone, 256, 0xDD)); /* the unloaded segment as the device left it */
   CHECK_EQ(violations, test_counters().violations);
-  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "gone_counter"));
+  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "variable gone_counter "));
   CHECK_EQ(0, test_log_count(-1, "kept_counter"));
   test_log_stop();
 
@@ -108,8 +108,8 @@ static void variables_of_one_span_are_written_one_by_one_around_the_unloaded_one
   CHECK_EQ(2, report.skipped);
   CHECK_EQ(violations, test_counters().violations);
   CHECK(test_has_pattern(b, 256, 3));
-  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "a0"));
-  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "a1"));
+  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "variable a0 "));
+  CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "variable a1 "));
   test_log_stop();
   kreplay_snapshot_free(snapshot);
   (void)kreplay_sim_unload_code_object(module_b);
@@ -179,7 +179,7 @@ static void a_failed_liveness_scan_writes_no_variable_and_is_a_partial_restore(v
   CHECK_EQ(1, report.failed);   /* the variable: not known to be loaded, so not written */
   CHECK(test_has_pattern(region, 1024, 8));
   CHECK(test_has_pattern(variable, 64, 9));
-  CHECK(test_log_count(KREPLAY_LOG_ERROR, "unverified") + test_log_count(KREPLAY_LOG_ERROR, "module scan") >= 1);
+  CHECK_EQ(1, test_log_count(KREPLAY_LOG_ERROR, "could not be listed again"));
   test_log_stop();
   kreplay_snapshot_free(snapshot);
   test_free(region);
