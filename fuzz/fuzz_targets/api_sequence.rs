@@ -788,6 +788,10 @@ impl Model {
         // the capture goes on to its next checks; if a scan does run, it fails as armed.
         let scan_may_be_cached = self.config.cache_module_scan;
         let scan_may_fail = matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len());
+        // The live host budget is checked after the size and before staging and copies: certainly over it is a
+        // decline in that place; possibly over it (`Some(false)`), HOST_BUDGET is accepted besides what the later
+        // steps would do.
+        let host_budget = self.host_budget_decline(agent, total_low, total_high);
         let expect = if !self.lost.is_empty() || !self.lost_mappings.is_empty() {
             Expect::Decline(KREPLAY_DECLINE_INVENTORY_OVERFLOW)
         } else if !scan_may_be_cached && matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
@@ -796,12 +800,8 @@ impl Model {
             Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
         } else if budget != 0 && total_high > budget {
             Expect::Either(KREPLAY_DECLINE_HOST_BUDGET)
-        } else if let Some(certain) = self.host_budget_decline(agent, total_low, total_high) {
-            if certain {
-                Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
-            } else {
-                Expect::Either(KREPLAY_DECLINE_HOST_BUDGET)
-            }
+        } else if host_budget == Some(true) {
+            Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
         } else if matches!(fault, Fault::HostMap) && total_high > 0 {
             // Mapping is needed unless a retained block fits; the pool's contents are not modelled.
             Expect::Either(KREPLAY_DECLINE_STAGING_MEMORY)
@@ -857,6 +857,9 @@ impl Model {
             && reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE
         {
             return declined(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
+        }
+        if host_budget == Some(false) && reason == KREPLAY_DECLINE_HOST_BUDGET {
+            return declined(KREPLAY_DECLINE_HOST_BUDGET);
         }
         match expect {
             Expect::Decline(expected) => return declined(expected),
