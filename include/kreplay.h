@@ -94,7 +94,7 @@ typedef enum kreplay_decline_reason_t {
   KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = 6,
   // An allocation of the agent could not be recorded and may be live.
   KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
-  // The snapshot would exceed `max_snapshot_bytes`.
+  // The snapshot would exceed the host budget: `max_snapshot_bytes`, or the live `host_budget_percent`.
   KREPLAY_DECLINE_HOST_BUDGET = 8,
   // Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
   KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,
@@ -281,6 +281,13 @@ typedef struct kreplay_device_ops_t {
   // storage counted as free); a failure means no device storage for that capture. Appended after `release`
   // (which follows `digest`), so a version-2 `struct_size` stops before it.
   kreplay_status_t (*device_free_bytes)(void*, struct kreplay_agent_t, size_t*);
+  // Version 4, optional: the host memory available now, in bytes, written to `bytes_out` (what a new
+  // allocation of the process can get without swapping: Linux's `MemAvailable`, or a container's limit less
+  // its usage). With `host_budget_percent`, each capture's host budget is that percent of it plus the
+  // staging kreplay holds. NULL: kreplay reads `/proc/meminfo` itself. A failure means nothing available for
+  // that capture (only what kreplay holds counts). Called from capture, outside kreplay's locks; it may call
+  // no kreplay function. Appended after `device_free_bytes`.
+  kreplay_status_t (*host_available_bytes)(void*, size_t*);
 } kreplay_device_ops_t;
 
 // How snapshots use host memory.
@@ -315,6 +322,15 @@ typedef struct kreplay_policy_t {
   // counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
   // has no effect.
   uint32_t device_budget_percent;
+  // Version 4 [0 = off], at most 100: the live host budget. At each capture, everything kreplay would hold
+  // in host staging once the capture has its storage (other agents' and live snapshots' staging, plus this
+  // snapshot's host part, device-tier spill included) may be at most this percent of the host memory
+  // available at that moment plus the staging kreplay holds (counted as available to it). Above it the
+  // snapshot declines with `KREPLAY_DECLINE_HOST_BUDGET` and a warning with the figures. The available memory
+  // comes from `ops.host_available_bytes`, else Linux's `MemAvailable` (`/proc/meminfo`); when it cannot be
+  // read, nothing is taken as available. Page-locked staging (`pin_staging`) is staging within this budget.
+  // `max_snapshot_bytes` applies as well. The adapters' `recommended_policy()` set 50.
+  uint32_t host_budget_percent;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -398,7 +414,13 @@ typedef struct kreplay_inventory_stats_t {
 typedef struct kreplay_window_options_t {
   // `sizeof(kreplay_window_options_t)` as the caller compiled it.
   size_t struct_size;
-  // Passes the host means to run (at least 1): used for admission and the outcome.
+  // Passes the host means to run, used for admission and the outcome; version 4: 0 means open-ended, not
+  // known in advance (a counter service decides as it goes). An open-ended window is admitted on its first
+  // pass (the snapshot) at open; after each restore, its projection (the snapshot and restores so far, as
+  // measured, plus one more restore at their average) is checked against the policy: the first crossing of
+  // `warn_window_ns` and of `max_window_ns` each log one WARNING, and the window stays open (an open window
+  // is never declined; the host decides whether to run the next pass). The outcome line says
+  // `passes=N/open`.
   uint32_t passes;
   // How long the open waits for async copies in flight [0 = 1000].
   uint32_t copy_timeout_ms;
@@ -421,7 +443,7 @@ typedef struct kreplay_window_outcome_t {
   struct kreplay_agent_t agent;
   // `KREPLAY_DECLINE_NONE`: replayed; otherwise why not (a snapshot that declined inside the window).
   enum kreplay_decline_reason_t reason;
-  // Passes the host asked for at open.
+  // Passes the host asked for at open; 0: open-ended.
   uint32_t passes_requested;
   // 1 + the restores that succeeded in this window.
   uint32_t passes_run;
@@ -490,7 +512,7 @@ enum kreplay_status_t kreplay_configure(const struct kreplay_device_ops_t *ops);
 // are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
 // fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
 // that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with unknown bits or a
-// `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+// `device_budget_percent` or `host_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 // Thread-safe.
 //
 // # Safety
@@ -683,8 +705,9 @@ enum kreplay_status_t kreplay_inventory_stats(struct kreplay_agent_t agent,
 // (`COPIES_IN_FLIGHT`, `UNTRACKED_MEMORY`, `OVER_COST`, `WINDOW_NESTED`), nothing is left fenced and the
 // outcome line was logged: run the dispatch once. A second window on an agent that has one open is
 // `WINDOW_NESTED` at once, never a wait; windows on different agents may be open together, also on one thread.
-// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small,
-// `passes` 0. `reason_out` may be NULL. Thread-safe.
+// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small.
+// `passes` 0 opens an open-ended window (version 4; it was `INVALID_ARGUMENT` in version 3). `reason_out` may
+// be NULL. Thread-safe.
 //
 // # Safety
 // `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as

@@ -37,6 +37,10 @@ typedef struct kreplay_sim_options_t {
   // Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
   // less the storage the agent holds now (at least 0).
   size_t free_bytes;
+  // `kreplay_sim_device_ops` fills `host_available_bytes`, which answers `host_available` as set here.
+  bool host_available_bytes;
+  // Host memory available, in bytes, as `host_available_bytes` reports it.
+  size_t host_available;
 } kreplay_sim_options_t;
 
 // Faults to inject. Counts are 1-based and start from the call of `kreplay_sim_set_faults`; 0 disarms.
@@ -65,6 +69,8 @@ typedef struct kreplay_sim_faults_t {
   size_t fail_digests_from;
   // Every `device_free_bytes` fails.
   bool fail_device_free_bytes;
+  // Every `host_available_bytes` fails.
+  bool fail_host_available_bytes;
 } kreplay_sim_faults_t;
 
 // What the simulated device has seen since the last reset.
@@ -115,6 +121,8 @@ typedef struct kreplay_sim_counters_t {
   size_t refused_copies;
   // `device_free_bytes` calls, failed ones included.
   size_t device_free_queries;
+  // `host_available_bytes` calls, failed ones included.
+  size_t host_available_queries;
 } kreplay_sim_counters_t;
 
 #ifdef __cplusplus
@@ -122,7 +130,7 @@ extern "C" {
 #endif // __cplusplus
 
 // Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops
-// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`) that `kreplay_sim_set_options`
+// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`, `host_available_bytes`) that `kreplay_sim_set_options`
 // turned on (none by default). `release` stays NULL: the simulated device lives as long as the process. Ready for
 // `kreplay_configure`.
 //
@@ -177,6 +185,15 @@ kreplay_status_t kreplay_sim_add_module_variable(kreplay_agent_t agent,
                                                  size_t size,
                                                  bool is_constant,
                                                  void **address_out);
+
+// Starts a new code object: module variables added from now on lie in its own loaded segment. Returns its id
+// (every variable added before the first call is in code object 0).
+size_t kreplay_sim_new_code_object(void);
+
+// Unloads code object `code_object` (as `hsa_executable_destroy` or `cuModuleUnload` would): its variables
+// leave the module scan and their memory reads as freed, so a copy into it counts as a violation. Returns how
+// many variables it held. The library is not told: a host calls `kreplay_modules_changed()` itself.
+size_t kreplay_sim_unload_code_object(size_t code_object);
 
 // Arms the faults in `faults` (NULL disarms all) and restarts their counts.
 //

@@ -16,6 +16,16 @@ agents_t agents;
 pools_t pools;
 hsa_region_t gpu_region;
 std::vector<executable_t> executables;
+
+namespace {
+// The memory of destroyed executables' symbols, poisoned with kDestroyedFill.
+struct destroyed_t {
+  void* address;
+  std::size_t size;
+};
+constexpr unsigned char kDestroyedFill = 0xDD;
+std::vector<destroyed_t> destroyed_memory;
+}  // namespace
 int host_iterator_calls = 0;
 hsa_status_t host_iterator_result = HSA_STATUS_SUCCESS;
 bool host_iterator_ignores_visit = false;
@@ -565,7 +575,13 @@ hsa_status_t fake_executable_destroy(hsa_executable_t executable) {
   auto it = std::find_if(executables.begin(), executables.end(),
                          [&](const executable_t& e) { return e.handle != 0 && e.handle == executable.handle; });
   if (it == executables.end()) return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
-  for (auto& sym : it->symbols) std::free(sym.address);
+  // Its segment stays mapped but belongs to nobody: poisoned, so a later write into it shows
+  // (destroyed_memory_intact), and given back at reset.
+  for (auto& sym : it->symbols) {
+    if (sym.address == nullptr) continue;
+    std::memset(sym.address, kDestroyedFill, sym.size);
+    destroyed_memory.push_back(destroyed_t{sym.address, sym.size});
+  }
   // ROCr's loader keeps the slot and reports it with a zero handle from then on.
   it->handle = 0;
   it->symbols.clear();
@@ -742,6 +758,8 @@ hsa_status_t fake_get_major_extension_table(std::uint16_t extension, std::uint16
 }
 
 void release_everything() {
+  for (auto& d : destroyed_memory) std::free(d.address);
+  destroyed_memory.clear();
   for (auto& a : allocations) std::free(a.base);
   allocations.clear();
   locked.clear();
@@ -886,6 +904,17 @@ std::size_t add_executable_with_variables(hsa_agent_t agent, std::size_t n, std:
   executables.push_back(std::move(e));
   index_symbols(executables.size() - 1);
   return executables.size() - 1;
+}
+
+bool destroyed_memory_intact() {
+  guard_t guard(fake_mutex);
+  for (const auto& d : destroyed_memory) {
+    const auto* bytes = static_cast<const unsigned char*>(d.address);
+    for (std::size_t i = 0; i < d.size; ++i) {
+      if (bytes[i] != kDestroyedFill) return false;
+    }
+  }
+  return true;
 }
 
 std::size_t live_allocations() {

@@ -158,6 +158,10 @@ extern bool host_iterator_ignores_visit;   // a careless registry: walks on past
 // Adds an executable for agent with n variables of size bytes each (no kernels), returns its index.
 std::size_t add_executable_with_variables(hsa_agent_t agent, std::size_t n, std::uint32_t size);
 
+// Whether the memory of every executable destroyed since reset still holds the fill the destroy left there
+// (0xDD): false once anything wrote into a destroyed executable's symbols.
+bool destroyed_memory_intact();
+
 // Live allocations of the fake, for checks.
 std::size_t live_allocations();
 

@@ -163,6 +163,13 @@ pub struct kreplay_device_ops_t {
     /// storage counted as free); a failure means no device storage for that capture. Appended after `release`
     /// (which follows `digest`), so a version-2 `struct_size` stops before it.
     pub device_free_bytes: Option<unsafe extern "C" fn(*mut c_void, kreplay_agent_t, *mut usize) -> RawStatus>,
+    /// Version 4, optional: the host memory available now, in bytes, written to `bytes_out` (what a new
+    /// allocation of the process can get without swapping: Linux's `MemAvailable`, or a container's limit less
+    /// its usage). With `host_budget_percent`, each capture's host budget is that percent of it plus the
+    /// staging kreplay holds. NULL: kreplay reads `/proc/meminfo` itself. A failure means nothing available for
+    /// that capture (only what kreplay holds counts). Called from capture, outside kreplay's locks; it may call
+    /// no kreplay function. Appended after `device_free_bytes`.
+    pub host_available_bytes: Option<unsafe extern "C" fn(*mut c_void, *mut usize) -> RawStatus>,
 }
 
 /// The installed ops, as the engine sees them. Dropped by the engine when nothing uses them any more.
@@ -330,6 +337,18 @@ impl DeviceOps for CDeviceOps {
         check(unsafe { query(self.raw.user_data, agent.into(), &mut bytes) })?;
         Ok(bytes)
     }
+
+    fn can_query_host_memory(&self) -> bool {
+        self.raw.host_available_bytes.is_some()
+    }
+
+    fn host_available_bytes(&self) -> kreplay_core::Result<usize> {
+        let query = self.raw.host_available_bytes.ok_or(Error::NotConfigured)?;
+        let mut bytes = 0usize;
+        // SAFETY: `bytes` is a valid, writable out pointer for the duration of the call.
+        check(unsafe { query(self.raw.user_data, &mut bytes) })?;
+        Ok(bytes)
+    }
 }
 
 // SAFETY: `kreplay_device_ops_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are a
@@ -353,6 +372,7 @@ unsafe impl Versioned for kreplay_device_ops_t {
             digest: None,
             release: None,
             device_free_bytes: None,
+            host_available_bytes: None,
         }
     }
 }

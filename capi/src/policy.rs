@@ -43,6 +43,15 @@ pub struct kreplay_policy_t {
     /// counted as free), and the smaller of that and `device_budget_bytes` when both are set. Without the op it
     /// has no effect.
     pub device_budget_percent: u32,
+    /// Version 4 [0 = off], at most 100: the live host budget. At each capture, everything kreplay would hold
+    /// in host staging once the capture has its storage (other agents' and live snapshots' staging, plus this
+    /// snapshot's host part, device-tier spill included) may be at most this percent of the host memory
+    /// available at that moment plus the staging kreplay holds (counted as available to it). Above it the
+    /// snapshot declines with `KREPLAY_DECLINE_HOST_BUDGET` and a warning with the figures. The available memory
+    /// comes from `ops.host_available_bytes`, else Linux's `MemAvailable` (`/proc/meminfo`); when it cannot be
+    /// read, nothing is taken as available. Page-locked staging (`pin_staging`) is staging within this budget.
+    /// `max_snapshot_bytes` applies as well. The adapters' `recommended_policy()` set 50.
+    pub host_budget_percent: u32,
 }
 
 // SAFETY: `kreplay_policy_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are
@@ -65,6 +74,7 @@ unsafe impl Versioned for kreplay_policy_t {
             warn_window_ns: defaults.warn_window_ns,
             max_window_ns: defaults.max_window_ns,
             device_budget_percent: defaults.device_budget_percent,
+            host_budget_percent: defaults.host_budget_percent,
         }
     }
 }
@@ -84,6 +94,7 @@ impl From<kreplay_policy_t> for Policy {
             warn_window_ns: raw.warn_window_ns,
             max_window_ns: raw.max_window_ns,
             device_budget_percent: raw.device_budget_percent,
+            host_budget_percent: raw.host_budget_percent,
         }
     }
 }
@@ -92,7 +103,7 @@ impl From<kreplay_policy_t> for Policy {
 /// are read: any size that covers the version-1 fields (`pin_staging`, `max_snapshot_bytes`) is accepted, and
 /// fields beyond it take their defaults (in brackets above). A smaller `struct_size`, a `digest_block_bytes`
 /// that is not 0 or a power of two from 4096 to 16 MiB, an `untracked_decline_mask` with unknown bits or a
-/// `device_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
+/// `device_budget_percent` or `host_budget_percent` above 100: `KREPLAY_STATUS_INVALID_ARGUMENT`.
 /// Thread-safe.
 ///
 /// # Safety

@@ -53,6 +53,8 @@ pub struct kreplay_sim_faults_t {
     pub fail_digests_from: usize,
     /// Every `device_free_bytes` fails.
     pub fail_device_free_bytes: bool,
+    /// Every `host_available_bytes` fails.
+    pub fail_host_available_bytes: bool,
 }
 
 /// How the simulated device behaves; `kreplay_sim_reset` restores the defaults (all zero).
@@ -78,6 +80,10 @@ pub struct kreplay_sim_options_t {
     /// Free device memory of each agent besides its `device_alloc` storage: `device_free_bytes` answers this
     /// less the storage the agent holds now (at least 0).
     pub free_bytes: usize,
+    /// `kreplay_sim_device_ops` fills `host_available_bytes`, which answers `host_available` as set here.
+    pub host_available_bytes: bool,
+    /// Host memory available, in bytes, as `host_available_bytes` reports it.
+    pub host_available: usize,
 }
 
 /// What the simulated device has seen since the last reset.
@@ -130,6 +136,8 @@ pub struct kreplay_sim_counters_t {
     pub refused_copies: usize,
     /// `device_free_bytes` calls, failed ones included.
     pub device_free_queries: usize,
+    /// `host_available_bytes` calls, failed ones included.
+    pub host_available_queries: usize,
 }
 
 fn sim() -> &'static SimDevice {
@@ -298,8 +306,22 @@ unsafe extern "C" fn sim_device_free_bytes(_: *mut c_void, agent: kreplay_agent_
     }
 }
 
+unsafe extern "C" fn sim_host_available_bytes(_: *mut c_void, bytes_out: *mut usize) -> RawStatus {
+    if bytes_out.is_null() {
+        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
+    }
+    match sim().host_available_bytes() {
+        Ok(bytes) => {
+            // SAFETY: non-null and writable by the op's contract.
+            unsafe { bytes_out.write(bytes) };
+            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
+        }
+        Err(error) => raw(Err(error)),
+    }
+}
+
 /// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops
-/// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`) that `kreplay_sim_set_options`
+/// (`copy_batch`, `device_alloc`/`device_free`, `digest`, `device_free_bytes`, `host_available_bytes`) that `kreplay_sim_set_options`
 /// turned on (none by default). `release` stays NULL: the simulated device lives as long as the process. Ready for
 /// `kreplay_configure`.
 ///
@@ -311,9 +333,15 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
     if ops_out.is_null() {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
-    let (batch, device, digest, free_bytes) = {
+    let (batch, device, digest, free_bytes, host_memory) = {
         let state = sim().state();
-        (state.offer_copy_batch, state.offer_device, state.offer_digest, state.offer_free_bytes)
+        (
+            state.offer_copy_batch,
+            state.offer_device,
+            state.offer_digest,
+            state.offer_free_bytes,
+            state.offer_host_memory,
+        )
     };
     let ops = kreplay_device_ops_t {
         struct_size: size_of::<kreplay_device_ops_t>(),
@@ -329,6 +357,7 @@ pub unsafe extern "C" fn kreplay_sim_device_ops(ops_out: *mut kreplay_device_ops
         digest: digest.then_some(sim_digest as _),
         release: None,
         device_free_bytes: free_bytes.then_some(sim_device_free_bytes as _),
+        host_available_bytes: host_memory.then_some(sim_host_available_bytes as _),
     };
     // SAFETY: non-null and writable by the caller's contract.
     unsafe { ops_out.write(ops) };
@@ -354,6 +383,8 @@ pub unsafe extern "C" fn kreplay_sim_set_options(options: *const kreplay_sim_opt
     state.constant_digest = options.constant_digest;
     state.offer_free_bytes = options.device_free_bytes;
     state.free_bytes = options.free_bytes;
+    state.offer_host_memory = options.host_available_bytes;
+    state.host_available = options.host_available;
 }
 
 fn alloc_common(
@@ -447,6 +478,24 @@ pub unsafe extern "C" fn kreplay_sim_add_module_variable(
     unsafe { deliver(address_out, add) }
 }
 
+/// Starts a new code object: module variables added from now on lie in its own loaded segment. Returns its id
+/// (every variable added before the first call is in code object 0).
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_sim_new_code_object() -> usize {
+    sim().new_code_object();
+    sim().code_object() as usize
+}
+
+/// Unloads code object `code_object` (as `hsa_executable_destroy` or `cuModuleUnload` would): its variables
+/// leave the module scan and their memory reads as freed, so a copy into it counts as a violation. Returns how
+/// many variables it held. The library is not told: a host calls `kreplay_modules_changed()` itself.
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_sim_unload_code_object(code_object: usize) -> usize {
+    sim().unload_code_object(code_object as u64)
+}
+
 /// Arms the faults in `faults` (NULL disarms all) and restarts their counts.
 ///
 /// # Safety
@@ -469,6 +518,7 @@ pub unsafe extern "C" fn kreplay_sim_set_faults(faults: *const kreplay_sim_fault
     state.fail_digest_at = from(state.digests, faults.fail_digest_at);
     state.fail_digests_from = from(state.digests, faults.fail_digests_from);
     state.fail_free_bytes = faults.fail_device_free_bytes;
+    state.fail_host_available = faults.fail_host_available_bytes;
     host_memory::fault::fail_map_at(faults.fail_host_map_at);
 }
 
@@ -505,6 +555,7 @@ pub unsafe extern "C" fn kreplay_sim_counters(counters_out: *mut kreplay_sim_cou
         digest_blocks: state.digest_blocks,
         refused_copies: state.refused_copies,
         device_free_queries: state.free_bytes_queries,
+        host_available_queries: state.host_available_queries,
     };
     drop(state);
     // SAFETY: non-null and writable by the caller's contract.
@@ -533,6 +584,7 @@ pub extern "C" fn kreplay_sim_reset() {
     state.offer_device = false;
     state.offer_digest = false;
     state.offer_free_bytes = false;
+    state.offer_host_memory = false;
     drop(state);
     host_memory::fault::fail_map_at(0);
 }

@@ -105,7 +105,7 @@ pub enum kreplay_decline_reason_t {
     KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE = 6,
     /// An allocation of the agent could not be recorded and may be live.
     KREPLAY_DECLINE_INVENTORY_OVERFLOW = 7,
-    /// The snapshot would exceed `max_snapshot_bytes`.
+    /// The snapshot would exceed the host budget: `max_snapshot_bytes`, or the live `host_budget_percent`.
     KREPLAY_DECLINE_HOST_BUDGET = 8,
     /// Version 3: async copies on the agent did not complete within the window's `copy_timeout_ms`.
     KREPLAY_DECLINE_COPIES_IN_FLIGHT = 9,

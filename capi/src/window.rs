@@ -64,7 +64,13 @@ impl From<UntrackedStats> for kreplay_untracked_t {
 pub struct kreplay_window_options_t {
     /// `sizeof(kreplay_window_options_t)` as the caller compiled it.
     pub struct_size: usize,
-    /// Passes the host means to run (at least 1): used for admission and the outcome.
+    /// Passes the host means to run, used for admission and the outcome; version 4: 0 means open-ended, not
+    /// known in advance (a counter service decides as it goes). An open-ended window is admitted on its first
+    /// pass (the snapshot) at open; after each restore, its projection (the snapshot and restores so far, as
+    /// measured, plus one more restore at their average) is checked against the policy: the first crossing of
+    /// `warn_window_ns` and of `max_window_ns` each log one WARNING, and the window stays open (an open window
+    /// is never declined; the host decides whether to run the next pass). The outcome line says
+    /// `passes=N/open`.
     pub passes: u32,
     /// How long the open waits for async copies in flight [0 = 1000].
     pub copy_timeout_ms: u32,
@@ -80,7 +86,7 @@ pub struct kreplay_window_outcome_t {
     pub agent: kreplay_agent_t,
     /// `KREPLAY_DECLINE_NONE`: replayed; otherwise why not (a snapshot that declined inside the window).
     pub reason: kreplay_decline_reason_t,
-    /// Passes the host asked for at open.
+    /// Passes the host asked for at open; 0: open-ended.
     pub passes_requested: u32,
     /// 1 + the restores that succeeded in this window.
     pub passes_run: u32,
@@ -159,8 +165,9 @@ unsafe fn struct_size_of<T>(ptr: *const T) -> usize {
 /// (`COPIES_IN_FLIGHT`, `UNTRACKED_MEMORY`, `OVER_COST`, `WINDOW_NESTED`), nothing is left fenced and the
 /// outcome line was logged: run the dispatch once. A second window on an agent that has one open is
 /// `WINDOW_NESTED` at once, never a wait; windows on different agents may be open together, also on one thread.
-/// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small,
-/// `passes` 0. `reason_out` may be NULL. Thread-safe.
+/// `INVALID_ARGUMENT` (nothing changed): NULL `options` or `window_out`, `options->struct_size` too small.
+/// `passes` 0 opens an open-ended window (version 4; it was `INVALID_ARGUMENT` in version 3). `reason_out` may
+/// be NULL. Thread-safe.
 ///
 /// # Safety
 /// `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as

@@ -368,6 +368,14 @@ impl<O: DeviceOps> Engine<O> {
             );
             return Err(Error::InvalidArgument);
         }
+        if policy.host_budget_percent > crate::policy::MAX_HOST_BUDGET_PERCENT {
+            crate::log!(
+                Level::Warning,
+                "set_policy: host_budget_percent = {} is above 100",
+                policy.host_budget_percent
+            );
+            return Err(Error::InvalidArgument);
+        }
         if !policy.is_valid() {
             crate::log!(
                 Level::Warning,
@@ -454,7 +462,7 @@ impl<O: DeviceOps> Engine<O> {
         match self.enter() {
             Ok(_call) => {
                 let (report, status) = crate::snapshot::restore(self.parts(), snapshot);
-                self.windows.on_restore(&snapshot.info, &report, status.is_ok());
+                self.windows.on_restore(&snapshot.info, &report, status.is_ok(), &self.policy);
                 (report, status)
             }
             Err(error) => (RestoreReport::default(), Err(error)),
@@ -463,10 +471,9 @@ impl<O: DeviceOps> Engine<O> {
 
     /// Opens a window on `agent`: fences it (copies naming it wait from now on), waits for the copies in
     /// flight on it, then checks untracked memory and the projected cost against the policy. A decline leaves
-    /// nothing fenced and logs the outcome line. `InvalidArgument` for 0 passes; `CapacityExceeded` when
+    /// nothing fenced and logs the outcome line. 0 passes opens an open-ended window; `CapacityExceeded` when
     /// [`crate::window::WINDOW_AGENTS`] agents have windows or copies already.
     pub fn window_open(&self, agent: Agent, options: WindowOptions) -> Result<Opened> {
-        options.check(agent)?;
         let _call = self.enter()?;
         let inputs = OpenInputs {
             activity: &self.activity,

@@ -159,7 +159,7 @@ c_enum! {
         /// An allocation of this agent could not be recorded and may still be live.
         InventoryOverflow = 7 => "an allocation of this agent could not be recorded",
         /// The snapshot would exceed the configured host budget.
-        HostBudget = 8 => "the snapshot would exceed max_snapshot_bytes",
+        HostBudget = 8 => "the snapshot would exceed the host budget (max_snapshot_bytes or host_budget_percent)",
         /// Async copies on the agent did not complete within the window's copy timeout.
         CopiesInFlight = 9 => "async copies on the agent did not complete in time",
         /// Untracked memory of a kind the policy declines on is live.

@@ -103,6 +103,48 @@ pub unsafe fn unmap(ptr: NonNull<u8>, len: usize) {
     }
 }
 
+/// The host memory available to new allocations now, in bytes: Linux's `MemAvailable` from `/proc/meminfo`.
+/// `None` when it cannot be read (no `/proc`, another system, Miri), which the host budget takes as nothing
+/// available (see `storage::host_budget`).
+pub fn available_bytes() -> Option<usize> {
+    if cfg!(miri) {
+        return None;
+    }
+    let mut buf = [0u8; 4096];
+    // SAFETY: a NUL-terminated path and plain flags; the result is checked.
+    let fd = unsafe { libc::open(c"/proc/meminfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut filled = 0;
+    while filled < buf.len() {
+        // SAFETY: `fd` is open, and `buf[filled..]` is writable for `buf.len() - filled` bytes.
+        let got = unsafe { libc::read(fd, buf[filled..].as_mut_ptr().cast(), buf.len() - filled) };
+        if got <= 0 {
+            break;
+        }
+        filled += got as usize;
+    }
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    parse_mem_available(&buf[..filled])
+}
+
+/// The `MemAvailable:` figure of a `/proc/meminfo` text, in bytes.
+fn parse_mem_available(text: &[u8]) -> Option<usize> {
+    let line = text.split(|&b| b == b'\n').find(|line| line.starts_with(b"MemAvailable:"))?;
+    let rest = &line[b"MemAvailable:".len()..];
+    let digits = rest.iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_digit());
+    let mut value: usize = 0;
+    let mut any = false;
+    for &digit in digits {
+        value = value.checked_mul(10)?.checked_add(usize::from(digit - b'0'))?;
+        any = true;
+    }
+    // The kernel writes it in kB (KiB).
+    (any && line.ends_with(b" kB")).then_some(value)?.checked_mul(1024)
+}
+
 /// Fault injection for tests: make the k-th map from now fail.
 #[cfg(feature = "fault-injection")]
 pub mod fault {
@@ -156,6 +198,19 @@ mod tests {
         // SAFETY: exactly the mapping made above, unused afterwards.
         unsafe { unmap(ptr, len) };
         assert!(stats().unmaps > before.unmaps);
+    }
+
+    #[test]
+    fn mem_available_is_read_in_kib_and_anything_else_is_unknown() {
+        let text = b"MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:   65536 kB\nBuffers: 2 kB\n";
+        assert_eq!(parse_mem_available(text), Some(65536 * 1024));
+        assert_eq!(parse_mem_available(b"MemFree: 1 kB\n"), None);
+        assert_eq!(parse_mem_available(b"MemAvailable: kB\n"), None);
+        assert_eq!(parse_mem_available(b"MemAvailable: 12 MB\n"), None);
+        assert_eq!(parse_mem_available(b"MemAvailable: 99999999999999999999999 kB\n"), None);
+        if !cfg!(miri) && cfg!(target_os = "linux") {
+            assert!(available_bytes().is_some_and(|bytes| bytes > 0));
+        }
     }
 
     #[test]

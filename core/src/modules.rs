@@ -21,14 +21,33 @@ use crate::lock::Mutex;
 use crate::storage::slots::MAX_AGENTS;
 use crate::types::Agent;
 
-/// A module variable kept for capture: where it is and how big.
+/// A module variable kept for capture: where it is and how big, and where its name is in its list's `names`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CachedVariable {
     /// Device address.
     pub address: usize,
     /// Bytes.
     pub size: usize,
+    pub(crate) name: NameRef,
 }
+
+impl CachedVariable {
+    /// A variable with no name kept.
+    pub const fn new(address: usize, size: usize) -> Self {
+        CachedVariable { address, size, name: NameRef { at: 0, len: 0 } }
+    }
+}
+
+/// Where a variable's name lies in its list's `names` (`len` 0: unknown). Names are kept for the log lines that
+/// name a variable after its code object is gone (see `snapshot::liveness`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NameRef {
+    pub at: u32,
+    pub len: u32,
+}
+
+/// Bytes of a name kept at most (the log shows fewer).
+pub(crate) const MAX_NAME_BYTES: usize = 512;
 
 /// Variables that touch or overlap, copied as one range of `size` bytes at `address`: the list's variables
 /// `first..first + count`.
@@ -52,12 +71,14 @@ const MAX_SPAN_BYTES: usize = MAX_MODULE_VARIABLE_BYTES;
 pub(crate) struct ModuleList {
     pub(crate) variables: Vec<CachedVariable>,
     pub(crate) spans: Vec<Span>,
+    /// The variables' names, back to back (see [`NameRef`]).
+    pub(crate) names: Vec<u8>,
 }
 
 impl ModuleList {
     /// Sorts `variables` (in scan order, none wrapping the address space) and cuts them into spans; `None`
     /// without host memory for the spans (or for more than `u32::MAX` variables).
-    pub(crate) fn build(mut variables: Vec<CachedVariable>) -> Option<ModuleList> {
+    pub(crate) fn build(mut variables: Vec<CachedVariable>, names: Vec<u8>) -> Option<ModuleList> {
         // Spans index variables with 32 bits.
         if u32::try_from(variables.len()).is_err() {
             return None;
@@ -66,7 +87,13 @@ impl ModuleList {
         let mut spans: Vec<Span> = Vec::new();
         spans.try_reserve_exact(spans_of(&variables, |_| {})).ok()?;
         spans_of(&variables, |span| spans.push(span));
-        Some(ModuleList { variables, spans })
+        Some(ModuleList { variables, spans, names })
+    }
+
+    /// `variable`'s name, when one was kept.
+    pub(crate) fn name_of(&self, variable: &CachedVariable) -> Option<&[u8]> {
+        let NameRef { at, len } = variable.name;
+        (len > 0).then(|| self.names.get(at as usize..at as usize + len as usize)).flatten()
     }
 }
 
@@ -164,12 +191,15 @@ impl core::fmt::Debug for SharedList {
     }
 }
 
-/// The module list a capture used, and the generation it was scanned in when it may be cached (then a capture
-/// that had to split spans caches the split list in its place).
+/// The module list a capture used, the generation it was scanned in, and that generation again when it may be
+/// cached (then a capture that had to split spans caches the split list in its place).
 #[derive(Debug)]
 pub(crate) struct CapturedModules {
     pub list: SharedList,
     pub cache_as: Option<u64>,
+    /// The generation of the module cache the list was scanned in: a restore that finds another one checks
+    /// that the list's code objects are still loaded (see `snapshot::liveness`).
+    pub scanned_in: u64,
 }
 
 struct Entry {
@@ -243,13 +273,15 @@ mod tests {
     use super::*;
 
     fn v(address: usize, size: usize) -> CachedVariable {
-        CachedVariable { address, size }
+        CachedVariable::new(address, size)
     }
 
     #[test]
     fn spans_join_variables_that_touch_or_overlap_and_never_a_gap() {
         // In scan order, not address order.
-        let list = ModuleList::build(vec![v(0x1100, 0x100), v(0x1000, 0x100), v(0x1180, 0x10), v(0x1201, 8)]).unwrap();
+        let list =
+            ModuleList::build(vec![v(0x1100, 0x100), v(0x1000, 0x100), v(0x1180, 0x10), v(0x1201, 8)], Vec::new())
+                .unwrap();
         assert_eq!(list.variables.iter().map(|v| v.address).collect::<Vec<_>>(), [0x1000, 0x1100, 0x1180, 0x1201]);
         assert_eq!(
             list.spans,
@@ -263,7 +295,7 @@ mod tests {
     #[test]
     fn a_span_is_cut_before_it_grows_past_the_largest_variable() {
         let half = MAX_SPAN_BYTES / 2;
-        let list = ModuleList::build(vec![v(0, half), v(half, half), v(2 * half, 1)]).unwrap();
+        let list = ModuleList::build(vec![v(0, half), v(half, half), v(2 * half, 1)], Vec::new()).unwrap();
         assert_eq!(
             list.spans,
             [
@@ -271,16 +303,17 @@ mod tests {
                 Span { address: 2 * half, size: 1, first: 2, count: 1 }
             ]
         );
-        assert!(ModuleList::build(Vec::new()).unwrap().spans.is_empty());
+        assert!(ModuleList::build(Vec::new(), Vec::new()).unwrap().spans.is_empty());
     }
 
     #[test]
     fn variables_that_overlap_are_not_cut_apart_so_spans_never_overlap() {
         let list =
-            ModuleList::build(vec![v(0, MAX_SPAN_BYTES - 0x100), v(0x100, MAX_SPAN_BYTES), v(0x100, 8)]).unwrap();
+            ModuleList::build(vec![v(0, MAX_SPAN_BYTES - 0x100), v(0x100, MAX_SPAN_BYTES), v(0x100, 8)], Vec::new())
+                .unwrap();
         assert_eq!(list.spans, [Span { address: 0, size: MAX_SPAN_BYTES + 0x100, first: 0, count: 3 }]);
         // One that only touches the grown span starts a new one.
-        let list = ModuleList::build(vec![v(0, MAX_SPAN_BYTES), v(8, 8), v(MAX_SPAN_BYTES, 8)]).unwrap();
+        let list = ModuleList::build(vec![v(0, MAX_SPAN_BYTES), v(8, 8), v(MAX_SPAN_BYTES, 8)], Vec::new()).unwrap();
         assert_eq!(
             list.spans,
             [
@@ -317,7 +350,7 @@ mod tests {
             for i in (1..variables.len()).rev() {
                 variables.swap(i, next(i as u64 + 1) as usize);
             }
-            let list = ModuleList::build(variables).unwrap();
+            let list = ModuleList::build(variables, Vec::new()).unwrap();
             let sorted = &list.variables;
             assert!(sorted.windows(2).all(|w| (w[0].address, w[0].size) <= (w[1].address, w[1].size)));
             let mut first = 0usize;
@@ -349,7 +382,11 @@ mod tests {
         let cache = ModuleCache::new();
         let agent = Agent(1);
         let generation = cache.generation();
-        cache.store(agent, generation, SharedList::new(ModuleList::build(vec![v(0x1000, 4)]).unwrap()).unwrap());
+        cache.store(
+            agent,
+            generation,
+            SharedList::new(ModuleList::build(vec![v(0x1000, 4)], Vec::new()).unwrap()).unwrap(),
+        );
         let (first, at) = cache.get(agent).unwrap();
         let (second, _) = cache.get(agent).unwrap();
         assert_eq!(at, generation);
@@ -367,7 +404,11 @@ mod tests {
         drop(first);
         // A list replaced in the cache goes with its last holder (Miri checks the frees).
         cache.store(agent, cache.generation(), SharedList::new(ModuleList::default()).unwrap());
-        cache.store(agent, cache.generation(), SharedList::new(ModuleList::build(vec![v(8, 8)]).unwrap()).unwrap());
+        cache.store(
+            agent,
+            cache.generation(),
+            SharedList::new(ModuleList::build(vec![v(8, 8)], Vec::new()).unwrap()).unwrap(),
+        );
         assert_eq!(cache.get(agent).unwrap().0.variables, [v(8, 8)]);
     }
 }

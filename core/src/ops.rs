@@ -134,4 +134,15 @@ pub trait DeviceOps: Send + Sync {
     fn device_free_bytes(&self, _agent: Agent) -> Result<usize> {
         Err(Error::NotConfigured)
     }
+
+    /// Whether [`DeviceOps::host_available_bytes`] is available; without it the host budget reads the operating
+    /// system's figure ([`crate::host_memory::available_bytes`]).
+    fn can_query_host_memory(&self) -> bool {
+        false
+    }
+
+    /// Host memory available now, in bytes (for `host_budget_percent`).
+    fn host_available_bytes(&self) -> Result<usize> {
+        Err(Error::NotConfigured)
+    }
 }

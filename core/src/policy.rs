@@ -10,6 +10,8 @@ pub const MAX_DIGEST_BLOCK: usize = 16 << 20;
 pub const DEFAULT_DIGEST_BLOCK: usize = 64 << 10;
 /// Largest `device_budget_percent`.
 pub const MAX_DEVICE_BUDGET_PERCENT: u32 = 100;
+/// Largest `host_budget_percent`.
+pub const MAX_HOST_BUDGET_PERCENT: u32 = 100;
 
 /// The host's choices for snapshots.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -36,6 +38,10 @@ pub struct Policy {
     /// of the agent's free device memory at that moment, and the smaller of that and `device_budget_bytes`
     /// when both are set; 0 leaves `device_budget_bytes` alone in charge.
     pub device_budget_percent: u32,
+    /// Each capture may bring the host staging kreplay holds up to this percent (1 to 100) of the host memory
+    /// available at that moment, kreplay's own staging counted as available (see `storage::host_budget`); above
+    /// it the capture declines with `HostBudget`. 0 turns it off. `max_snapshot_bytes` applies as well.
+    pub host_budget_percent: u32,
 }
 
 /// Bits of [`Policy::untracked_decline_mask`] that name a kind.
@@ -60,6 +66,7 @@ impl Policy {
         warn_window_ns: 0,
         max_window_ns: 0,
         device_budget_percent: 0,
+        host_budget_percent: 0,
     };
 
     /// Whether every field is within its range.
@@ -67,6 +74,7 @@ impl Policy {
         self.digest_block_bytes.is_power_of_two()
             && (MIN_DIGEST_BLOCK..=MAX_DIGEST_BLOCK).contains(&self.digest_block_bytes)
             && self.window_fields_valid()
+            && self.host_budget_percent <= MAX_HOST_BUDGET_PERCENT
     }
 
     /// Whether the replay-window fields are within range: known untracked kinds, a percentage.

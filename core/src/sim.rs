@@ -11,7 +11,7 @@
 //!
 //! - Memory: [`SimDevice::alloc`], [`SimDevice::alloc_kind`], [`SimDevice::try_alloc`] (also at a freed
 //!   region's address), [`SimDevice::free`], [`SimDevice::try_free`], [`SimDevice::add_variable`],
-//!   [`SimDevice::add_variable_with`], [`SimDevice::new_code_object`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
+//!   [`SimDevice::add_variable_with`], [`SimDevice::new_code_object`], [`SimDevice::unload_code_object`], [`SimDevice::bytes`], [`SimDevice::write`], [`SimDevice::reset`],
 //!   [`SimDevice::device_bytes_held`].
 //! - Hooks: [`SimDevice::set_hook`] runs a callback at the start of every op ([`SimOp`]), outside the device's
 //!   lock, so it may call back into the device (free a region, write) or into the engine.
@@ -32,6 +32,9 @@
 //!   - free device memory (`device_free_bytes`, offered with `offer_free_bytes`): `free_bytes` is what each
 //!     agent has free besides its storage, so the op answers `free_bytes` less the storage the agent holds
 //!     now; `free_bytes_queries` (calls), fault `fail_free_bytes` (every query fails);
+//!   - available host memory (`host_available_bytes`, offered with `offer_host_memory`): the op answers
+//!     `host_available` as set, so a test feeds the figure each capture sees; `host_available_queries` (calls),
+//!     fault `fail_host_available` (every query fails);
 //!   - digests: `digests` (calls), `digest_blocks`, `digest_bytes`, `constant_digest` (every block digests
 //!     the same, to prove a digest that cannot tell contents apart is never trusted for a reallocated region),
 //!     `digest_seed`, fault `fail_digest_at` (once), `fail_digests_from`;
@@ -102,6 +105,8 @@ pub enum SimOp {
     Digest { agent: Agent, jobs: usize, block_bytes: usize },
     /// `device_free_bytes`.
     DeviceFreeBytes { agent: Agent },
+    /// `host_available_bytes`.
+    HostAvailableBytes,
 }
 
 /// A callback run at the start of every op.
@@ -188,6 +193,11 @@ pub struct State {
     pub free_bytes: usize,
     pub free_bytes_queries: usize,
     pub fail_free_bytes: bool,
+
+    pub offer_host_memory: bool,
+    pub host_available: usize,
+    pub host_available_queries: usize,
+    pub fail_host_available: bool,
 
     pub digests: usize,
     pub digest_blocks: usize,
@@ -598,6 +608,33 @@ impl SimDevice {
         self.state().code_object += 1;
     }
 
+    /// The code object that variables added now go into.
+    pub fn code_object(&self) -> u64 {
+        self.state().code_object
+    }
+
+    /// Unloads code object `code_object`: its variables leave the scan, and their storage reads as freed (filled
+    /// with [`FREED_FILL`]; a copy touching it is a violation). Returns how many variables it held. Variables
+    /// added later still go into the current code object (start a new one first to keep loading).
+    pub fn unload_code_object(&self, code_object: u64) -> usize {
+        let mut state = self.state();
+        let mut unloaded = 0;
+        let arena = self.arena();
+        for (&address, item) in state.items.iter_mut() {
+            if item.live && matches!(item.kind, ItemKind::Variable { code_object: c } if c == code_object) {
+                item.live = false;
+                unloaded += 1;
+                // SAFETY: a variable's storage lies inside the arena, reserved for it; nothing else writes it.
+                unsafe { std::ptr::write_bytes(arena.at(address), FREED_FILL, item.size) };
+            }
+        }
+        let dead = |state: &State, address: usize| state.items.get(&address).is_some_and(|item| !item.live);
+        let kept: Vec<Variable> = state.variables.iter().filter(|v| !dead(&state, v.address)).cloned().collect();
+        state.variables = kept;
+        state.segments.retain(|_, &mut (_, c)| c != code_object);
+        unloaded
+    }
+
     /// Adds a module-scope variable visible to `agent`, filled with `fill`; returns its address.
     pub fn add_variable(&self, agent: Agent, name: &[u8], size: usize, fill: u8) -> usize {
         let address = self.add_variable_with(agent, name, size, false).expect("the simulated device is full");
@@ -682,6 +719,7 @@ impl SimDevice {
             offer_device: state.offer_device,
             offer_digest: state.offer_digest,
             offer_free_bytes: state.offer_free_bytes,
+            offer_host_memory: state.offer_host_memory,
             locked: std::mem::take(&mut state.locked),
             locked_bytes: state.locked_bytes,
             ..State::default()
@@ -953,6 +991,20 @@ impl DeviceOps for SimDevice {
         }
         let held = state.held.get(&agent.0).copied().unwrap_or(0);
         Ok(state.free_bytes.saturating_sub(held))
+    }
+
+    fn can_query_host_memory(&self) -> bool {
+        self.state().offer_host_memory
+    }
+
+    fn host_available_bytes(&self) -> Result<usize> {
+        self.run_hook(SimOp::HostAvailableBytes);
+        let mut state = self.state();
+        state.host_available_queries += 1;
+        if state.fail_host_available {
+            return Err(Error::DeviceError);
+        }
+        Ok(state.host_available)
     }
 }
 

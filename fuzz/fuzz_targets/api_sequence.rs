@@ -22,6 +22,14 @@
 //! freed memory. An input may end with finalize while calls are in flight: that runs in a forked child (finalize
 //! cannot be undone in this process), which checks that no device op and no logger runs after it returned.
 //!
+//! Version 4: each module variable is its own code object, and an op unloads one (reported with
+//! `kreplay_modules_changed`): from then on no snapshot captures it and no restore writes it (it is skipped, and
+//! its memory keeps the device's poison). The configuration may turn the live host budget on with an available
+//! figure fed through the `host_available_bytes` op: a capture whose host staging would take what the library
+//! holds (its host mappings, measured before the call, less the agent's idle staging) above that percent of
+//! available + held must decline with HOST_BUDGET, one clearly under it must not. Windows may be open-ended
+//! (passes 0), reported as such in their outcome.
+//!
 //! The fuzzer runs many inputs in one process and the library is a process-wide singleton: every input starts
 //! from a reset (tracking off and on, simulated device reset, pools trimmed) and uses two agents, new ones for
 //! every input in a cycle of 200, so that the library's per-agent tables are recycled.
@@ -35,7 +43,8 @@ use arbitrary::{Arbitrary, Unstructured};
 use kreplay::sim::{
     kreplay_sim_add_module_variable, kreplay_sim_alloc, kreplay_sim_alloc_at, kreplay_sim_counters,
     kreplay_sim_counters_t, kreplay_sim_device_bytes, kreplay_sim_device_ops, kreplay_sim_faults_t, kreplay_sim_free,
-    kreplay_sim_options_t, kreplay_sim_reset, kreplay_sim_set_faults, kreplay_sim_set_options,
+    kreplay_sim_new_code_object, kreplay_sim_options_t, kreplay_sim_reset, kreplay_sim_set_faults,
+    kreplay_sim_set_options, kreplay_sim_unload_code_object,
 };
 use kreplay::*;
 use libfuzzer_sys::fuzz_target;
@@ -226,6 +235,11 @@ struct Config {
     cache_module_scan: bool,
     /// Every copy sleeps a little, to widen the windows of the racing ops.
     slow_copies: bool,
+    /// Version 4: `host_budget_percent` is 0 (off), 25, 50 or 100 (`host_budget % 5`, 0 twice).
+    host_budget: u8,
+    /// Version 4: the host memory `host_available_bytes` reports, in KiB (a few footprints' worth, so that
+    /// captures land on both sides of the budget).
+    host_available_kib: u8,
 }
 
 impl Config {
@@ -237,8 +251,18 @@ impl Config {
             device_capacity: self.device_capacity as usize * 4096,
             sleep_in_copy_ns: if self.slow_copies { 2000 } else { 0 },
             constant_digest: false,
+            host_available_bytes: true,
+            host_available: self.host_available(),
             ..Default::default()
         }
+    }
+
+    fn host_budget_percent(self) -> u32 {
+        [0, 0, 25, 50, 100][self.host_budget as usize % 5]
+    }
+
+    fn host_available(self) -> usize {
+        self.host_available_kib as usize * 1024
     }
 
     /// Whether the version-1 model's exact copy counts hold.
@@ -256,6 +280,7 @@ impl Config {
             dirty_only: self.dirty_only,
             digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
             cache_module_scan: self.cache_module_scan,
+            host_budget_percent: self.host_budget_percent(),
             ..Default::default()
         }
     }
@@ -379,6 +404,10 @@ enum Op {
         pick: u8,
         twice: bool,
     },
+    /// Version 4: a loaded module variable's code object is unloaded, and the library told.
+    Unload {
+        pick: u8,
+    },
 }
 
 /// Version 3: what the model knows of an agent's open window.
@@ -460,6 +489,9 @@ struct Model {
     mappings: Vec<Mapping>,
     areas: [usize; 2],
     variables: Vec<(usize, usize, usize)>,
+    /// Version 4: each variable's code object (by address), and the addresses of those unloaded.
+    code_objects: std::collections::HashMap<usize, usize>,
+    unloaded: std::collections::HashSet<usize>,
     snapshots: Vec<Snapshot>,
     buffers: Vec<Option<Buffer>>,
     /// Copies of released buffers.
@@ -680,14 +712,14 @@ impl Model {
     fn live_snapshot_entries(&self, agent: usize) -> usize {
         self.tracked.values().filter(|t| t.agent == agent).count()
             + self.mappings.iter().filter(|m| m.agent == agent).count()
-            + self.variables.iter().filter(|v| v.2 == agent).count()
+            + self.variables.iter().filter(|v| v.2 == agent && !self.unloaded.contains(&v.0)).count()
     }
 
-    /// Whether a restore must write `entry` back: module variables always, tracked ranges only while the same
-    /// generation is live at the address with at least the captured size.
+    /// Whether a restore must write `entry` back: module variables while their code object is loaded, tracked
+    /// ranges only while the same generation is live at the address with at least the captured size.
     fn writable(&self, entry: &Entry) -> bool {
         match entry.source {
-            Source::Variable => true,
+            Source::Variable => !self.unloaded.contains(&entry.address),
             Source::Allocation(generation) => self
                 .tracked
                 .get(&entry.address)
@@ -700,9 +732,36 @@ impl Model {
         }
     }
 
+    /// Version 4: whether the live host budget declines a capture of `agent` whose host staging needs
+    /// `total_low..=total_high` bytes (all of it when no device tier can take a part): `Some(true)` certainly,
+    /// `Some(false)` possibly, `None` not. What the library holds is its host mappings now, less the agent's idle
+    /// staging, which the capture takes over or gives back.
+    fn host_budget_decline(&self, agent: usize, total_low: usize, total_high: usize) -> Option<bool> {
+        let percent = self.config.host_budget_percent();
+        if percent == 0 || total_high == 0 {
+            return None;
+        }
+        let held = host_memory().mapped_bytes;
+        let reusable = kreplay_retained_staging_bytes(agents()[agent]).min(held);
+        let limit = ((self.config.host_available() + held) as u128 * u128::from(percent) / 100) as usize;
+        let others = held - reusable;
+        let device_tier = self.config.device && self.config.device_budget != 0;
+        if !device_tier && total_low > 0 && others + total_low > limit {
+            Some(true)
+        } else if others + total_high > limit {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
     fn snap(&mut self, agent: usize, fault: Fault, pin: bool, budget: usize) {
-        let variables: Vec<(usize, usize)> =
-            self.variables.iter().filter(|v| v.2 == agent).map(|&(a, s, _)| (a, s)).collect();
+        let variables: Vec<(usize, usize)> = self
+            .variables
+            .iter()
+            .filter(|v| v.2 == agent && !self.unloaded.contains(&v.0))
+            .map(|&(a, s, _)| (a, s))
+            .collect();
         let mut entries: Vec<(usize, usize, Source)> = Vec::new();
         for (&address, t) in self.tracked.iter().filter(|(_, t)| t.agent == agent) {
             entries.push((address, t.size, Source::Allocation(t.generation)));
@@ -729,6 +788,10 @@ impl Model {
         // the capture goes on to its next checks; if a scan does run, it fails as armed.
         let scan_may_be_cached = self.config.cache_module_scan;
         let scan_may_fail = matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len());
+        // The live host budget is checked after the size and before staging and copies: certainly over it is a
+        // decline in that place; possibly over it (`Some(false)`), HOST_BUDGET is accepted besides what the later
+        // steps would do.
+        let host_budget = self.host_budget_decline(agent, total_low, total_high);
         let expect = if !self.lost.is_empty() || !self.lost_mappings.is_empty() {
             Expect::Decline(KREPLAY_DECLINE_INVENTORY_OVERFLOW)
         } else if !scan_may_be_cached && matches!(fault, Fault::ScanAt(k) if scan_position(k) <= variables.len()) {
@@ -737,6 +800,8 @@ impl Model {
             Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
         } else if budget != 0 && total_high > budget {
             Expect::Either(KREPLAY_DECLINE_HOST_BUDGET)
+        } else if host_budget == Some(true) {
+            Expect::Decline(KREPLAY_DECLINE_HOST_BUDGET)
         } else if matches!(fault, Fault::HostMap) && total_high > 0 {
             // Mapping is needed unless a retained block fits; the pool's contents are not modelled.
             Expect::Either(KREPLAY_DECLINE_STAGING_MEMORY)
@@ -793,6 +858,9 @@ impl Model {
         {
             return declined(KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
         }
+        if host_budget == Some(false) && reason == KREPLAY_DECLINE_HOST_BUDGET {
+            return declined(KREPLAY_DECLINE_HOST_BUDGET);
+        }
         match expect {
             Expect::Decline(expected) => return declined(expected),
             Expect::Either(expected) if status != KREPLAY_STATUS_SUCCESS => return declined(expected),
@@ -830,6 +898,9 @@ impl Model {
             (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
         let before = self.image();
         let before_errors = errors();
+        // A restore after an unload lists the loaded variables again; a scan failing there (every variable
+        // counted as failed, none written) is c-tests/unit/module_liveness.c's, so no scan fault is armed here.
+        let fault = if matches!(fault, Fault::ScanAt(_)) { Fault::None } else { fault };
         arm(faults_for(fault));
         let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7, clean_bytes: 7 };
         // SAFETY: a live handle and a writable report.
@@ -1090,6 +1161,7 @@ fn run(data: &[u8], baseline: &kreplay_host_memory_stats_t) {
             let size = u.int_in_range(1..=600usize).unwrap_or(1);
             let size = if size % 256 == 0 { size - 1 } else { size };
             let name = format!("variable_{agent}_{v}\0");
+            let code_object = kreplay_sim_new_code_object();
             let mut address = std::ptr::null_mut();
             // SAFETY: a NUL-terminated name and a writable output.
             let status = unsafe {
@@ -1098,6 +1170,7 @@ fn run(data: &[u8], baseline: &kreplay_host_memory_stats_t) {
             assert_eq!(status, KREPLAY_STATUS_SUCCESS);
             write(address as usize, &pattern(address as u64, size));
             model.variables.push((address as usize, size, agent));
+            model.code_objects.insert(address as usize, code_object);
         }
     }
     // The module variables were "loaded" just now (and the previous input's are gone): as a host does on every
@@ -1374,6 +1447,16 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
             }
         }
         Op::WindowOpen { agent, passes } => window_open(model, agent_index(agent), u32::from(passes % 8)),
+        Op::Unload { pick } => {
+            let loaded: Vec<usize> =
+                model.variables.iter().map(|v| v.0).filter(|a| !model.unloaded.contains(a)).collect();
+            if !loaded.is_empty() {
+                let address = loaded[pick as usize % loaded.len()];
+                assert_eq!(kreplay_sim_unload_code_object(model.code_objects[&address]), 1);
+                kreplay_modules_changed();
+                model.unloaded.insert(address);
+            }
+        }
         Op::WindowClose { agent, stale } => window_close(model, agent_index(agent), stale),
         Op::CopyBegin { mask } => copy_begin(model, [mask % 3 != 1, mask % 3 != 0]),
         Op::CopyEnd { pick, twice } => {
@@ -1452,10 +1535,7 @@ fn window_open(model: &mut Model, agent: usize, passes: u32) {
     let before = warnings();
     // SAFETY: valid options and writable outputs.
     let status = unsafe { kreplay_window_open(agents()[agent], &options, &mut window, &mut reason) };
-    if passes == 0 {
-        assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT);
-        return;
-    }
+    // Version 4: passes 0 is an open-ended window, opened like any other.
     let expected = if model.windows[agent].is_some() {
         KREPLAY_DECLINE_WINDOW_NESTED
     } else if FENCE_ARMED.load(Ordering::Relaxed) && model.in_flight(agent) > 0 {

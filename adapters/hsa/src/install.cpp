@@ -397,6 +397,14 @@ install_status_t install(CoreApiTable* core, AmdExtTable* amd_ext, std::uint64_t
 
 bool module_wrappers_installed() { return g_module_wrappers_installed.load(std::memory_order_acquire); }
 
+kreplay_policy_t recommended_policy() {
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof policy;
+  policy.host_budget_percent = 50;
+  policy.cache_module_scan = module_wrappers_installed();
+  return policy;
+}
+
 kreplay_status_t set_policy(const kreplay_policy_t* policy) {
   constexpr std::size_t v1_size = offsetof(kreplay_policy_t, max_snapshot_bytes) + sizeof(std::size_t);
   if (policy == nullptr || policy->struct_size < v1_size) {

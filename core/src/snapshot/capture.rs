@@ -17,6 +17,7 @@ use crate::policy::Policy;
 use crate::storage::budget::Budget;
 use crate::storage::device::DeviceLease;
 use crate::storage::host::Lease;
+use crate::storage::host_budget::HostBudget;
 use crate::types::Agent;
 
 /// New storage gets this much headroom (1/8), so a footprint that grows a little reuses its block.
@@ -106,6 +107,20 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
         Ok(())
     }
 
+    /// Declines (`HostBudget`) a capture whose `need` bytes of host staging would take what kreplay holds above
+    /// the policy's live host budget (`storage::host_budget`).
+    fn check_host_budget(&self, need: usize, stash: Option<&Stash>) -> Declined<()> {
+        let percent = self.policy.host_budget_percent;
+        if percent == 0 {
+            return Ok(());
+        }
+        let pools = self.parts.pools;
+        let taken_over = stash.and_then(|s| s.storage.host.as_ref()).map_or(0, |lease| lease.capacity);
+        let reusable = pools.retained_bytes(self.agent).saturating_add(taken_over);
+        let budget = HostBudget::now(&**self.ops, percent, pools.mapped_bytes(), reusable);
+        if budget.admits(self.agent, need) { Ok(()) } else { Err(DeclineReason::HostBudget) }
+    }
+
     /// The previous snapshot's storage kept for dirty-only re-capture, when this capture digests with the same
     /// block size; otherwise it is given back.
     fn reusable_stash(&self) -> Option<Stash> {
@@ -157,6 +172,7 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
             let _ = self.parts.device.release(&lease);
         }
         if placement.host > 0 {
+            self.check_host_budget(placement.host, stash.as_deref())?;
             let (lease, from_stash) = self.take_host(placement.host, stash.as_deref_mut())?;
             reused.host = from_stash;
             snapshot.storage.host = Some(lease);
@@ -451,9 +467,12 @@ fn split_ranges(
 fn split_list(list: &ModuleList, is_refused: &dyn Fn(u32) -> bool, extra: usize) -> Option<ModuleList> {
     let mut spans: Vec<Span> = Vec::new();
     let mut variables: Vec<CachedVariable> = Vec::new();
+    let mut names: Vec<u8> = Vec::new();
     spans.try_reserve_exact(list.spans.len() + extra).ok()?;
     variables.try_reserve_exact(list.variables.len()).ok()?;
+    names.try_reserve_exact(list.names.len()).ok()?;
     variables.extend_from_slice(&list.variables);
+    names.extend_from_slice(&list.names);
     for span in &list.spans {
         if is_refused(span.first) {
             let single = |(k, variable): (u32, CachedVariable)| Span {
@@ -467,7 +486,7 @@ fn split_list(list: &ModuleList, is_refused: &dyn Fn(u32) -> bool, extra: usize)
             spans.push(*span);
         }
     }
-    Some(ModuleList { variables, spans })
+    Some(ModuleList { variables, spans, names })
 }
 
 /// The stash's tracked range at `address`, through an index of its ranges by address built on first use (empty,

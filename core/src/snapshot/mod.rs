@@ -29,6 +29,7 @@ use crate::storage::slots::MAX_AGENTS;
 use crate::types::Agent;
 
 mod capture;
+mod liveness;
 mod parts;
 mod plan;
 mod report;
@@ -55,7 +56,8 @@ pub(crate) enum Source {
     /// A tracked allocation or mapping, valid only while it keeps this generation.
     Tracked { kind: RegionKind, generation: u64 },
     /// Module-scope variables that touch or overlap (a span of the snapshot's module list: its variables
-    /// `first..first + count`): part of loaded executables, always written back, never digested.
+    /// `first..first + count`): part of loaded executables, written back while their code object is loaded,
+    /// never digested.
     ModuleVariables { first: u32, count: u32 },
 }
 
@@ -133,7 +135,8 @@ pub struct SnapshotInfo {
 pub struct RestoreReport {
     /// Regions and module variables that hold the captured contents again (written, or verified unchanged).
     pub restored: usize,
-    /// Tracked regions freed, shrunk or reallocated since the snapshot: not written.
+    /// Tracked regions freed, shrunk or reallocated since the snapshot, and module variables whose code object
+    /// was unloaded since: not written.
     pub skipped: usize,
     /// Regions whose copy failed (or that a finalize stopped before they were written).
     pub failed: usize,

@@ -9,7 +9,7 @@ use crate::clock;
 use crate::error::DeclineReason;
 use crate::inventory::{CAPACITY_SETTING, GatherError};
 use crate::log::Level;
-use crate::modules::{CachedVariable, CapturedModules, ModuleList, SharedList};
+use crate::modules::{CachedVariable, CapturedModules, MAX_NAME_BYTES, ModuleList, NameRef, SharedList};
 use crate::ops::DeviceOps;
 use crate::types::{Agent, DisplayName, ModuleVariable};
 
@@ -80,11 +80,12 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
         let (agent, policy, cache) = (self.agent, &self.policy, self.parts.modules);
         if policy.cache_module_scan {
             if let Some((list, generation)) = cache.get(agent) {
-                return Ok(CapturedModules { list, cache_as: Some(generation) });
+                return Ok(CapturedModules { list, cache_as: Some(generation), scanned_in: generation });
             }
         }
         let generation = cache.generation();
         let mut variables: Vec<CachedVariable> = Vec::new();
+        let mut names: Vec<u8> = Vec::new();
         let mut out_of_memory = false;
         let mut wraps = false;
         let scan = self.ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
@@ -107,7 +108,13 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
                 out_of_memory = true;
                 return false;
             }
-            variables.push(CachedVariable { address: variable.address, size: variable.size });
+            let name = variable.name.unwrap_or_default();
+            let name = &name[..name.len().min(MAX_NAME_BYTES)];
+            let Some(name_ref) = keep_name(&mut names, name) else {
+                out_of_memory = true;
+                return false;
+            };
+            variables.push(CachedVariable { address: variable.address, size: variable.size, name: name_ref });
             true
         });
         if let Err(error) = scan {
@@ -120,13 +127,14 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
         if out_of_memory {
             return Err(DeclineReason::MetadataMemory);
         }
-        let list = ModuleList::build(variables).and_then(SharedList::new).ok_or(DeclineReason::MetadataMemory)?;
+        let list =
+            ModuleList::build(variables, names).and_then(SharedList::new).ok_or(DeclineReason::MetadataMemory)?;
         let cache_as = policy.cache_module_scan.then_some(generation);
         if let Some(generation) = cache_as {
             // Complete: cached now, so that captures of the agent share it from here on.
             cache.store(agent, generation, list.clone());
         }
-        Ok(CapturedModules { list, cache_as })
+        Ok(CapturedModules { list, cache_as, scanned_in: generation })
     }
 }
 
@@ -155,6 +163,18 @@ pub(crate) fn align_after(end: usize, size: usize) -> Option<(usize, usize)> {
     let offset = end.checked_next_multiple_of(STAGING_ALIGN)?;
     let end = offset.checked_add(size).filter(|&end| end <= isize::MAX as usize)?;
     Some((offset, end))
+}
+
+/// Appends `name` to `names`; where it lies, or `None` without host memory (or past 4 GiB of names).
+fn keep_name(names: &mut Vec<u8>, name: &[u8]) -> Option<NameRef> {
+    let at = u32::try_from(names.len()).ok()?;
+    let len = u32::try_from(name.len()).ok()?;
+    at.checked_add(len)?;
+    if names.capacity() - names.len() < name.len() {
+        names.try_reserve(name.len().max(names.len())).ok()?;
+    }
+    names.extend_from_slice(name);
+    Some(NameRef { at, len })
 }
 
 fn keep_module_variable(agent: Agent, variable: &ModuleVariable<'_>) -> bool {

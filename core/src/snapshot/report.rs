@@ -58,6 +58,15 @@ pub(super) fn declined(agent: Agent, reason: DeclineReason) {
     );
 }
 
+/// Module variables a restore left out before it began (see `liveness`).
+#[derive(Copy, Clone, Debug, Default)]
+pub(super) struct Unwritten {
+    /// Their code object is gone: counted as skipped.
+    pub gone: usize,
+    /// Not known to be loaded: counted as failed.
+    pub unverified: usize,
+}
+
 /// A restore that began at `start` is over: what happened to each range, tallied, logged and returned with its
 /// status.
 pub(super) fn restored(
@@ -65,9 +74,12 @@ pub(super) fn restored(
     ranges: &[Range],
     outcomes: &[Outcome],
     moved: Moved,
+    unwritten: Unwritten,
     start: u64,
 ) -> (RestoreReport, Result<()>) {
     let (mut report, any_failed) = tally_restore(agent, ranges, outcomes);
+    report.skipped += unwritten.gone;
+    report.failed += unwritten.unverified;
     report.bytes = moved.copied_bytes;
     report.clean_bytes = moved.clean_bytes;
     let elapsed = clock::since(start);

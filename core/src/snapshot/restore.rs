@@ -3,14 +3,15 @@
 use alloc::vec::Vec;
 
 use super::transfer::{Direction, Dirty, Outcome, Transfer};
-use super::{Parts, RestoreReport, Snapshot, report};
+use super::{Parts, RestoreReport, Snapshot, liveness, report};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::log::Level;
 use crate::ops::{DeviceOps, Digest};
 
 /// Writes every captured range back. Tracked regions freed, shrunk or reallocated since the snapshot are
-/// skipped; module variables are always written; every range is attempted. `PartialRestore` when any copy
+/// skipped, and so are module variables whose code object was unloaded since (see [`liveness`]); every other
+/// range is attempted. `PartialRestore` when any copy
 /// failed (or a finalize stopped the restore): the host must not run another pass.
 pub(crate) fn restore<O: DeviceOps>(parts: Parts<'_, O>, snapshot: &Snapshot<'_, O>) -> (RestoreReport, Result<()>) {
     let ops = match parts.ops.get() {
@@ -19,13 +20,16 @@ pub(crate) fn restore<O: DeviceOps>(parts: Parts<'_, O>, snapshot: &Snapshot<'_,
     };
     let agent = snapshot.info.agent;
     let start = clock::now_ns();
+    // Module variables whose code object is gone are left out.
+    let alive = liveness::check(&*ops, snapshot);
+    let ranges = alive.ranges.as_deref().unwrap_or(&snapshot.ranges);
     let mut outcomes: Vec<Outcome> = Vec::new();
-    if outcomes.try_reserve_exact(snapshot.ranges.len()).is_err() {
+    if outcomes.try_reserve_exact(ranges.len()).is_err() {
         crate::log!(Level::Error, "agent {:#x}: no host memory to restore; nothing was written", agent.0);
         let failed = snapshot.ranges.iter().map(|range| range.units()).sum();
         return (RestoreReport { failed, ..RestoreReport::default() }, Err(Error::PartialRestore));
     }
-    outcomes.resize(snapshot.ranges.len(), Outcome::Pending);
+    outcomes.resize(ranges.len(), Outcome::Pending);
 
     // Dirty-only when the snapshot has digests and the policy still asks for it.
     let mut live: Vec<Digest> = Vec::new();
@@ -35,7 +39,7 @@ pub(crate) fn restore<O: DeviceOps>(parts: Parts<'_, O>, snapshot: &Snapshot<'_,
         live.resize(d.all.len(), Digest::default());
     }
     let known = |i: usize| {
-        let range = &snapshot.ranges[i];
+        let range = &ranges[i];
         range.pin_key().map(|_| range.digest_at)
     };
     let rule =
@@ -46,9 +50,10 @@ pub(crate) fn restore<O: DeviceOps>(parts: Parts<'_, O>, snapshot: &Snapshot<'_,
         agent,
         storage: &snapshot.storage,
         direction: Direction::Restore,
-        ranges: &snapshot.ranges,
+        ranges,
         variables: &snapshot.modules.list.variables,
     };
     let moved = pass.run(rule, &mut outcomes);
-    report::restored(agent, &snapshot.ranges, &outcomes, moved, start)
+    let unwritten = report::Unwritten { gone: alive.gone, unverified: alive.unverified };
+    report::restored(agent, ranges, &outcomes, moved, unwritten, start)
 }

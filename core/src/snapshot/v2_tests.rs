@@ -669,12 +669,34 @@ fn snapshots_alive_at_once_share_the_cached_module_list() {
         status.unwrap();
         assert_eq!((report.restored, report.failed), (4, 0));
     }
-    // A holder keeps its list after modules_changed; the next capture scans.
+    // A holder keeps its list after modules_changed; its restore scans once to check that its code objects are
+    // still loaded (module liveness), and so does the next capture.
     engine.modules_changed();
     drop(first);
-    engine.restore(&second).1.unwrap();
+    let (report, status) = engine.restore(&second);
+    status.unwrap();
+    assert_eq!((report.restored, report.skipped), (4, 0));
     drop((second, third));
     engine.snap(A).unwrap();
     let state = device.state();
-    assert_eq!((state.scans, state.refused_copies, state.violations), (scans + 1, 2, 0));
+    assert_eq!((state.scans, state.refused_copies, state.violations), (scans + 2, 2, 0));
+}
+
+#[test]
+fn a_variable_whose_code_object_was_unloaded_is_skipped_and_the_others_are_written() {
+    let (engine, device) = setup!(Policy::default());
+    let kept = device.add_variable(A, b"kept", 64, 1);
+    device.new_code_object();
+    let gone_module = device.code_object();
+    let gone = device.add_variable(A, b"gone", 64, 2);
+    let snapshot = engine.snap(A).unwrap();
+    device.write(kept, &[0xEE; 64]);
+    assert_eq!(device.unload_code_object(gone_module), 1);
+    engine.modules_changed();
+    let (report, status) = engine.restore(&snapshot);
+    status.unwrap();
+    assert_eq!((report.restored, report.skipped, report.failed, report.bytes), (1, 1, 0, 64));
+    assert_eq!(device.bytes(kept, 64), [1; 64]);
+    assert_eq!(device.bytes(gone, 64), [crate::sim::FREED_FILL; 64]);
+    assert_eq!(device.state().violations, 0);
 }

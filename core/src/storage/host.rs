@@ -17,6 +17,7 @@
 //! here knows about devices: page-locked blocks are unlocked through a callback the caller supplies.
 
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use arrayvec::ArrayVec;
 
@@ -179,6 +180,9 @@ const TRIM_BATCH: usize = 64;
 /// The staging pools of every agent.
 pub struct Pools {
     slots: AgentSlots<AgentPool>,
+    /// Bytes these pools have mapped and not unmapped (idle and lent): the staging the host budget counts as
+    /// kreplay's (`storage::host_budget`).
+    mapped: AtomicUsize,
 }
 
 impl Default for Pools {
@@ -190,7 +194,7 @@ impl Default for Pools {
 impl Pools {
     /// Empty pools.
     pub const fn new() -> Self {
-        Pools { slots: AgentSlots::new() }
+        Pools { slots: AgentSlots::new(), mapped: AtomicUsize::new(0) }
     }
 
     /// Storage for `size` bytes from `agent`'s pool: a slab slot for small requests, else the best-fitting
@@ -229,12 +233,14 @@ impl Pools {
             return Ok(lease(loaned));
         }
         let data = host_memory::map(len)?;
+        self.mapped.fetch_add(len, Ordering::Relaxed);
         let added = self.slots.with_or_claim(agent, |pool| pool.blocks.add_lent(Block::new(data, len, None)));
         match added {
             Ok(Some(loaned)) => Ok(lease(loaned)),
             failed => {
                 // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
                 unsafe { host_memory::unmap(data, len) };
+                self.mapped.fetch_sub(len, Ordering::Relaxed);
                 if failed.is_ok() {
                     crate::log!(
                         crate::log::Level::Warning,
@@ -279,6 +285,7 @@ impl Pools {
         let slots = slots_per_chunk(class_size);
         let len = slots * class_size;
         let data = host_memory::map(len)?;
+        self.mapped.fetch_add(len, Ordering::Relaxed);
         let mut chunk = Chunk::new(data, slots);
         let index = chunk.take(loan).ok_or(Error::Internal)?;
         let added = self.slots.with_or_claim(agent, |pool| pool.slabs[class].try_push(chunk).is_ok());
@@ -286,6 +293,7 @@ impl Pools {
             // Another thread filled the class meanwhile, or no slot is left.
             // SAFETY: `data` is the mapping of `len` bytes made above, not yet shared with anyone.
             unsafe { host_memory::unmap(data, len) };
+            self.mapped.fetch_sub(len, Ordering::Relaxed);
             return added.map(|_| None);
         }
         Ok(Some(lease(data, index)))
@@ -360,6 +368,7 @@ impl Pools {
                 // SAFETY: the victim was an idle mapping of this pool, removed from it under the lock, so nothing
                 // else can reach it; ptr and len are exactly what `map` returned.
                 unsafe { host_memory::unmap(victim.ptr, victim.len) };
+                self.mapped.fetch_sub(victim.len, Ordering::Relaxed);
             }
         }
     }
@@ -367,6 +376,11 @@ impl Pools {
     /// Bytes of idle storage `agent`'s pool holds: idle blocks and wholly idle slab chunks (what a trim unmaps).
     pub fn retained_bytes(&self, agent: Agent) -> usize {
         self.slots.with(agent, |pool| pool.retained_bytes()).unwrap_or(0)
+    }
+
+    /// Bytes these pools hold mapped, idle and lent, for every agent.
+    pub fn mapped_bytes(&self) -> usize {
+        self.mapped.load(Ordering::Relaxed)
     }
 }
 

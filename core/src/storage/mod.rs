@@ -8,6 +8,7 @@ pub mod blocks;
 pub(crate) mod budget;
 pub mod device;
 pub mod host;
+pub(crate) mod host_budget;
 pub mod slots;
 
 #[cfg(test)]

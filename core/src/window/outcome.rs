@@ -34,7 +34,7 @@ pub struct Outcome {
     pub agent: Agent,
     /// `None`: replayed.
     pub reason: DeclineReason,
-    /// Passes the host meant to run.
+    /// Passes the host meant to run; 0: open-ended (not known in advance).
     pub passes_requested: u32,
     /// 1 + the restores that succeeded in the window.
     pub passes_run: u32,
@@ -68,7 +68,17 @@ pub(crate) struct Record {
     pub snapshot_seen: bool,
     /// Restores that succeeded.
     pub restores_ok: u32,
+    /// Restores accounted, failed ones included (the per-pass projection of an open-ended window averages them).
+    pub restores: u32,
+    /// Limits an open-ended window's per-pass projection has crossed and logged: [`CROSSED_WARN`],
+    /// [`CROSSED_MAX`].
+    pub crossed: u8,
 }
+
+/// The per-pass projection of an open-ended window crossed `warn_window_ns`.
+pub(crate) const CROSSED_WARN: u8 = 1;
+/// The per-pass projection of an open-ended window crossed `max_window_ns`.
+pub(crate) const CROSSED_MAX: u8 = 2;
 
 impl Record {
     /// Nothing accounted; all zero, for a `static`.
@@ -91,6 +101,8 @@ impl Record {
         },
         snapshot_seen: false,
         restores_ok: 0,
+        restores: 0,
+        crossed: 0,
     };
 }
 
@@ -115,7 +127,8 @@ pub const fn reason_key(reason: DeclineReason) -> &'static str {
 
 /// The outcome line: `kreplay window agent=0x1 reason=none passes=5/5 footprint=... moved=... clean=...
 /// snapshot_us=... restore_us=... projected_us=... copies_waited=... untracked=fine:0/0,host:2/8192,...
-/// reentry=0` (passes run/requested; each untracked kind as count/bytes, in the order of their values).
+/// reentry=0` (passes run/requested, `passes=5/open` for an open-ended window; each untracked kind as
+/// count/bytes, in the order of their values).
 pub struct Line<'a>(pub &'a Outcome);
 
 impl fmt::Display for Line<'_> {
@@ -128,7 +141,7 @@ impl fmt::Display for Line<'_> {
             o.agent.0,
             reason_key(o.reason),
             o.passes_run,
-            o.passes_requested,
+            Requested(o.passes_requested),
             o.footprint_bytes,
             o.bytes_moved,
             o.clean_bytes,
@@ -142,6 +155,15 @@ impl fmt::Display for Line<'_> {
             write!(f, "{separator}{}:{}/{}", kind.key(), o.untracked.count[i], o.untracked.bytes[i])?;
         }
         write!(f, " reentry={}", o.reentry_observed as u8)
+    }
+}
+
+/// Passes requested as the outcome line writes them: a number, or `open`.
+struct Requested(u32);
+
+impl fmt::Display for Requested {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == 0 { f.write_str("open") } else { write!(f, "{}", self.0) }
     }
 }
 

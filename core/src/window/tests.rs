@@ -169,7 +169,32 @@ fn handles_are_checked_a_double_close_or_made_up_handle_is_invalid() {
     assert_eq!(engine.window_close(handle), Err(Error::InvalidArgument));
     assert!(engine.window_is_open(A));
     engine.window_close(next).unwrap();
-    assert_eq!(engine.window_open(A, options(0, 0)), Err(Error::InvalidArgument));
+}
+
+#[test]
+fn an_open_ended_window_is_checked_per_pass_and_never_declined_once_open() {
+    // Its warnings are asserted by c-tests/unit/window.c, where no other test replaces the log sink meanwhile.
+    let (engine, device, _serial) = setup!();
+    let base = device.alloc(A, 4096, 1);
+    engine.record_alloc(base, 4096, 0).unwrap();
+    // Passes 0: not known in advance. Admitted on its first pass.
+    let Opened::Window(handle) = engine.window_open(A, options(0, 0)).unwrap() else { panic!("declined") };
+    let snapshot = engine.snap(A).unwrap();
+    engine.restore(&snapshot).1.unwrap();
+    // Limits lowered while it runs: each pass is checked against the policy of the moment, and the window stays
+    // open above max_window_ns.
+    engine.set_policy(Policy { warn_window_ns: 1, max_window_ns: 1, ..Policy::default() }).unwrap();
+    for _ in 0..4 {
+        engine.restore(&snapshot).1.unwrap();
+    }
+    assert!(engine.window_is_open(A));
+    let outcome = engine.window_close(handle).unwrap();
+    drop(snapshot);
+    engine.set_policy(Policy::default()).unwrap();
+    assert_eq!((outcome.reason, outcome.passes_requested, outcome.passes_run), (DeclineReason::None, 0, 6));
+    assert!(outcome.projected_ns >= outcome.snapshot_ns + outcome.restore_ns, "the last pass's projection");
+    let line = format!("{}", outcome::Line(&outcome));
+    assert!(line.contains(" passes=6/open "), "{line}");
 }
 
 #[test]

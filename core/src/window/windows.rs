@@ -9,7 +9,7 @@
 use core::sync::atomic::Ordering;
 
 use super::admission::{DEFAULT_WARN_WINDOW_NS, Measured};
-use super::outcome::{self, Outcome, Record, UntrackedStats};
+use super::outcome::{self, CROSSED_MAX, CROSSED_WARN, Outcome, Record, UntrackedStats};
 use super::untracked::{UNTRACKED_CAPACITY, UntrackedKind};
 use super::{AgentSlot, WINDOW_AGENTS, WindowState, current_thread};
 use crate::activity::Activity;
@@ -39,7 +39,8 @@ const INDEX_BITS: u32 = WINDOW_AGENTS.trailing_zeros();
 /// What the host tells an open.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct WindowOptions {
-    /// Passes the host means to run (at least 1).
+    /// Passes the host means to run; 0: open-ended, not known in advance (admission then checks the first pass
+    /// at open and each further pass as restores run: see [`WindowState::on_restore`]).
     pub passes: u32,
     /// How long to wait for async copies in flight; 0: [`DEFAULT_COPY_TIMEOUT_MS`].
     pub copy_timeout_ms: u32,
@@ -59,15 +60,6 @@ pub enum Opened {
 }
 
 impl WindowOptions {
-    /// `InvalidArgument` (with a log line) for 0 passes; checked before the open enters the library.
-    pub(crate) fn check(&self, agent: Agent) -> Result<()> {
-        if self.passes == 0 {
-            crate::log!(Level::Warning, "window_open(agent {:#x}): passes is 0", agent.0);
-            return Err(Error::InvalidArgument);
-        }
-        Ok(())
-    }
-
     fn copy_timeout_ms(&self) -> u32 {
         if self.copy_timeout_ms == 0 { DEFAULT_COPY_TIMEOUT_MS } else { self.copy_timeout_ms }
     }
@@ -185,7 +177,7 @@ impl Opening<'_> {
 
     /// The window is open: its record starts from `outcome`, and the handle names its slot and generation.
     fn open(self, outcome: Outcome) -> Opened {
-        *self.slot.record.lock() = Record { outcome, snapshot_seen: false, restores_ok: 0 };
+        *self.slot.record.lock() = Record { outcome, snapshot_seen: false, restores_ok: 0, restores: 0, crossed: 0 };
         self.slot.reentry.store(false, Ordering::Relaxed);
         self.slot.window.store(self.generation << 2 | OPEN, Ordering::Release);
         Opened::Window(WindowHandle(self.generation << INDEX_BITS | self.index as u64))
@@ -261,7 +253,8 @@ impl WindowState {
         opening.fence_and_wait(self, options, inputs.activity, outcome)?;
         let policy = inputs.policy.get();
         opening.check_untracked(outcome, &policy)?;
-        outcome.projected_ns = inputs.project(opening.agent, opening.slot, options.passes, &policy);
+        // An open-ended window is admitted on its first pass, the snapshot; later passes are checked as they run.
+        outcome.projected_ns = inputs.project(opening.agent, opening.slot, options.passes.max(1), &policy);
         opening.admit(outcome.projected_ns, &policy)
     }
 
@@ -375,10 +368,10 @@ impl WindowState {
     }
 
     /// The restore hook: a restore of `agent`'s snapshot while its window is open is the window's.
-    pub(crate) fn on_restore(&self, info: &SnapshotInfo, report: &RestoreReport, ok: bool) {
+    pub(crate) fn on_restore(&self, info: &SnapshotInfo, report: &RestoreReport, ok: bool, policy: &AtomicPolicy) {
         let (ns, digest_ns) = (report.elapsed_ns, report.digest_ns);
         let Some(slot) = self.open_window_slot(info.agent) else { return };
-        {
+        let crossing = {
             let mut record = slot.record.lock();
             if slot.window.load(Ordering::Acquire) & STATE_MASK != OPEN {
                 return;
@@ -386,10 +379,24 @@ impl WindowState {
             if ok {
                 record.restores_ok = record.restores_ok.saturating_add(1);
             }
+            record.restores = record.restores.saturating_add(1);
             let outcome = &mut record.outcome;
             outcome.bytes_moved = outcome.bytes_moved.saturating_add(report.bytes);
             outcome.clean_bytes = outcome.clean_bytes.saturating_add(report.clean_bytes);
             outcome.restore_ns = outcome.restore_ns.saturating_add(ns);
+            (record.outcome.passes_requested == 0).then(|| next_pass(&mut record, &policy.get())).flatten()
+        };
+        // Logged outside the record's lock: a logger may call back into kreplay.
+        if let Some((projected, limit, max)) = crossing {
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: open-ended window projected at {} us with one more pass, above {} = {} us{}",
+                info.agent.0,
+                projected / 1000,
+                if max { "max_window_ns" } else { "warn_window_ns" },
+                limit / 1000,
+                if max { "; an open window is never declined: the host should end it after this pass" } else { "" }
+            );
         }
         if let Some(device_tier) = single_tier(info) {
             slot.rates.lock().record(&Measured {
@@ -428,4 +435,26 @@ fn single_tier(info: &SnapshotInfo) -> Option<bool> {
     } else {
         None
     }
+}
+
+/// The per-pass check of an open-ended window, after each restore: the window so far (its snapshot and
+/// restores, as measured) plus one more restore at their average is its projection, kept in the outcome. The
+/// first time it crosses `warn_window_ns` (default 10 s), and again the first time it crosses `max_window_ns`,
+/// returns (projection, limit, whether the limit is the max) to be logged. The window is already open, so it
+/// is never declined here: the host decides whether to run the pass.
+fn next_pass(record: &mut Record, policy: &Policy) -> Option<(u64, u64, bool)> {
+    let outcome = &mut record.outcome;
+    let average = outcome.restore_ns / u64::from(record.restores.max(1));
+    let projected = outcome.snapshot_ns.saturating_add(outcome.restore_ns).saturating_add(average);
+    outcome.projected_ns = outcome.projected_ns.max(projected);
+    let warn = if policy.warn_window_ns == 0 { DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns };
+    if policy.max_window_ns != 0 && projected > policy.max_window_ns && record.crossed & CROSSED_MAX == 0 {
+        record.crossed |= CROSSED_MAX | CROSSED_WARN;
+        return Some((projected, policy.max_window_ns, true));
+    }
+    if projected > warn && record.crossed & CROSSED_WARN == 0 {
+        record.crossed |= CROSSED_WARN;
+        return Some((projected, warn, false));
+    }
+    None
 }

@@ -128,6 +128,13 @@ bool module_wrappers_installed();
  * struct_size below the version-1 fields: KREPLAY_STATUS_INVALID_ARGUMENT. */
 kreplay_status_t set_policy(const kreplay_policy_t* policy);
 
+/* The policy this adapter recommends, for set_policy(): kreplay's defaults with the live host budget on at
+ * host_budget_percent = 50 (a capture declines with KREPLAY_DECLINE_HOST_BUDGET rather than let kreplay's host
+ * staging pass half of the memory available; upstream's default) and cache_module_scan =
+ * module_wrappers_installed(). Budgets on the device, pinning and dirty-only stay the host's choice
+ * (docs/integration.md). install() itself keeps setting kreplay's defaults: a host opts in by passing this. */
+kreplay_policy_t recommended_policy();
+
 /* Whether this build of the adapter has the vmem wrappers compiled in (the ROCr headers it was built against
  * declare hsa_amd_vmem_map/unmap and hsa_amd_vmem_get_alloc_properties_from_handle). */
 bool vmem_wrappers_compiled();
