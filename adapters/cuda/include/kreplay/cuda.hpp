@@ -104,8 +104,9 @@ void forget_device(const kreplay_device_ops_t& ops, int device);
 kreplay_status_t install(const symbol_t* symbols, size_t count);
 
 // pin_staging on (the gather kernel reads and writes page-locked staging directly), cache_module_scan on (the
-// adapter reports every change of its symbol table), digest_block_bytes 64 KiB; device_budget_bytes 0 and
-// dirty_only off (the host chooses those: docs/integration.md).
+// adapter reports every change of its symbol table), digest_block_bytes 64 KiB, host_budget_percent 50 (a
+// snapshot may hold at most half of the host memory available at its capture, upstream's default);
+// device_budget_bytes 0 and dirty_only off (the host chooses those: docs/integration.md).
 kreplay_policy_t recommended_policy();
 
 // The copy op itself, for harness modes that must move bytes exactly as kreplay does.

@@ -110,6 +110,7 @@ kreplay_policy_t recommended_policy() {
   policy.dirty_only = false;
   policy.digest_block_bytes = 64u << 10;
   policy.cache_module_scan = true;
+  policy.host_budget_percent = 50;
   return policy;
 }
 
