@@ -256,8 +256,26 @@ class reader_t {
     return true;
   }
 
+  // The symbol table and its string table are checked first; then each symbol in turn, skipping entry 0.
   bool symbols() {
     size_t symtab = 0;
+    if (!find_symbol_table(symtab) || !check_symbol_table(sections_[symtab])) {
+      return false;
+    }
+    const section_t& table = sections_[symtab];
+    const section_t& strings = sections_[table.link];
+    const section_t* extended = extended_indices(symtab);
+    const uint64_t count = table.size / symbol_size;
+    for (uint64_t i = 1; i < count; ++i) {
+      if (!symbol(i, table.offset + i * symbol_size, strings, extended)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Exactly one SHT_SYMTAB section.
+  bool find_symbol_table(size_t& symtab) {
     for (size_t i = 1; i < sections_.size(); ++i) {
       if (sections_[i].type != type_symtab) {
         continue;
@@ -271,7 +289,10 @@ class reader_t {
     if (symtab == 0) {
       return fail(error_t::bad_symbol_table, "no .symtab: a stripped image, its variables cannot be named");
     }
-    const section_t& table = sections_[symtab];
+    return true;
+  }
+
+  bool check_symbol_table(const section_t& table) {
     if (table.entry_size != symbol_size || table.size % symbol_size != 0) {
       return fail(error_t::bad_symbol_table, "'" + std::string(table.name) + "': entry size " +
                                                  std::to_string(table.entry_size) + " and size " + hex(table.size) +
@@ -282,89 +303,108 @@ class reader_t {
       return fail(error_t::bad_string_table, "'" + std::string(table.name) + "' links section " +
                                                  std::to_string(table.link) + ", which is not a string table");
     }
-    const section_t& strings = sections_[table.link];
+    return true;
+  }
+
+  // The .symtab_shndx section that belongs to the symbol table, if any (the last one when there are several).
+  const section_t* extended_indices(size_t symtab) const {
     const section_t* extended = nullptr;
     for (size_t i = 1; i < sections_.size(); ++i) {
       if (sections_[i].type == type_symtab_shndx && sections_[i].link == symtab) {
         extended = &sections_[i];
       }
     }
+    return extended;
+  }
 
-    const uint64_t count = table.size / symbol_size;
-    for (uint64_t i = 1; i < count; ++i) {
-      const uint64_t at = table.offset + i * symbol_size;
-      uint32_t name_offset = 0;
-      uint8_t info = 0;
-      uint8_t other = 0;
-      uint16_t index16 = 0;
-      uint64_t value = 0, length = 0;
-      load(image_, size_, at + 0, name_offset);
-      load(image_, size_, at + 4, info);
-      load(image_, size_, at + 5, other);
-      load(image_, size_, at + 6, index16);
-      load(image_, size_, at + 8, value);
-      load(image_, size_, at + 16, length);
-      const uint8_t type = info & 0xf;
-      if (type != symbol_object && type != symbol_func && type != symbol_cuda_object) {
-        continue;
-      }
-      if (index16 == index_undefined) {
-        continue;  // declared here, defined in another module
-      }
-      std::string_view name;
-      if (!string_at(image_, strings, name_offset, name)) {
-        return fail(error_t::bad_string_table, "symbol " + std::to_string(i) + ": name offset " + hex(name_offset) +
-                                                   " is not a string inside '" + std::string(strings.name) +
-                                                   "' (" + hex(strings.size) + " bytes)");
-      }
-      if (name.empty()) {
-        return fail(error_t::bad_symbol_table, "symbol " + std::to_string(i) + " has no name");
-      }
-      uint64_t index = index16;
-      if (index16 == index_extended) {
-        uint32_t index32 = 0;
-        if (extended == nullptr || !fits(i * 4, 4, extended->size) ||
-            !load(image_, size_, extended->offset + i * 4, index32)) {
-          return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) +
-                                                     "': extended section index without a .symtab_shndx entry");
-        }
-        index = index32;
-      } else if (index16 >= index_reserved_low) {
-        // SHN_ABS, SHN_COMMON and the like: no section of the module holds it.
-        const error_t error = type == symbol_func ? error_t::bad_symbol_table : error_t::unknown_section;
-        return fail(error, "symbol '" + std::string(name) + "' has the special section index " + hex(index16));
-      }
-      if (index == index_undefined || index >= sections_.size()) {
-        return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) + "': section index " +
-                                                   std::to_string(index) + " is not one of the " +
-                                                   std::to_string(sections_.size()) + " sections");
-      }
-      const section_t& section = sections_[static_cast<size_t>(index)];
-      if (!fits(value, length, section.size)) {
-        return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) + "' at " + hex(value) + ", " +
-                                                   hex(length) + " bytes, reaches past the end of '" +
-                                                   std::string(section.name) + "' (" + hex(section.size) +
-                                                   " bytes)");
-      }
-      if (type == symbol_func) {
-        out_.functions.emplace_back(name);
-        if ((other & other_cuda_entry) != 0) {
-          out_.kernels.emplace_back(name);
-        }
-        continue;
-      }
-      if (per_block_or_thread(section.name)) {
-        continue;
-      }
-      section_kind kind = section_kind::global;
-      uint32_t bank = 0;
-      if (!classify(section.name, kind, bank)) {
-        return fail(error_t::unknown_section, "variable '" + std::string(name) + "' is in section [" +
-                                                  std::to_string(index) + "] '" + std::string(section.name) +
-                                                  "', not .nv.global, .nv.global.init or .nv.constant<N>");
-      }
-      out_.variables.push_back(variable_t{std::string(name), length, kind, bank});
+  // Checks the symbol at `at` (entry `i`) and records it if it is a variable or a function defined in this module.
+  bool symbol(uint64_t i, uint64_t at, const section_t& strings, const section_t* extended) {
+    uint32_t name_offset = 0;
+    uint8_t info = 0;
+    uint8_t other = 0;
+    uint16_t index16 = 0;
+    uint64_t value = 0, length = 0;
+    load(image_, size_, at + 0, name_offset);
+    load(image_, size_, at + 4, info);
+    load(image_, size_, at + 5, other);
+    load(image_, size_, at + 6, index16);
+    load(image_, size_, at + 8, value);
+    load(image_, size_, at + 16, length);
+    const uint8_t type = info & 0xf;
+    if (type != symbol_object && type != symbol_func && type != symbol_cuda_object) {
+      return true;
     }
+    if (index16 == index_undefined) {
+      return true;  // declared here, defined in another module
+    }
+    std::string_view name;
+    if (!string_at(image_, strings, name_offset, name)) {
+      return fail(error_t::bad_string_table, "symbol " + std::to_string(i) + ": name offset " +
+                                                 hex(name_offset) + " is not a string inside '" +
+                                                 std::string(strings.name) + "' (" + hex(strings.size) + " bytes)");
+    }
+    if (name.empty()) {
+      return fail(error_t::bad_symbol_table, "symbol " + std::to_string(i) + " has no name");
+    }
+    uint64_t index = 0;
+    if (!section_index(i, name, index16, type, extended, index)) {
+      return false;
+    }
+    const section_t& section = sections_[static_cast<size_t>(index)];
+    if (!fits(value, length, section.size)) {
+      return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) + "' at " + hex(value) + ", " +
+                                                 hex(length) + " bytes, reaches past the end of '" +
+                                                 std::string(section.name) + "' (" + hex(section.size) + " bytes)");
+    }
+    return record(name, type, other, length, section, index);
+  }
+
+  // The section that holds symbol `i`: st_shndx, or its .symtab_shndx entry when st_shndx is SHN_XINDEX.
+  bool section_index(uint64_t i, std::string_view name, uint16_t index16, uint8_t type, const section_t* extended,
+                     uint64_t& index) {
+    index = index16;
+    if (index16 == index_extended) {
+      uint32_t index32 = 0;
+      if (extended == nullptr || !fits(i * 4, 4, extended->size) ||
+          !load(image_, size_, extended->offset + i * 4, index32)) {
+        return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) +
+                                                   "': extended section index without a .symtab_shndx entry");
+      }
+      index = index32;
+    } else if (index16 >= index_reserved_low) {
+      // SHN_ABS, SHN_COMMON and the like: no section of the module holds it.
+      const error_t error = type == symbol_func ? error_t::bad_symbol_table : error_t::unknown_section;
+      return fail(error, "symbol '" + std::string(name) + "' has the special section index " + hex(index16));
+    }
+    if (index == index_undefined || index >= sections_.size()) {
+      return fail(error_t::bad_symbol_table, "symbol '" + std::string(name) + "': section index " +
+                                                 std::to_string(index) + " is not one of the " +
+                                                 std::to_string(sections_.size()) + " sections");
+    }
+    return true;
+  }
+
+  // A function (and whether it is a kernel), or a variable with the kind of memory its section says.
+  bool record(std::string_view name, uint8_t type, uint8_t other, uint64_t length, const section_t& section,
+              uint64_t index) {
+    if (type == symbol_func) {
+      out_.functions.emplace_back(name);
+      if ((other & other_cuda_entry) != 0) {
+        out_.kernels.emplace_back(name);
+      }
+      return true;
+    }
+    if (per_block_or_thread(section.name)) {
+      return true;
+    }
+    section_kind kind = section_kind::global;
+    uint32_t bank = 0;
+    if (!classify(section.name, kind, bank)) {
+      return fail(error_t::unknown_section, "variable '" + std::string(name) + "' is in section [" +
+                                                std::to_string(index) + "] '" + std::string(section.name) +
+                                                "', not .nv.global, .nv.global.init or .nv.constant<N>");
+    }
+    out_.variables.push_back(variable_t{std::string(name), length, kind, bank});
     return true;
   }
 

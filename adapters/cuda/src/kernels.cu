@@ -181,6 +181,23 @@ __device__ inline void advance(const digest_job_desc* jobs, size_t count, uint64
   }
 }
 
+// A segment of a worker's run, found from the job the previous segment was in (job, moved forward here).
+struct segment_piece {
+  const digest_job_desc* job;
+  uint64_t local;   // the segment's index within its job
+  uint64_t offset;  // its first byte within the job
+  uint64_t bytes;   // its length: segment_bytes, or what is left of the job
+};
+__device__ inline segment_piece piece_of(const digest_job_desc* jobs, size_t count, uint64_t segment,
+                                         uint64_t segment_bytes, size_t& job) {
+  advance(jobs, count, segment, job);
+  const digest_job_desc& found = jobs[job];
+  const uint64_t local = segment - found.first_segment;
+  const uint64_t offset = local * segment_bytes;
+  const uint64_t bytes = found.bytes - offset < segment_bytes ? found.bytes - offset : segment_bytes;
+  return {&found, local, offset, bytes};
+}
+
 // Blocks up to kDigestWarpBlockBytes: one warp per block, no shared memory, no block-wide barrier.
 __global__ void __launch_bounds__(kDigestThreads) digest_small_kernel(const digest_job_desc* jobs, size_t job_count,
                                                                       uint64_t segments, uint64_t block_bytes,
@@ -193,18 +210,15 @@ __global__ void __launch_bounds__(kDigestThreads) digest_small_kernel(const dige
   }
   size_t j = find_job(jobs, job_count, run.begin);
   for (uint64_t segment = run.begin; segment < run.end; ++segment) {
-    advance(jobs, job_count, segment, j);
-    const digest_job_desc& job = jobs[j];
-    const uint64_t local = segment - job.first_segment;
-    const uint64_t offset = local * block_bytes;
-    const uint64_t bytes = job.bytes - offset < block_bytes ? job.bytes - offset : block_bytes;
+    const segment_piece piece = piece_of(jobs, job_count, segment, block_bytes, j);
     uint64_t s0 = 0;
     uint64_t s1 = 0;
-    accumulate(reinterpret_cast<const unsigned char*>(job.address) + offset, bytes, 0, lane, 32, s0, s1);
+    accumulate(reinterpret_cast<const unsigned char*>(piece.job->address) + piece.offset, piece.bytes, 0, lane, 32,
+               s0, s1);
     s0 = warp_sum(s0);
     s1 = warp_sum(s1);
     if (lane == 0) {
-      finish_block(s0, s1, bytes, out + 2 * (job.first_block + local));
+      finish_block(s0, s1, piece.bytes, out + 2 * (piece.job->first_block + piece.local));
     }
   }
 }
@@ -226,11 +240,10 @@ __global__ void __launch_bounds__(kDigestThreads) digest_segment_kernel(const di
   }
   size_t j = find_job(jobs, job_count, run.begin);
   for (uint64_t segment = run.begin; segment < run.end; ++segment) {
-    advance(jobs, job_count, segment, j);
-    const digest_job_desc& job = jobs[j];
-    const uint64_t local = segment - job.first_segment;
-    const uint64_t offset = local * segment_bytes;
-    const uint64_t bytes = job.bytes - offset < segment_bytes ? job.bytes - offset : segment_bytes;
+    const segment_piece piece = piece_of(jobs, job_count, segment, segment_bytes, j);
+    const digest_job_desc& job = *piece.job;
+    const uint64_t offset = piece.offset;
+    const uint64_t bytes = piece.bytes;
     const uint64_t block = offset / block_bytes;
     const uint64_t first_word = (offset % block_bytes) / 16;
     uint64_t s0 = 0;

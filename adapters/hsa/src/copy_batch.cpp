@@ -196,6 +196,67 @@ bool wait_copy(const context* ctx, hsa_signal_t signal) {
   return false;
 }
 
+// A copy the engines cannot take, done at once; true when it succeeded.
+bool copy_now(const context* ctx, const planned& p) {
+  const hsa_status_t status = ctx->memory_copy(p.dst, p.src, p.bytes);
+  if (status != HSA_STATUS_SUCCESS) {
+    logf(KREPLAY_LOG_TRACE, "hsa_memory_copy(%p, %p, %zu) in a batch failed (status %#x)", p.dst, p.src, p.bytes,
+         static_cast<unsigned>(status));
+    return false;
+  }
+  return true;
+}
+
+// The copies in flight: one signal per slot, the slots reused round robin.
+struct copy_window {
+  context* ctx;
+  hsa_signal_t signals[window];
+  bool busy[window] = {};
+  std::size_t signal_count;
+  std::size_t next = 0;
+
+  copy_window(context* c, std::size_t want) : ctx(c), signal_count(take_signals(c, want, signals)) {}
+
+  // Hands p to the engines in the next slot; false when the slot's previous copy or this one failed.
+  bool submit(const planned& p) {
+    // The slot's previous copy must be complete before its signal is armed again.
+    const std::size_t slot = next;
+    next = (next + 1) % signal_count;
+    if (busy[slot]) {
+      busy[slot] = false;
+      if (!wait_copy(ctx, signals[slot])) return false;
+    }
+    ctx->signal_store_relaxed(signals[slot], 1);
+    const hsa_status_t status =
+        ctx->async_copy(p.dst, p.dst_agent, p.src, p.src_agent, p.bytes, 0, nullptr, signals[slot]);
+    if (status != HSA_STATUS_SUCCESS) {
+      logf(KREPLAY_LOG_TRACE, "hsa_amd_memory_async_copy(%p, %p, %zu) was refused (status %#x)", p.dst, p.src,
+           p.bytes, static_cast<unsigned>(status));
+      return false;
+    }
+    busy[slot] = true;
+    return true;
+  }
+
+  // Waits for every copy submitted, also after a failure: until then the engines may still write.
+  bool drain() {
+    bool ok = true;
+    for (std::size_t slot = 0; slot < signal_count; ++slot) {
+      if (busy[slot] && !wait_copy(ctx, signals[slot])) ok = false;
+    }
+    return ok;
+  }
+
+  void release() { give_back_signals(ctx, signals, signal_count); }
+};
+
+// One planned copy: through the engines where it can go, else at once.
+bool run_copy(const context* ctx, copy_window& in_flight, const planned& p) {
+  if (p.bytes == 0) return true;
+  if (!p.async || in_flight.signal_count == 0) return copy_now(ctx, p);
+  return in_flight.submit(p);
+}
+
 }  // namespace
 
 kreplay_status_t op_copy_batch(void* user_data, kreplay_agent_t agent, const kreplay_copy_t* copies,
@@ -205,55 +266,16 @@ kreplay_status_t op_copy_batch(void* user_data, kreplay_agent_t agent, const kre
   if (count == 0) return KREPLAY_STATUS_SUCCESS;
 
   const std::uint64_t cpu = cpu_agent(ctx);
-  hsa_signal_t signals[window];
-  bool busy[window] = {};
-  const std::size_t signal_count = take_signals(ctx, count < window ? count : window, signals);
-  std::size_t next = 0;
+  copy_window in_flight(ctx, count < window ? count : window);
   bool failed = false;
-
   planned plan[chunk];
   for (std::size_t first = 0; first < count && !failed; first += chunk) {
     const std::size_t n = count - first < chunk ? count - first : chunk;
     classify(copies + first, n, plan, to_hsa(agent), cpu);
-    for (std::size_t i = 0; i < n && !failed; ++i) {
-      const planned& p = plan[i];
-      if (p.bytes == 0) continue;
-      if (!p.async || signal_count == 0) {
-        const hsa_status_t status = ctx->memory_copy(p.dst, p.src, p.bytes);
-        if (status != HSA_STATUS_SUCCESS) {
-          logf(KREPLAY_LOG_TRACE, "hsa_memory_copy(%p, %p, %zu) in a batch failed (status %#x)", p.dst, p.src,
-               p.bytes, static_cast<unsigned>(status));
-          failed = true;
-        }
-        continue;
-      }
-      // The slot's previous copy must be complete before its signal is armed again.
-      const std::size_t slot = next;
-      next = (next + 1) % signal_count;
-      if (busy[slot]) {
-        busy[slot] = false;
-        if (!wait_copy(ctx, signals[slot])) {
-          failed = true;
-          break;
-        }
-      }
-      ctx->signal_store_relaxed(signals[slot], 1);
-      const hsa_status_t status =
-          ctx->async_copy(p.dst, p.dst_agent, p.src, p.src_agent, p.bytes, 0, nullptr, signals[slot]);
-      if (status != HSA_STATUS_SUCCESS) {
-        logf(KREPLAY_LOG_TRACE, "hsa_amd_memory_async_copy(%p, %p, %zu) was refused (status %#x)", p.dst, p.src,
-             p.bytes, static_cast<unsigned>(status));
-        failed = true;
-        break;
-      }
-      busy[slot] = true;
-    }
+    for (std::size_t i = 0; i < n && !failed; ++i) failed = !run_copy(ctx, in_flight, plan[i]);
   }
-  // Every copy submitted is waited for, also after a failure: until then the engines may still write.
-  for (std::size_t slot = 0; slot < signal_count; ++slot) {
-    if (busy[slot] && !wait_copy(ctx, signals[slot])) failed = true;
-  }
-  give_back_signals(ctx, signals, signal_count);
+  if (!in_flight.drain()) failed = true;
+  in_flight.release();
   if (failed) {
     logf(KREPLAY_LOG_TRACE, "a batch of %zu copies for agent %#llx failed", count,
          static_cast<unsigned long long>(agent.handle));

@@ -285,25 +285,22 @@ void op_release(void* user_data) {
   delete ctx;
 }
 
-}  // namespace
-}  // namespace detail
-
-kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* amd_ext,
-                                 const configure_options_t* options, kreplay_device_ops_t* ops_out) {
-  using detail::context;
-  if (core == nullptr || amd_ext == nullptr || ops_out == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
-  configure_options_t opts{};
+// The caller's options over the defaults; false when the struct is older than version 1.
+bool read_options(const configure_options_t* options, configure_options_t& opts) {
+  opts = configure_options_t{};
   opts.struct_size = sizeof opts;
-  if (options != nullptr) {
-    // The version-1 struct ended after iterate_executables_data; later fields keep their defaults.
-    constexpr std::size_t v1_size = offsetof(configure_options_t, iterate_executables_data) + sizeof(void*);
-    if (options->struct_size < v1_size) return KREPLAY_STATUS_INVALID_ARGUMENT;
-    std::memcpy(&opts, options, options->struct_size < sizeof opts ? options->struct_size : sizeof opts);
-    opts.struct_size = sizeof opts;
-  }
+  if (options == nullptr) return true;
+  // The version-1 struct ended after iterate_executables_data; later fields keep their defaults.
+  constexpr std::size_t v1_size = offsetof(configure_options_t, iterate_executables_data) + sizeof(void*);
+  if (options->struct_size < v1_size) return false;
+  std::memcpy(&opts, options, options->struct_size < sizeof opts ? options->struct_size : sizeof opts);
+  opts.struct_size = sizeof opts;
+  return true;
+}
 
-  auto* ctx = new (std::nothrow) context{};
-  if (ctx == nullptr) return KREPLAY_STATUS_OUT_OF_HOST_MEMORY;
+// Fills ctx with the runtime's entries and the caller's callbacks.
+void take_entries(context* ctx, const CoreApiTable* core, const AmdExtTable* amd_ext,
+                  const configure_options_t& opts) {
   ctx->memory_copy = KREPLAY_HSA_ENTRY(core, hsa_memory_copy_fn);
   ctx->agent_get_info = KREPLAY_HSA_ENTRY(core, hsa_agent_get_info_fn);
   ctx->iterate_agent_symbols = KREPLAY_HSA_ENTRY(core, hsa_executable_iterate_agent_symbols_fn);
@@ -329,17 +326,36 @@ kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* am
   ctx->iterate_executables_data = opts.iterate_executables_data;
   ctx->digest = opts.digest;
   ctx->digest_data = opts.digest_data;
+}
 
-  const bool complete = ctx->memory_copy != nullptr && ctx->pointer_info != nullptr &&
-                        ctx->agent_get_info != nullptr && ctx->iterate_agent_symbols != nullptr &&
-                        ctx->symbol_get_info != nullptr &&
-                        (ctx->iterate_executables != nullptr || ctx->get_major_extension_table != nullptr);
-  if (!complete) {
-    detail::logf(KREPLAY_LOG_ERROR, "configure: a table lacks an entry kreplay needs; kreplay is not configured");
-    delete ctx;
-    return KREPLAY_STATUS_INVALID_ARGUMENT;
-  }
-  // Each optional op needs all of its entries; without them kreplay does without that op.
+// The entries without which kreplay cannot work at all.
+bool has_required_entries(const context* ctx) {
+  return ctx->memory_copy != nullptr && ctx->pointer_info != nullptr && ctx->agent_get_info != nullptr &&
+         ctx->iterate_agent_symbols != nullptr && ctx->symbol_get_info != nullptr &&
+         (ctx->iterate_executables != nullptr || ctx->get_major_extension_table != nullptr);
+}
+
+// The wrappers' view of the runtime (see runtime_functions).
+void publish_runtime(const context* ctx, const AmdExtTable* amd_ext) {
+  runtime.pointer_info.store(ctx->pointer_info, std::memory_order_release);
+  runtime.iterate_agents.store(ctx->iterate_agents, std::memory_order_release);
+  runtime.agent_get_info.store(ctx->agent_get_info, std::memory_order_release);
+  runtime.agent_iterate_memory_pools.store(ctx->agent_iterate_memory_pools, std::memory_order_release);
+  runtime.memory_pool_get_info.store(ctx->memory_pool_get_info, std::memory_order_release);
+#if KREPLAY_HSA_HAVE_VMEM
+  runtime.vmem_get_alloc_properties.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_get_alloc_properties_from_handle_fn),
+                                          std::memory_order_release);
+  runtime.vmem_retain_alloc_handle.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_retain_alloc_handle_fn),
+                                         std::memory_order_release);
+  runtime.vmem_handle_release.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_handle_release_fn),
+                                    std::memory_order_release);
+#else
+  (void)amd_ext;
+#endif
+}
+
+// The ops over ctx. Each optional op needs all of its entries; without them kreplay does without that op.
+kreplay_device_ops_t ops_over(context* ctx) {
   const bool can_pin = ctx->memory_lock != nullptr && ctx->memory_unlock != nullptr;
   const bool can_batch = ctx->async_copy != nullptr && ctx->signal_create != nullptr &&
                          ctx->signal_destroy != nullptr && ctx->signal_store_relaxed != nullptr &&
@@ -347,38 +363,44 @@ kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* am
                          ctx->iterate_agents != nullptr;
   const bool can_store = ctx->pool_allocate != nullptr && ctx->pool_free != nullptr &&
                          ctx->agent_iterate_memory_pools != nullptr && ctx->memory_pool_get_info != nullptr;
-
-  // The wrappers' view of the runtime (see detail::runtime_functions).
-  detail::runtime.pointer_info.store(ctx->pointer_info, std::memory_order_release);
-  detail::runtime.iterate_agents.store(ctx->iterate_agents, std::memory_order_release);
-  detail::runtime.agent_get_info.store(ctx->agent_get_info, std::memory_order_release);
-  detail::runtime.agent_iterate_memory_pools.store(ctx->agent_iterate_memory_pools, std::memory_order_release);
-  detail::runtime.memory_pool_get_info.store(ctx->memory_pool_get_info, std::memory_order_release);
-#if KREPLAY_HSA_HAVE_VMEM
-  detail::runtime.vmem_get_alloc_properties.store(
-      KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_get_alloc_properties_from_handle_fn), std::memory_order_release);
-  detail::runtime.vmem_retain_alloc_handle.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_retain_alloc_handle_fn),
-                                                 std::memory_order_release);
-  detail::runtime.vmem_handle_release.store(KREPLAY_HSA_ENTRY(amd_ext, hsa_amd_vmem_handle_release_fn),
-                                            std::memory_order_release);
-#endif
-
   kreplay_device_ops_t ops{};
   ops.struct_size = sizeof ops;
   ops.user_data = ctx;
-  ops.copy = &detail::op_copy;
-  ops.pointer_info = &detail::op_pointer_info;
-  ops.iterate_module_variables = &detail::op_iterate_module_variables;
-  ops.host_lock = can_pin ? &detail::op_host_lock : nullptr;
-  ops.host_unlock = can_pin ? &detail::op_host_unlock : nullptr;
-  ops.copy_batch = can_batch ? &detail::op_copy_batch : nullptr;
-  ops.device_alloc = can_store ? &detail::op_device_alloc : nullptr;
-  ops.device_free = can_store ? &detail::op_device_free : nullptr;
-  ops.digest = ctx->digest != nullptr ? &detail::op_digest : nullptr;
-  ops.release = &detail::op_release;
+  ops.copy = &op_copy;
+  ops.pointer_info = &op_pointer_info;
+  ops.iterate_module_variables = &op_iterate_module_variables;
+  ops.host_lock = can_pin ? &op_host_lock : nullptr;
+  ops.host_unlock = can_pin ? &op_host_unlock : nullptr;
+  ops.copy_batch = can_batch ? &op_copy_batch : nullptr;
+  ops.device_alloc = can_store ? &op_device_alloc : nullptr;
+  ops.device_free = can_store ? &op_device_free : nullptr;
+  ops.digest = ctx->digest != nullptr ? &op_digest : nullptr;
+  ops.release = &op_release;
   // Only where there is device storage to size: the answer sizes nothing else.
-  ops.device_free_bytes = can_store ? &detail::op_device_free_bytes : nullptr;
-  *ops_out = ops;
+  ops.device_free_bytes = can_store ? &op_device_free_bytes : nullptr;
+  return ops;
+}
+
+}  // namespace
+}  // namespace detail
+
+kreplay_status_t make_device_ops(const CoreApiTable* core, const AmdExtTable* amd_ext,
+                                 const configure_options_t* options, kreplay_device_ops_t* ops_out) {
+  using detail::context;
+  if (core == nullptr || amd_ext == nullptr || ops_out == nullptr) return KREPLAY_STATUS_INVALID_ARGUMENT;
+  configure_options_t opts{};
+  if (!detail::read_options(options, opts)) return KREPLAY_STATUS_INVALID_ARGUMENT;
+
+  auto* ctx = new (std::nothrow) context{};
+  if (ctx == nullptr) return KREPLAY_STATUS_OUT_OF_HOST_MEMORY;
+  detail::take_entries(ctx, core, amd_ext, opts);
+  if (!detail::has_required_entries(ctx)) {
+    detail::logf(KREPLAY_LOG_ERROR, "configure: a table lacks an entry kreplay needs; kreplay is not configured");
+    delete ctx;
+    return KREPLAY_STATUS_INVALID_ARGUMENT;
+  }
+  detail::publish_runtime(ctx, amd_ext);
+  *ops_out = detail::ops_over(ctx);
   return KREPLAY_STATUS_SUCCESS;
 }
 

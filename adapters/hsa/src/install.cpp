@@ -230,64 +230,51 @@ void modules_changed() {
   if (!forwarding_only()) kreplay_modules_changed();
 }
 
-hsa_status_t wrap_executable_destroy(hsa_executable_t executable) {
-  modules_changed();
-  hsa_status_t status = g_next_executable_destroy.load(std::memory_order_acquire)(executable);
+// Calls the runtime's entry, then tells kreplay that the module variables may have changed.
+template <typename Fn, typename... Args>
+hsa_status_t forward_then_changed(const std::atomic<Fn*>& next, Args... args) {
+  hsa_status_t status = next.load(std::memory_order_acquire)(args...);
   modules_changed();
   return status;
 }
 
-hsa_status_t wrap_executable_freeze(hsa_executable_t executable, const char* options) {
-  hsa_status_t status = g_next_executable_freeze.load(std::memory_order_acquire)(executable, options);
+hsa_status_t wrap_executable_destroy(hsa_executable_t executable) {
   modules_changed();
-  return status;
+  return forward_then_changed(g_next_executable_destroy, executable);
+}
+
+hsa_status_t wrap_executable_freeze(hsa_executable_t executable, const char* options) {
+  return forward_then_changed(g_next_executable_freeze, executable, options);
 }
 
 hsa_status_t wrap_load_code_object(hsa_executable_t executable, hsa_agent_t agent, hsa_code_object_t code_object,
                                    const char* options) {
-  hsa_status_t status =
-      g_next_load_code_object.load(std::memory_order_acquire)(executable, agent, code_object, options);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_load_code_object, executable, agent, code_object, options);
 }
 
 hsa_status_t wrap_load_program_code_object(hsa_executable_t executable, hsa_code_object_reader_t reader,
                                            const char* options, hsa_loaded_code_object_t* loaded) {
-  hsa_status_t status =
-      g_next_load_program_code_object.load(std::memory_order_acquire)(executable, reader, options, loaded);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_load_program_code_object, executable, reader, options, loaded);
 }
 
 hsa_status_t wrap_load_agent_code_object(hsa_executable_t executable, hsa_agent_t agent,
                                          hsa_code_object_reader_t reader, const char* options,
                                          hsa_loaded_code_object_t* loaded) {
-  hsa_status_t status =
-      g_next_load_agent_code_object.load(std::memory_order_acquire)(executable, agent, reader, options, loaded);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_load_agent_code_object, executable, agent, reader, options, loaded);
 }
 
 hsa_status_t wrap_global_variable_define(hsa_executable_t executable, const char* name, void* address) {
-  hsa_status_t status = g_next_global_variable_define.load(std::memory_order_acquire)(executable, name, address);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_global_variable_define, executable, name, address);
 }
 
 hsa_status_t wrap_agent_global_variable_define(hsa_executable_t executable, hsa_agent_t agent, const char* name,
                                                void* address) {
-  hsa_status_t status =
-      g_next_agent_global_variable_define.load(std::memory_order_acquire)(executable, agent, name, address);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_agent_global_variable_define, executable, agent, name, address);
 }
 
 hsa_status_t wrap_readonly_variable_define(hsa_executable_t executable, hsa_agent_t agent, const char* name,
                                            void* address) {
-  hsa_status_t status =
-      g_next_readonly_variable_define.load(std::memory_order_acquire)(executable, agent, name, address);
-  modules_changed();
-  return status;
+  return forward_then_changed(g_next_readonly_variable_define, executable, agent, name, address);
 }
 
 // Saves and replaces one entry when the runtime's table holds it; false when it does not.
