@@ -36,6 +36,12 @@ pub struct Policy {
     /// of the agent's free device memory at that moment, and the smaller of that and `device_budget_bytes`
     /// when both are set; 0 leaves `device_budget_bytes` alone in charge.
     pub device_budget_percent: u32,
+    /// With `dirty_only` and the digest op: the first restore of a snapshot digests the whole footprint and
+    /// learns the blocks that changed (its write set); later restores digest and write only that set and the
+    /// host's hints, except a restore marked as a full check (or the last of a window by its pass count), which
+    /// checks the whole footprint again and adds what it finds outside the set (see
+    /// [`crate::snapshot::write_set`]).
+    pub learn_write_set: bool,
 }
 
 /// Bits of [`Policy::untracked_decline_mask`] that name a kind.
@@ -60,6 +66,7 @@ impl Policy {
         warn_window_ns: 0,
         max_window_ns: 0,
         device_budget_percent: 0,
+        learn_write_set: false,
     };
 
     /// Whether every field is within its range.
