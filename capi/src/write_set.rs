@@ -116,7 +116,9 @@ unsafe fn write_report(out: *mut kreplay_restore_report_ex_t, struct_size: usize
     let len = struct_size.min(REPORT_EX_SIZE);
     // SAFETY: 1. `out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at most that;
     // 2. `full` is a distinct local of `REPORT_EX_SIZE` bytes, at least `len`.
-    unsafe { std::ptr::copy_nonoverlapping((&full as *const kreplay_restore_report_ex_t).cast::<u8>(), out.cast(), len) };
+    unsafe {
+        std::ptr::copy_nonoverlapping((&full as *const kreplay_restore_report_ex_t).cast::<u8>(), out.cast(), len)
+    };
 }
 
 /// `kreplay_restore`, with options and a versioned report. Writes every region of `snapshot` back, as
@@ -213,7 +215,11 @@ pub unsafe extern "C" fn kreplay_snapshot_hint_writes(
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     }
     let Some(inner) = Use::take(snapshot) else {
-        kreplay_core::log!(Level::Warning, "kreplay_snapshot_hint_writes: {:#x} is not a live snapshot", snapshot.addr());
+        kreplay_core::log!(
+            Level::Warning,
+            "kreplay_snapshot_hint_writes: {:#x} is not a live snapshot",
+            snapshot.addr()
+        );
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     };
     let hints = if count == 0 {

@@ -51,6 +51,10 @@ pub struct WindowHandle(pub u64);
 
 /// What an open did.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per open and never stored; boxing the outcome would allocate on every decline"
+)]
 pub enum Opened {
     /// The window is open: the host snapshots, runs its passes and restores, then closes it.
     Window(WindowHandle),
