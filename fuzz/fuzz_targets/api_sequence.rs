@@ -235,8 +235,6 @@ struct Config {
     cache_module_scan: bool,
     /// Every copy sleeps a little, to widen the windows of the racing ops.
     slow_copies: bool,
-    /// Version 4: learn each snapshot's write set (with `digest` and `dirty_only`).
-    learn_write_set: bool,
 }
 
 impl Config {
@@ -250,6 +248,12 @@ impl Config {
             constant_digest: false,
             ..Default::default()
         }
+    }
+
+    /// Version 4: learn each snapshot's write set (with `digest` and `dirty_only`). Read from the block's high
+    /// bit, not a field of its own, so that the committed corpus decodes into the same operations as before.
+    fn learn_write_set(self) -> bool {
+        self.block >= 128
     }
 
     /// Whether the version-1 model's exact copy counts hold.
@@ -267,7 +271,7 @@ impl Config {
             dirty_only: self.dirty_only,
             digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
             cache_module_scan: self.cache_module_scan,
-            learn_write_set: self.learn_write_set,
+            learn_write_set: self.learn_write_set(),
             ..Default::default()
         }
     }
@@ -343,11 +347,11 @@ enum Op {
         agent: u8,
         fault: Fault,
     },
+    /// Version 4, from `pick`'s high bits (so that the committed corpus decodes as before): bit 7 makes it a
+    /// full check (`KREPLAY_RESTORE_FULL_CHECK`), bit 6 first hints a write into one of the snapshot's entries.
     Restore {
         pick: u8,
         fault: Fault,
-        /// Version 4: `KREPLAY_RESTORE_FULL_CHECK`.
-        full_check: bool,
     },
     FreeSnapshot {
         pick: u8,
@@ -392,13 +396,6 @@ enum Op {
     CopyEnd {
         pick: u8,
         twice: bool,
-    },
-    /// Version 4: a write hint for a snapshot, inside one of its entries (`bytes` 0: the whole region).
-    Hint {
-        pick: u8,
-        entry: u8,
-        offset: u16,
-        bytes: u16,
     },
 }
 
@@ -860,7 +857,7 @@ impl Model {
             let status = unsafe { kreplay_restore(snapshot.handle, &mut report) };
             // Without the versioned report, whether it was partial is not known: only a learning policy can
             // make it so.
-            (status, report, self.config.learn_write_set)
+            (status, report, self.config.learn_write_set())
         };
         disarm();
         assert!(!(full_check && partial), "a full check digested only the write set");
@@ -1447,19 +1444,18 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
                 }
             }
         }
-        Op::Restore { pick, fault, full_check } => {
+        Op::Restore { pick: raw, fault } => {
             if !model.snapshots.is_empty() {
-                let pick = pick as usize % model.snapshots.len();
+                let pick = raw as usize % model.snapshots.len();
+                if raw & 0x40 != 0 {
+                    // Bytes 0 (the whole region) for odd picks, else 1..=16 from the pick.
+                    let bytes = if raw & 1 != 0 { 0 } else { usize::from(raw & 0xF) + 1 };
+                    model.hint(pick, raw as usize, usize::from(raw) * 97, bytes);
+                }
                 if let Some(window) = model.windows[model.snapshots[pick].agent].as_mut() {
                     window.restores += 1;
                 }
-                model.restore(pick, fault, full_check);
-            }
-        }
-        Op::Hint { pick, entry, offset, bytes } => {
-            if !model.snapshots.is_empty() {
-                let pick = pick as usize % model.snapshots.len();
-                model.hint(pick, entry as usize, offset as usize, bytes as usize);
+                model.restore(pick, fault, raw & 0x80 != 0);
             }
         }
         Op::WindowOpen { agent, passes } => window_open(model, agent_index(agent), u32::from(passes % 8)),
