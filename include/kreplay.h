@@ -23,6 +23,11 @@
 // Allocation flag: executable memory (`HSA_AMD_MEMORY_POOL_EXECUTABLE_FLAG`, 1 << 2); never tracked.
 #define KREPLAY_ALLOC_FLAG_EXECUTABLE 4
 
+// Restore flag: digest the whole footprint whatever write set was learned, restore what changed, and add the
+// blocks found changed outside the set to it (reported as `write_set_misses`). Mark the last restore of a
+// window (the one before the pass whose results count) with it.
+#define KREPLAY_RESTORE_FULL_CHECK 1
+
 // Severity of a message.
 typedef enum kreplay_log_level_t {
   // Something failed.
@@ -331,6 +336,13 @@ typedef struct kreplay_policy_t {
   // read, nothing is taken as available. Page-locked staging (`pin_staging`) is staging within this budget.
   // `max_snapshot_bytes` applies as well. The adapters' `recommended_policy()` set 50.
   uint32_t host_budget_percent;
+  // Version 4 [false]: with `dirty_only` and `ops.digest`, learn each snapshot's write set: its first restore
+  // digests the whole footprint and remembers the blocks that changed; later restores digest and write only
+  // those and the host's hints (`kreplay_snapshot_hint_writes`). A restore with `KREPLAY_RESTORE_FULL_CHECK`
+  // (`kreplay_restore_ex`), the last restore of a window by its pass count, and every restore while this is
+  // off, check the whole footprint; blocks found changed outside the set there are restored, learned and
+  // reported (`write_set_misses`).
+  bool learn_write_set;
 } kreplay_policy_t;
 
 // What a restore did. Module variables count like regions here.
@@ -467,11 +479,70 @@ typedef struct kreplay_window_outcome_t {
   struct kreplay_untracked_t untracked;
   // Work was submitted on the agent from inside the window (`kreplay_window_note_reentry`).
   bool reentry_observed;
+  // Version 4: bytes of device memory the window's restores digested to find what changed.
+  size_t digested_bytes;
+  // Version 4: blocks that full checks found changed outside the snapshot's learned write set after partial
+  // restores (`learn_write_set`): restored and learned then, but a pass from `write_set_miss_pass` on may have
+  // started from a state that was not the snapshot.
+  size_t write_set_misses;
+  // Version 4: the first pass that may have started from such a state; 0 without misses.
+  uint32_t write_set_miss_pass;
 } kreplay_window_outcome_t;
 
 // Called once per tracked region by `kreplay_inventory_foreach`: its base, its size in bytes and its
 // generation (process-unique: an address freed and recorded again gets a new one). NULL is refused.
 typedef void (*kreplay_region_visitor_t)(void *user_data, const void *base, size_t bytes, uint64_t generation);
+
+// How `kreplay_restore_ex` runs.
+typedef struct kreplay_restore_options_t {
+  // `sizeof(kreplay_restore_options_t)` as the caller compiled it.
+  size_t struct_size;
+  // `KREPLAY_RESTORE_*` bits; any other bit is `INVALID_ARGUMENT`.
+  uint32_t flags;
+} kreplay_restore_options_t;
+
+// What `kreplay_restore_ex` did: `kreplay_restore_report_t`'s fields, and what the write set made of the
+// restore. Versioned by `struct_size`: later versions append fields. Module variables count like regions.
+typedef struct kreplay_restore_report_ex_t {
+  // `sizeof(kreplay_restore_report_ex_t)` as the caller compiled it; set it before the call.
+  size_t struct_size;
+  // Regions and module variables written back (or verified unchanged).
+  size_t restored;
+  // Tracked regions freed, shrunk or reallocated since the snapshot: not written.
+  size_t skipped;
+  // Copies that failed.
+  size_t failed;
+  // Bytes written back.
+  size_t bytes;
+  // Bytes verified unchanged by digest, so not written.
+  size_t clean_bytes;
+  // Bytes of device memory digested to find what changed (0 without dirty-only).
+  size_t digested_bytes;
+  // Time of the restore, digests included.
+  uint64_t elapsed_ns;
+  // Of it, the time spent digesting.
+  uint64_t digest_ns;
+  // Blocks in the snapshot's write set after the restore (learned and hinted; 0 without `learn_write_set`).
+  size_t write_set_blocks;
+  // Blocks this full check found changed outside the write set after partial restores: restored now and
+  // learned, but a pass from `write_set_miss_pass` on may have started from a state that was not the
+  // snapshot.
+  size_t write_set_misses;
+  // The first pass that may have started from such a state (pass k + 1 runs after the snapshot's k-th
+  // restore); 0 without misses.
+  uint32_t write_set_miss_pass;
+  // The restore digested only the learned write set and hints, not the whole footprint.
+  bool partial;
+} kreplay_restore_report_ex_t;
+
+// A range of device memory the host believes a dispatch may write.
+typedef struct kreplay_write_hint_t {
+  // Start of the range.
+  const void *address;
+  // Its length; 0 stands for the whole tracked region that holds `address` (for a pointer whose extent the
+  // host does not know, such as one found in a launch's arguments).
+  size_t bytes;
+} kreplay_write_hint_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -564,6 +635,12 @@ enum kreplay_status_t kreplay_snap(struct kreplay_agent_t agent,
 // attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, also against
 // `kreplay_snapshot_info` and `kreplay_snapshot_free` of the same snapshot: a free during the restore takes
 // effect when the restore ends.
+//
+// With the policy's `learn_write_set`, this restore (like every one that is not a full check) digests and
+// writes only the snapshot's learned write set and hints once a restore has learned it, and it updates that
+// set (state inside the snapshot, guarded; the `const` predates it). Mark the last restore of a window with
+// `kreplay_restore_ex` and `KREPLAY_RESTORE_FULL_CHECK`; `kreplay_restore_ex` also reports the bytes digested
+// and the write set's misses.
 //
 // # Safety
 // `report_out` must be NULL or valid for a write of `kreplay_restore_report_t`.
@@ -790,6 +867,43 @@ enum kreplay_status_t kreplay_inventory_foreach(struct kreplay_agent_t agent,
 // # Safety
 // `generation_out` must be NULL or valid for a write of a `uint64_t`.
 enum kreplay_status_t kreplay_generation_of(const void *base, uint64_t *generation_out);
+
+// `kreplay_restore`, with options and a versioned report. Writes every region of `snapshot` back, as
+// `kreplay_restore` does (same validation, skips, failures and statuses). With the policy's
+// `learn_write_set`, a restore that is not a full check digests and writes only the snapshot's learned write
+// set and hints; `options->flags` with `KREPLAY_RESTORE_FULL_CHECK` makes it check the whole footprint (mark the
+// last restore of a window with it; the last restore of a window opened with a known pass count is checked
+// anyway). `options` may be NULL (no flags).
+//
+// `report_out` may be NULL; otherwise its `struct_size` must be set and cover at least `struct_size` itself,
+// and it is always written (the fields that size covers), even on `PARTIAL_RESTORE`. `INVALID_ARGUMENT`, with
+// nothing restored: a snapshot that is not live, `options->struct_size` too small, unknown flag bits, or a
+// `report_out->struct_size` below `sizeof(size_t)`. Thread-safe, like `kreplay_restore`.
+//
+// # Safety
+// `options` must be NULL or point to at least `options->struct_size` readable bytes laid out as
+// `kreplay_restore_options_t`; `report_out` NULL or valid for reads and writes of `report_out->struct_size`
+// bytes.
+enum kreplay_status_t kreplay_restore_ex(struct kreplay_snapshot_t *snapshot,
+                                         const struct kreplay_restore_options_t *options,
+                                         struct kreplay_restore_report_ex_t *report_out);
+
+// Adds the blocks that `hints` touch, within `snapshot`'s tracked regions, to its write set, so that its
+// partial restores digest (and, when changed, restore) them too. Hints only add: they never make a full check
+// partial, and a hint outside every tracked region of the snapshot adds nothing. A snapshot without digests
+// (no dirty-only) has no write set: SUCCESS, nothing added. `*blocks_added_out` (may be NULL) is the count of
+// blocks newly added, written only on success. `INVALID_ARGUMENT`, nothing added: a snapshot that is not live,
+// `hints` NULL with `count` above 0, or a hint whose range wraps around the address space.
+// `OUT_OF_HOST_MEMORY`: no memory for the set; nothing added. Thread-safe, also against restores of the same
+// snapshot (a restore already running does not see the hints).
+//
+// # Safety
+// `hints` must be NULL or point to `count` readable hints; `blocks_added_out` NULL or valid for a write of a
+// `size_t`.
+enum kreplay_status_t kreplay_snapshot_hint_writes(struct kreplay_snapshot_t *snapshot,
+                                                   const struct kreplay_write_hint_t *hints,
+                                                   size_t count,
+                                                   size_t *blocks_added_out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -166,6 +166,9 @@ struct device_snapshot_t {
 
   /// The snapshot, or NULL; it stays owned by this object.
   const kreplay_snapshot_t* get() const noexcept { return snapshot_; }
+  /// The snapshot (NULL when there is none), still owned by this object, for calls that update it (write
+  /// hints, `kreplay_restore_ex`).
+  kreplay_snapshot_t* get() noexcept { return snapshot_; }
 
   /// Sizes and phase timings of the capture; all zero when there is no snapshot.
   kreplay_snapshot_info_t info() const noexcept {
@@ -241,6 +244,38 @@ inline kreplay_restore_report_t restore(const device_snapshot_t& snapshot) noexc
   return restore_with_status(snapshot).report;
 }
 
+/// The outcome of `restore_ex`: the versioned report (bytes digested, write-set misses) and the status.
+struct restore_ex_result_t {
+  /// As `restore_result_t::status`; also `INVALID_ARGUMENT` for unknown flags.
+  kreplay_status_t status = KREPLAY_STATUS_INVALID_ARGUMENT;
+
+  /// What was restored, digested and learned; `struct_size` is this header's.
+  kreplay_restore_report_ex_t report{};
+
+  /// True when another pass may run.
+  bool ok() const noexcept { return status == KREPLAY_STATUS_SUCCESS; }
+};
+
+/// `kreplay_restore_ex`: writes every region of `snapshot` back, with `flags` (`KREPLAY_RESTORE_FULL_CHECK` for
+/// the last restore of a window, under the policy's `learn_write_set`).
+inline restore_ex_result_t restore_ex(device_snapshot_t& snapshot, std::uint32_t flags = 0) noexcept {
+  restore_ex_result_t result;
+  kreplay_restore_options_t options{};
+  options.struct_size = sizeof options;
+  options.flags = flags;
+  result.report.struct_size = sizeof result.report;
+  result.status = kreplay_restore_ex(snapshot.get(), &options, &result.report);
+  return result;
+}
+
+/// `kreplay_snapshot_hint_writes`: ranges the host believes the dispatch may write join `snapshot`'s write set
+/// (`bytes` 0: the whole tracked region holding `address`). Returns the status; `*added`, when given, the
+/// blocks newly added.
+inline kreplay_status_t hint_writes(device_snapshot_t& snapshot, const kreplay_write_hint_t* hints, std::size_t count,
+                                    std::size_t* added = nullptr) noexcept {
+  return kreplay_snapshot_hint_writes(snapshot.get(), hints, count, added);
+}
+
 /// Device memory held idle for `agent` (retained device-tier storage no live snapshot uses).
 inline std::size_t retained_device_bytes(kreplay_agent_t agent) noexcept { return kreplay_retained_device_bytes(agent); }
 
@@ -285,6 +320,9 @@ class policy_t {
   policy_t& device_budget_percent(std::uint32_t percent) noexcept {
     return policy_.device_budget_percent = percent, *this;
   }
+  /// Version 4: with `dirty_only`, learn each snapshot's write set; restores between the first and a full check
+  /// digest only it.
+  policy_t& learn_write_set(bool on) noexcept { return policy_.learn_write_set = on, *this; }
 
   /// The C struct, for `kreplay_set_policy`.
   const kreplay_policy_t& get() const noexcept { return policy_; }

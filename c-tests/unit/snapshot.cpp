@@ -273,6 +273,34 @@ void nothing_is_left_mapped() {
 
 }  // namespace
 
+// The version-4 wrappers: restore_ex reports through the versioned report, unknown flags are refused, and a
+// snapshot without digests has no write set for hints to join (the write-set behaviour itself is in
+// write_set.c, on a device that digests).
+void restore_ex_and_hints_go_through_the_versioned_calls() {
+  const kreplay_agent_t agent = test_agent(0x60b);
+  void* a = region(agent, 8 * KiB, 3);
+  CHECK_OK(kreplay::policy_t().learn_write_set(true).apply());
+  device_snapshot_t snapshot = kreplay::snap(agent);
+  CHECK(snapshot.ok);
+  test_fill(a, 8 * KiB, 4);
+  const kreplay::restore_ex_result_t full = kreplay::restore_ex(snapshot, KREPLAY_RESTORE_FULL_CHECK);
+  CHECK(full.ok());
+  CHECK(test_has_pattern(a, 8 * KiB, 3));
+  CHECK_EQ(sizeof(kreplay_restore_report_ex_t), full.report.struct_size);
+  CHECK_EQ(8 * KiB, full.report.bytes);
+  CHECK_EQ(0, full.report.digested_bytes);
+  CHECK(!full.report.partial);
+  CHECK_STATUS(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay::restore_ex(snapshot, 0x80).status);
+  const kreplay_write_hint_t hint{a, 0};
+  std::size_t added = 7;
+  CHECK_OK(kreplay::hint_writes(snapshot, &hint, 1, &added));
+  CHECK_EQ(0, added);
+  snapshot.reset();
+  CHECK_OK(kreplay::policy_t().apply());
+  test_free(a);
+  kreplay_staging_trim(agent);
+}
+
 int main() {
   test_configure_sim();
   RUN_TEST(a_default_snapshot_holds_nothing);
@@ -284,6 +312,7 @@ int main() {
   RUN_TEST(the_destructor_returns_the_staging_to_the_pool);
   RUN_TEST(release_gives_up_ownership_to_the_caller);
   RUN_TEST(a_failed_restore_copy_is_reported_as_partial_restore);
+  RUN_TEST(restore_ex_and_hints_go_through_the_versioned_calls);
   RUN_TEST(nothing_is_left_mapped);
   return 0;
 }

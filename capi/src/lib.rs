@@ -32,6 +32,9 @@ mod window;
 // After the others, so that the header keeps their declarations in the order it had.
 mod introspection;
 
+// Version 4.
+mod write_set;
+
 /// cbindgen:ignore
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -49,3 +52,4 @@ pub use status::*;
 pub use tracking::*;
 pub use types::*;
 pub use window::*;
+pub use write_set::*;

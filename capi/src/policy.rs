@@ -52,6 +52,13 @@ pub struct kreplay_policy_t {
     /// read, nothing is taken as available. Page-locked staging (`pin_staging`) is staging within this budget.
     /// `max_snapshot_bytes` applies as well. The adapters' `recommended_policy()` set 50.
     pub host_budget_percent: u32,
+    /// Version 4 [false]: with `dirty_only` and `ops.digest`, learn each snapshot's write set: its first restore
+    /// digests the whole footprint and remembers the blocks that changed; later restores digest and write only
+    /// those and the host's hints (`kreplay_snapshot_hint_writes`). A restore with `KREPLAY_RESTORE_FULL_CHECK`
+    /// (`kreplay_restore_ex`), the last restore of a window by its pass count, and every restore while this is
+    /// off, check the whole footprint; blocks found changed outside the set there are restored, learned and
+    /// reported (`write_set_misses`).
+    pub learn_write_set: bool,
 }
 
 // SAFETY: `kreplay_policy_t` is `#[repr(C)]` and begins with `struct_size: usize`; its other fields are
@@ -75,6 +82,7 @@ unsafe impl Versioned for kreplay_policy_t {
             max_window_ns: defaults.max_window_ns,
             device_budget_percent: defaults.device_budget_percent,
             host_budget_percent: defaults.host_budget_percent,
+            learn_write_set: defaults.learn_write_set,
         }
     }
 }
@@ -95,6 +103,7 @@ impl From<kreplay_policy_t> for Policy {
             max_window_ns: raw.max_window_ns,
             device_budget_percent: raw.device_budget_percent,
             host_budget_percent: raw.host_budget_percent,
+            learn_write_set: raw.learn_write_set,
         }
     }
 }

@@ -99,21 +99,21 @@ impl Registry {
 }
 
 /// A use of a registered snapshot: it is not dropped while this lives.
-struct Use {
+pub(crate) struct Use {
     index: usize,
     snapshot: *mut Inner,
 }
 
 impl Use {
     /// Takes a use of the snapshot behind a live handle.
-    fn take(handle: *const kreplay_snapshot_t) -> Option<Use> {
+    pub(crate) fn take(handle: *const kreplay_snapshot_t) -> Option<Use> {
         let mut registry = REGISTRY.lock();
         let index = registry.live(handle)?;
         registry.uses[index] += 1;
         Some(Use { index, snapshot: registry.snapshots[index] as *mut Inner })
     }
 
-    fn get(&self) -> &Inner {
+    pub(crate) fn get(&self) -> &Inner {
         // SAFETY: the slot holds a `Box<Inner>` from `kreplay_snap`, and this use keeps it from being dropped
         // (a free while it lives only marks the slot).
         unsafe { &*self.snapshot }
@@ -218,6 +218,12 @@ pub struct kreplay_restore_report_t {
 /// attempted). A pointer that is not a live snapshot: `INVALID_ARGUMENT`. Thread-safe, also against
 /// `kreplay_snapshot_info` and `kreplay_snapshot_free` of the same snapshot: a free during the restore takes
 /// effect when the restore ends.
+///
+/// With the policy's `learn_write_set`, this restore (like every one that is not a full check) digests and
+/// writes only the snapshot's learned write set and hints once a restore has learned it, and it updates that
+/// set (state inside the snapshot, guarded; the `const` predates it). Mark the last restore of a window with
+/// `kreplay_restore_ex` and `KREPLAY_RESTORE_FULL_CHECK`; `kreplay_restore_ex` also reports the bytes digested
+/// and the write set's misses.
 ///
 /// # Safety
 /// `report_out` must be NULL or valid for a write of `kreplay_restore_report_t`.

@@ -110,6 +110,14 @@ pub struct kreplay_window_outcome_t {
     pub untracked: kreplay_untracked_t,
     /// Work was submitted on the agent from inside the window (`kreplay_window_note_reentry`).
     pub reentry_observed: bool,
+    /// Version 4: bytes of device memory the window's restores digested to find what changed.
+    pub digested_bytes: usize,
+    /// Version 4: blocks that full checks found changed outside the snapshot's learned write set after partial
+    /// restores (`learn_write_set`): restored and learned then, but a pass from `write_set_miss_pass` on may have
+    /// started from a state that was not the snapshot.
+    pub write_set_misses: usize,
+    /// Version 4: the first pass that may have started from such a state; 0 without misses.
+    pub write_set_miss_pass: u32,
 }
 
 impl From<Outcome> for kreplay_window_outcome_t {
@@ -130,6 +138,9 @@ impl From<Outcome> for kreplay_window_outcome_t {
             copies_waited: o.copies_waited,
             untracked: o.untracked.into(),
             reentry_observed: o.reentry_observed,
+            digested_bytes: o.digested_bytes,
+            write_set_misses: o.write_set_misses,
+            write_set_miss_pass: o.write_set_miss_pass,
         }
     }
 }
@@ -144,8 +155,8 @@ unsafe impl Versioned for kreplay_window_options_t {
         kreplay_window_options_t { struct_size: size_of::<kreplay_window_options_t>(), passes: 0, copy_timeout_ms: 0 }
     }
 }
-/// The version-3 outcome: the fields every `struct_size` must cover.
-const OUTCOME_V3_SIZE: usize = size_of::<kreplay_window_outcome_t>();
+/// This version's outcome: how much of a caller's struct is written at most.
+const OUTCOME_SIZE: usize = size_of::<kreplay_window_outcome_t>();
 
 /// Reads the `struct_size` a caller put first in a versioned struct.
 ///
@@ -256,9 +267,9 @@ pub unsafe extern "C" fn kreplay_window_close(
     }
     // A caller built against an older header gets the fields its struct has; its struct_size stays its own.
     let full = kreplay_window_outcome_t { struct_size, ..outcome.into() };
-    let len = struct_size.min(OUTCOME_V3_SIZE);
+    let len = struct_size.min(OUTCOME_SIZE);
     // SAFETY: 1. `outcome_out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at
-    // most that; 2. `full` is a distinct local of `OUTCOME_V3_SIZE` bytes, at least `len`.
+    // most that; 2. `full` is a distinct local of `OUTCOME_SIZE` bytes, at least `len`.
     unsafe {
         std::ptr::copy_nonoverlapping((&full as *const kreplay_window_outcome_t).cast::<u8>(), outcome_out.cast(), len)
     };

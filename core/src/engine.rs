@@ -23,7 +23,7 @@ use crate::modules::ModuleCache;
 use crate::ops::DeviceOps;
 use crate::opsets::{OpsRef, OpsTable};
 use crate::policy::{AtomicPolicy, Policy};
-use crate::snapshot::{Parts, RestoreReport, Retained, Snapshot, Tier};
+use crate::snapshot::{Parts, RestoreOptions, RestoreReport, Retained, Snapshot, Tier};
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
 use crate::types::{Agent, AllocFlags, PointerInfo};
@@ -458,15 +458,46 @@ impl<O: DeviceOps> Engine<O> {
     /// Writes every captured range back. Tracked regions freed, shrunk or reallocated since the snapshot are
     /// skipped; module variables are always written; every range is attempted. `PartialRestore` when any copy
     /// failed (or a finalize stopped the restore): the host must not run another pass.
+    ///
+    /// With the policy's `learn_write_set`, a restore that is not a full check digests and writes only the
+    /// snapshot's learned write set and hints (see [`crate::snapshot::write_set`]); use
+    /// [`Engine::restore_with`] to mark the last restore of a window.
     pub fn restore(&self, snapshot: &Snapshot<'_, O>) -> (RestoreReport, Result<()>) {
+        self.restore_with(snapshot, RestoreOptions::default())
+    }
+
+    /// [`Engine::restore`], as `options` ask: a full check digests the whole footprint whatever was learned. So
+    /// does the restore that is the last of the snapshot's open window by the pass count given at open (restore
+    /// `passes - 1` and any after it), so a window of known passes ends exact even if the host marks nothing.
+    pub fn restore_with(&self, snapshot: &Snapshot<'_, O>, options: RestoreOptions) -> (RestoreReport, Result<()>) {
         match self.enter() {
             Ok(_call) => {
-                let (report, status) = crate::snapshot::restore(self.parts(), snapshot);
+                let last = self.windows.is_last_restore(snapshot.info.agent);
+                let options = RestoreOptions { full_check: options.full_check || last };
+                let (report, status) = crate::snapshot::restore(self.parts(), snapshot, options);
                 self.windows.on_restore(&snapshot.info, &report, status.is_ok(), &self.policy);
                 (report, status)
             }
             Err(error) => (RestoreReport::default(), Err(error)),
         }
+    }
+
+    /// Adds the blocks that `hints` (`(address, bytes)`: ranges the host believes the dispatch may write;
+    /// `bytes` 0 stands for the whole tracked region that holds `address`) touch to `snapshot`'s write set, so
+    /// that its partial restores digest them too. Hints never make a full check partial. A snapshot without
+    /// digests has no write set: nothing to do. Returns the blocks added (hints outside the snapshot's tracked
+    /// regions add none); `InvalidArgument` for a hint that wraps around the address space, `OutOfHostMemory`
+    /// (nothing added) without memory for the set.
+    pub fn hint_writes(&self, snapshot: &Snapshot<'_, O>, hints: &[(usize, usize)]) -> Result<usize> {
+        let _call = self.enter()?;
+        if let Some(&(address, bytes)) = hints.iter().find(|(address, bytes)| address.checked_add(*bytes).is_none()) {
+            crate::log!(Level::Warning, "hint_writes: the hint at {address:#x} of {bytes} bytes wraps around");
+            return Err(Error::InvalidArgument);
+        }
+        snapshot.hint_writes(hints).ok_or_else(|| {
+            crate::log!(Level::Warning, "hint_writes: no host memory for the write set; the hints are dropped");
+            Error::OutOfHostMemory
+        })
     }
 
     /// Opens a window on `agent`: fences it (copies naming it wait from now on), waits for the copies in

@@ -42,6 +42,12 @@ pub struct Policy {
     /// available at that moment, kreplay's own staging counted as available (see `storage::host_budget`); above
     /// it the capture declines with `HostBudget`. 0 turns it off. `max_snapshot_bytes` applies as well.
     pub host_budget_percent: u32,
+    /// With `dirty_only` and the digest op: the first restore of a snapshot digests the whole footprint and
+    /// learns the blocks that changed (its write set); later restores digest and write only that set and the
+    /// host's hints, except a restore marked as a full check (or the last of a window by its pass count), which
+    /// checks the whole footprint again and adds what it finds outside the set (see
+    /// [`crate::snapshot::write_set`]).
+    pub learn_write_set: bool,
 }
 
 /// Bits of [`Policy::untracked_decline_mask`] that name a kind.
@@ -67,6 +73,7 @@ impl Policy {
         max_window_ns: 0,
         device_budget_percent: 0,
         host_budget_percent: 0,
+        learn_write_set: false,
     };
 
     /// Whether every field is within its range.

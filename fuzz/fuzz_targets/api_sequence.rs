@@ -139,6 +139,9 @@ struct Stats {
     windows: AtomicUsize,
     window_declines: AtomicUsize,
     fenced_copies: AtomicUsize,
+    hints: AtomicUsize,
+    partial_digests: AtomicUsize,
+    write_set_misses: AtomicUsize,
 }
 
 static STATS: Stats = Stats {
@@ -158,6 +161,9 @@ static STATS: Stats = Stats {
     windows: AtomicUsize::new(0),
     window_declines: AtomicUsize::new(0),
     fenced_copies: AtomicUsize::new(0),
+    hints: AtomicUsize::new(0),
+    partial_digests: AtomicUsize::new(0),
+    write_set_misses: AtomicUsize::new(0),
 };
 
 fn bump(counter: &AtomicUsize, by: usize) {
@@ -169,7 +175,7 @@ fn print_stats() {
     let declines: Vec<usize> = STATS.declines.iter().map(load).collect();
     eprintln!(
         "kreplay-fuzz: {} inputs, {} ops, {} snapshots, declines by reason {:?}, {} restores ({} partial, {} ranges \
-         skipped), {} staging acquires, {} racing restores, {} inputs with version-2 ops, {} finalizes, {} snapshots on the device, {} restores that found clean bytes, {} windows ({} declined), {} fenced copies",
+         skipped), {} staging acquires, {} racing restores, {} inputs with version-2 ops, {} finalizes, {} snapshots on the device, {} restores that found clean bytes, {} windows ({} declined), {} fenced copies, {} write hints, {} restores over a learned write set, {} write-set misses",
         load(&STATS.inputs),
         load(&STATS.ops),
         load(&STATS.snapshots),
@@ -185,7 +191,10 @@ fn print_stats() {
         load(&STATS.dirty_restores),
         load(&STATS.windows),
         load(&STATS.window_declines),
-        load(&STATS.fenced_copies)
+        load(&STATS.fenced_copies),
+        load(&STATS.hints),
+        load(&STATS.partial_digests),
+        load(&STATS.write_set_misses)
     );
 }
 
@@ -265,6 +274,12 @@ impl Config {
         self.host_available_kib as usize * 1024
     }
 
+    /// Version 4: learn each snapshot's write set (with `digest` and `dirty_only`). Read from the block's high
+    /// bit, not a field of its own, so that the committed corpus decodes into the same operations as before.
+    fn learn_write_set(self) -> bool {
+        self.block >= 128
+    }
+
     /// Whether the version-1 model's exact copy counts hold.
     fn is_v1(self) -> bool {
         let v2 = self.copy_batch || (self.device && self.device_budget != 0) || (self.digest && self.dirty_only);
@@ -281,6 +296,7 @@ impl Config {
             digest_block_bytes: [4096, 8192, 65536][self.block as usize % 3],
             cache_module_scan: self.cache_module_scan,
             host_budget_percent: self.host_budget_percent(),
+            learn_write_set: self.learn_write_set(),
             ..Default::default()
         }
     }
@@ -356,6 +372,8 @@ enum Op {
         agent: u8,
         fault: Fault,
     },
+    /// Version 4, from `pick`'s high bits (so that the committed corpus decodes as before): bit 7 makes it a
+    /// full check (`KREPLAY_RESTORE_FULL_CHECK`), bit 6 first hints a write into one of the snapshot's entries.
     Restore {
         pick: u8,
         fault: Fault,
@@ -892,7 +910,7 @@ impl Model {
         self.snapshots.push(Snapshot { handle, agent, entries, staging_bound: staging_bound(total_high) });
     }
 
-    fn restore(&mut self, pick: usize, fault: Fault) {
+    fn restore(&mut self, pick: usize, fault: Fault, full_check: bool) {
         let snapshot = &self.snapshots[pick];
         let writable: Vec<usize> =
             (0..snapshot.entries.len()).filter(|&i| self.writable(&snapshot.entries[i])).collect();
@@ -902,11 +920,36 @@ impl Model {
         // counted as failed, none written) is c-tests/unit/module_liveness.c's, so no scan fault is armed here.
         let fault = if matches!(fault, Fault::ScanAt(_)) { Fault::None } else { fault };
         arm(faults_for(fault));
-        let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7, clean_bytes: 7 };
-        // SAFETY: a live handle and a writable report.
-        let status = unsafe { kreplay_restore(snapshot.handle, &mut report) };
+        let (status, report, partial) = if full_check || pick % 2 == 0 {
+            restore_ex(snapshot.handle, full_check)
+        } else {
+            let mut report = kreplay_restore_report_t { restored: 7, skipped: 7, failed: 7, bytes: 7, clean_bytes: 7 };
+            // SAFETY: a live handle and a writable report.
+            let status = unsafe { kreplay_restore(snapshot.handle, &mut report) };
+            // Without the versioned report, whether it was partial is not known: only a learning policy can
+            // make it so.
+            (status, report, self.config.learn_write_set())
+        };
         disarm();
-        self.check_restore(pick, &writable, &before, status, &report, fault, before_errors);
+        assert!(!(full_check && partial), "a full check digested only the write set");
+        self.check_restore(pick, &writable, &before, status, &report, fault, before_errors, partial);
+    }
+
+    /// A write hint for snapshot `pick` inside its entry `entry`.
+    fn hint(&mut self, pick: usize, entry: usize, offset: usize, bytes: usize) {
+        let snapshot = &self.snapshots[pick];
+        if snapshot.entries.is_empty() {
+            return;
+        }
+        let entry = &snapshot.entries[entry % snapshot.entries.len()];
+        let len = entry.bytes.len().max(1);
+        let hint = kreplay_write_hint_t { address: (entry.address + offset % len) as *const c_void, bytes };
+        let mut added = usize::MAX;
+        // SAFETY: a live handle, one readable hint and a writable count.
+        let status = unsafe { kreplay_snapshot_hint_writes(snapshot.handle, &hint, 1, &mut added) };
+        assert_eq!(status, KREPLAY_STATUS_SUCCESS, "a hint inside a snapshot's entry was refused");
+        assert_ne!(added, usize::MAX, "the count of blocks added was not written");
+        bump(&STATS.hints, 1);
     }
 
     /// What a restore of snapshot `pick` must have done, given what was writable and the image before it.
@@ -920,6 +963,7 @@ impl Model {
         report: &kreplay_restore_report_t,
         fault: Fault,
         before_errors: usize,
+        partial: bool,
     ) {
         let snapshot = &self.snapshots[pick];
         let w = writable.len();
@@ -979,7 +1023,12 @@ impl Model {
             }
             expected_image[r][offset..offset + entry.bytes.len()].copy_from_slice(&now);
         }
-        assert!(not_written <= expected_failed, "{not_written} ranges were not written back, {expected_failed} failed");
+        // A partial restore (a learned write set) writes only the blocks of the set: what a pass wrote elsewhere
+        // stays, until a full check restores it.
+        assert!(
+            partial || not_written <= expected_failed,
+            "{not_written} ranges were not written back, {expected_failed} failed"
+        );
         if expected_failed == 0 && self.v1 {
             assert_eq!(report.bytes, written_bytes);
         }
@@ -997,6 +1046,7 @@ impl Model {
         let before_errors = errors();
         let barrier = std::sync::Barrier::new(2);
         let mut report = kreplay_restore_report_t::default();
+        let mut partial = false;
         let status = std::thread::scope(|scope| {
             let other = scope.spawn(|| {
                 barrier.wait();
@@ -1013,8 +1063,9 @@ impl Model {
                 }
             });
             barrier.wait();
-            // SAFETY: a live handle (a free racing with it takes effect when the restore ends) and a report.
-            let status = unsafe { kreplay_restore(handle as *mut kreplay_snapshot_t, &mut report) };
+            // A live handle (a free racing with it takes effect when the restore ends).
+            let (status, plain, was_partial) = restore_ex(handle as *mut kreplay_snapshot_t, false);
+            (report, partial) = (plain, was_partial);
             other.join().expect("the racing thread failed");
             status
         });
@@ -1024,7 +1075,7 @@ impl Model {
             assert!(free, "a restore of a live snapshot was refused");
             self.check_image(&before, "refused restore");
         } else {
-            self.check_restore(pick, &writable, &before, status, &report, Fault::None, before_errors);
+            self.check_restore(pick, &writable, &before, status, &report, Fault::None, before_errors, partial);
         }
         if free {
             let snapshot = self.snapshots.swap_remove(pick);
@@ -1036,6 +1087,35 @@ impl Model {
             assert_eq!(status, KREPLAY_STATUS_INVALID_ARGUMENT, "info of a freed snapshot");
         }
     }
+}
+
+/// `kreplay_restore_ex` of `handle`: its status, the report's version-1 and -2 fields, and whether it was
+/// partial. The versioned report is checked for what it must say whatever the restore did.
+fn restore_ex(handle: *mut kreplay_snapshot_t, full_check: bool) -> (kreplay_status_t, kreplay_restore_report_t, bool) {
+    let options = kreplay_restore_options_t {
+        struct_size: size_of::<kreplay_restore_options_t>(),
+        flags: if full_check { KREPLAY_RESTORE_FULL_CHECK } else { 0 },
+    };
+    let mut report = kreplay_restore_report_ex_t {
+        struct_size: size_of::<kreplay_restore_report_ex_t>(),
+        restored: 7,
+        ..Default::default()
+    };
+    // SAFETY: a handle (live, or freed by a racing thread: the library checks it), options and a report.
+    let status = unsafe { kreplay_restore_ex(handle, &options, &mut report) };
+    assert_eq!(report.struct_size, size_of::<kreplay_restore_report_ex_t>());
+    assert!(report.write_set_misses == 0 || report.write_set_miss_pass >= 2, "a miss before any partial restore");
+    assert!(report.write_set_misses <= report.write_set_blocks, "more misses than blocks in the set");
+    bump(&STATS.write_set_misses, report.write_set_misses);
+    bump(&STATS.partial_digests, usize::from(report.partial));
+    let plain = kreplay_restore_report_t {
+        restored: report.restored,
+        skipped: report.skipped,
+        failed: report.failed,
+        bytes: report.bytes,
+        clean_bytes: report.clean_bytes,
+    };
+    (status, plain, report.partial)
 }
 
 fn copy_position(raw: u8) -> usize {
@@ -1437,13 +1517,18 @@ fn apply(model: &mut Model, op: Op, pin: &mut bool, budget: &mut usize) {
                 }
             }
         }
-        Op::Restore { pick, fault } => {
+        Op::Restore { pick: raw, fault } => {
             if !model.snapshots.is_empty() {
-                let pick = pick as usize % model.snapshots.len();
+                let pick = raw as usize % model.snapshots.len();
+                if raw & 0x40 != 0 {
+                    // Bytes 0 (the whole region) for odd picks, else 1..=16 from the pick.
+                    let bytes = if raw & 1 != 0 { 0 } else { usize::from(raw & 0xF) + 1 };
+                    model.hint(pick, raw as usize, usize::from(raw) * 97, bytes);
+                }
                 if let Some(window) = model.windows[model.snapshots[pick].agent].as_mut() {
                     window.restores += 1;
                 }
-                model.restore(pick, fault);
+                model.restore(pick, fault, raw & 0x80 != 0);
             }
         }
         Op::WindowOpen { agent, passes } => window_open(model, agent_index(agent), u32::from(passes % 8)),

@@ -5,10 +5,11 @@ use alloc::vec::Vec;
 
 use super::plan::place;
 use super::transfer::{Direction, Dirty, Outcome, Transfer};
-use super::{Digests, Parts, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, report};
+use super::{Digests, Parts, Range, Snapshot, SnapshotInfo, Source, Stash, Storage, Tier, WriteSet, report};
 use crate::clock;
 use crate::error::DeclineReason;
 use crate::fallible::try_box;
+use crate::lock::Mutex;
 use crate::log::Level;
 use crate::modules::{CachedVariable, ModuleList, SharedList, Span};
 use crate::ops::{DeviceOps, Digest};
@@ -77,7 +78,15 @@ fn take<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Sna
     // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
     let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
     let (ranges, modules) = capture.plan(&mut info)?;
-    let mut snapshot = Snapshot { parts, storage: Storage::default(), ranges, modules, digests: None, info };
+    let mut snapshot = Snapshot {
+        parts,
+        storage: Storage::default(),
+        ranges,
+        modules,
+        digests: None,
+        info,
+        write_set: Mutex::new(WriteSet::new()),
+    };
     capture.check_size(&snapshot)?;
 
     // Stage and transfer. Whatever storage of the previous snapshot this one does not take over is given back.
@@ -317,8 +326,14 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
             let known_at = |i: usize| known.get(i).copied().flatten();
             let empty: [Digest; 0] = [];
             let reference = stash.and_then(|s| s.digests.as_ref()).map_or(&empty[..], |d| &d.all[..]);
-            let rule =
-                self.dirty.then(|| Dirty { block_bytes: block, live: &mut digests[..], known: &known_at, reference });
+            let rule = self.dirty.then(|| Dirty {
+                block_bytes: block,
+                live: &mut digests[..],
+                known: &known_at,
+                reference,
+                select: None,
+                changed: None,
+            });
             let pass = Transfer {
                 parts: self.parts,
                 ops: self.ops,

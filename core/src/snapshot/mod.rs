@@ -35,15 +35,20 @@ mod plan;
 mod report;
 mod restore;
 mod transfer;
+pub mod write_set;
 
 pub(crate) use capture::capture;
 pub(crate) use parts::Parts;
 pub(crate) use restore::restore;
+pub use write_set::Learned;
+use write_set::WriteSet;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod v2_tests;
+#[cfg(test)]
+mod write_set_tests;
 
 /// Captured ranges are placed at multiples of this many bytes in their storage (the variables of a span that had
 /// to be split stay where the span put them).
@@ -148,6 +153,20 @@ pub struct RestoreReport {
     pub elapsed_ns: u64,
     /// Of it, the time spent digesting.
     pub digest_ns: u64,
+    /// Bytes of device memory digested to find what changed (0 without digests).
+    pub digested_bytes: usize,
+    /// The restore digested only the snapshot's learned write set and hints, not the whole footprint.
+    pub partial: bool,
+    /// What the restore learned about the write set (all zero while the policy does not learn).
+    pub write_set: Learned,
+}
+
+/// How the host asks a restore to run.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// Digest the whole footprint even where a write set is learned: the restore before the pass whose results
+    /// count (the last of a window).
+    pub full_check: bool,
 }
 
 /// The storage of one snapshot: a host block, a device block, or both.
@@ -193,11 +212,14 @@ pub struct Snapshot<'e, O: DeviceOps> {
     pub(crate) modules: CapturedModules,
     pub(crate) digests: Option<Digests>,
     pub(crate) info: SnapshotInfo,
+    /// What its restores learned of the blocks its passes write.
+    pub(crate) write_set: Mutex<WriteSet>,
 }
 
 // SAFETY: a snapshot's storage is written only by its capture, before the snapshot exists; afterwards shared
-// access (`info`, `restore`) only reads the ranges, the digests and the storage behind the leases, and the one
-// owner that drops it gives the storage back. The engine parts it refers to are `Sync`.
+// access (`info`, `restore`, hints) only reads the ranges, the digests and the storage behind the leases, and
+// changes nothing but the write set, behind its mutex; the one owner that drops it gives the storage back. The
+// engine parts it refers to are `Sync`.
 unsafe impl<O: DeviceOps> Sync for Snapshot<'_, O> {}
 // SAFETY: as above; nothing in a snapshot is tied to the thread that made it.
 unsafe impl<O: DeviceOps> Send for Snapshot<'_, O> {}
@@ -206,6 +228,19 @@ impl<O: DeviceOps> Snapshot<'_, O> {
     /// Sizes and timings of the capture.
     pub fn info(&self) -> SnapshotInfo {
         self.info
+    }
+
+    /// Blocks in the learned write set now (learned and hinted).
+    pub fn write_set_blocks(&self) -> usize {
+        self.write_set.lock().count()
+    }
+
+    /// Adds the blocks that `hints` (`(address, bytes)`, `bytes` 0 for the whole tracked region holding
+    /// `address`) touch to the write set, so that partial restores digest them. Never skips a full check; does
+    /// nothing for a snapshot without digests. Returns the blocks added; `None` without host memory.
+    pub(crate) fn hint_writes(&self, hints: &[(usize, usize)]) -> Option<usize> {
+        let Some(digests) = self.digests.as_ref() else { return Some(0) };
+        self.write_set.lock().hint(&self.ranges, digests.all.len(), digests.block_bytes, hints)
     }
 }
 

@@ -85,6 +85,7 @@ pub(super) fn restored(
     let elapsed = clock::since(start);
     report.elapsed_ns = elapsed;
     report.digest_ns = moved.digest_ns;
+    report.digested_bytes = moved.digested_bytes;
     if report.skipped > SKIP_LOG_LIMIT {
         crate::log!(
             Level::Warning,
@@ -106,7 +107,7 @@ pub(super) fn restored(
     crate::log!(
         Level::Info,
         "agent {:#x}: restore of {} bytes ({} verified unchanged) in {} regions ({} skipped, {} failed) took {} us \
-         (digest {} us, {:.2} GB/s)",
+         (digest {} us of {} bytes, {:.2} GB/s)",
         agent.0,
         report.bytes,
         report.clean_bytes,
@@ -115,6 +116,7 @@ pub(super) fn restored(
         report.failed,
         elapsed / 1000,
         moved.digest_ns / 1000,
+        moved.digested_bytes,
         gigabytes_per_second(report.bytes, elapsed)
     );
     let status = if report.failed == 0 { Ok(()) } else { Err(Error::PartialRestore) };

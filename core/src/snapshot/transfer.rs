@@ -14,7 +14,7 @@
 
 use alloc::vec::Vec;
 
-use super::{Parts, Range, Source, Storage};
+use super::{Parts, Range, Source, Storage, write_set};
 use crate::clock;
 use crate::log::Level;
 use crate::modules::CachedVariable;
@@ -82,12 +82,12 @@ struct Limits {
     bytes: usize,
 }
 
-/// Where a range's storage holds a known earlier state: the block digests of the range as it is now (`live`)
-/// and of what its storage holds (`reference`), from its first block on.
-struct Known<'d> {
-    block_bytes: usize,
-    live: &'d [Digest],
-    reference: &'d [Digest],
+/// Where a range's storage holds a known earlier state: the index of its first block in the live digests (and
+/// in the write-set bits) and in the digests of what its storage holds.
+#[derive(Copy, Clone)]
+struct Known {
+    live_at: usize,
+    reference_at: usize,
 }
 
 /// What became of one copy run on its own.
@@ -110,6 +110,11 @@ pub(crate) struct Dirty<'a> {
     /// copy the whole range.
     pub known: &'a dyn Fn(usize) -> Option<usize>,
     pub reference: &'a [Digest],
+    /// A partial pass (a learned write set): only these blocks, indexed like `live`, are digested and may be
+    /// written; `None`: every block.
+    pub select: Option<&'a [u64]>,
+    /// Where the blocks found changed are marked, indexed like `live`, when the pass learns them.
+    pub changed: Option<&'a mut [u64]>,
 }
 
 /// Totals of a pass.
@@ -118,6 +123,8 @@ pub(crate) struct Moved {
     pub copied_bytes: usize,
     pub clean_bytes: usize,
     pub digest_ns: u64,
+    /// Bytes of device memory digested (by calls that succeeded).
+    pub digested_bytes: usize,
     /// A digest call failed: the rest of the pass copied whole ranges.
     pub digest_failed: bool,
 }
@@ -203,7 +210,7 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
             let chunk = self.chunk(start, limits);
             self.pin(chunk, &mut scratch);
             let digested = self.digest(chunk, &mut scratch, dirty.as_mut(), &mut moved);
-            self.copy(chunk, &mut scratch, dirty.as_ref().filter(|_| digested), &mut moved);
+            self.copy(chunk, &mut scratch, dirty.as_mut().filter(|_| digested), &mut moved);
             let any_failed = self.record(chunk, &scratch, &mut outcomes[start..][..chunk.ranges.len()]);
             start += chunk.ranges.len();
             if self.direction == Direction::Capture && any_failed {
@@ -273,7 +280,7 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
     ) -> bool {
         let Some(dirty) = dirty.filter(|_| !moved.digest_failed) else { return false };
         let begun = clock::now_ns();
-        let result = self.digest_pinned(chunk, scratch, dirty);
+        let result = self.digest_pinned(chunk, scratch, dirty, &mut moved.digested_bytes);
         moved.digest_ns += clock::since(begun);
         if let Err(error) = result {
             moved.digest_failed = true;
@@ -287,78 +294,133 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
         true
     }
 
-    /// Digests the pinned tracked ranges of a chunk into `dirty.live`, in one call.
-    fn digest_pinned(&self, chunk: Chunk<'_>, scratch: &mut Scratch, dirty: &mut Dirty<'_>) -> crate::Result<()> {
+    /// Digests the pinned tracked ranges of a chunk into `dirty.live`: whole, in one call, or only the runs of
+    /// blocks a partial pass selects (in as few calls as the job list allows). Adds the bytes digested to
+    /// `digested`.
+    fn digest_pinned(
+        &self,
+        chunk: Chunk<'_>,
+        scratch: &mut Scratch,
+        dirty: &mut Dirty<'_>,
+        digested: &mut usize,
+    ) -> crate::Result<()> {
         let block = dirty.block_bytes;
         let live = dirty.live.as_mut_ptr();
         scratch.jobs.clear();
-        for &i in &scratch.tracked {
-            let i = i as usize;
+        for k in 0..scratch.tracked.len() {
+            let i = scratch.tracked[k] as usize;
             if !scratch.is_pinned(i) {
                 continue;
             }
             let range = &chunk.ranges[i];
-            debug_assert!(range.digest_at + range.size.div_ceil(block) <= dirty.live.len());
-            scratch.jobs.push(DigestJob {
-                address: range.address as *const u8,
-                bytes: range.size,
-                // SAFETY: digest slots were laid out for every tracked range (`digest_at` + its block count is
-                // within `live`).
-                digests_out: unsafe { live.add(range.digest_at) },
-            });
+            let blocks = range.size.div_ceil(block);
+            debug_assert!(range.digest_at + blocks <= dirty.live.len());
+            let mut whole = core::iter::once((range.digest_at, range.digest_at + blocks));
+            let mut selected =
+                dirty.select.map(|bits| write_set::runs(bits, range.digest_at, range.digest_at + blocks));
+            let runs: &mut dyn Iterator<Item = (usize, usize)> = match selected.as_mut() {
+                Some(runs) => runs,
+                None => &mut whole,
+            };
+            for (first, end) in runs {
+                let offset = (first - range.digest_at) * block;
+                let bytes = ((end - first) * block).min(range.size - offset);
+                if scratch.jobs.len() == scratch.jobs.capacity() {
+                    self.digest_jobs(scratch, block, digested)?;
+                }
+                scratch.jobs.push(DigestJob {
+                    // SAFETY: `offset < range.size`: within the range.
+                    address: unsafe { (range.address as *const u8).add(offset) },
+                    bytes,
+                    // SAFETY: digest slots were laid out for every tracked range (`digest_at` + its block count is
+                    // within `live`), and `first` is one of the range's.
+                    digests_out: unsafe { live.add(first) },
+                });
+            }
         }
+        self.digest_jobs(scratch, block, digested)
+    }
+
+    /// Runs the digest jobs collected so far, in one call, and empties the list.
+    fn digest_jobs(&self, scratch: &mut Scratch, block: usize, digested: &mut usize) -> crate::Result<()> {
         if scratch.jobs.is_empty() {
             return Ok(());
         }
-        // SAFETY: every job is a pinned (live) tracked region of `agent` and its own slice of `live`.
-        unsafe { self.ops.digest(self.agent, &scratch.jobs, block) }
+        // SAFETY: every job is within a pinned (live) tracked region of `agent`, starts at one of its block
+        // boundaries, and has its own slots of `live`.
+        unsafe { self.ops.digest(self.agent, &scratch.jobs, block) }?;
+        *digested += scratch.jobs.iter().map(|job| job.bytes).sum::<usize>();
+        scratch.jobs.clear();
+        Ok(())
     }
 
     /// Copy: the chunk's pinned ranges, whole, or only their changed blocks where `dirty` (digested) knows what
-    /// their storage holds.
-    fn copy(&self, chunk: Chunk<'_>, scratch: &mut Scratch, dirty: Option<&Dirty<'_>>, moved: &mut Moved) {
+    /// their storage holds (and, in a partial pass, only among the blocks it digested).
+    fn copy(&self, chunk: Chunk<'_>, scratch: &mut Scratch, mut dirty: Option<&mut Dirty<'_>>, moved: &mut Moved) {
         scratch.failed.fill(0);
         scratch.split.clear();
         for (i, range) in chunk.ranges.iter().enumerate() {
             if !scratch.is_pinned(i) {
                 continue;
             }
-            let known = dirty.filter(|_| range.pin_key().is_some()).and_then(|dirty| {
-                (dirty.known)(chunk.start + i).map(|at| Known {
-                    block_bytes: dirty.block_bytes,
-                    live: &dirty.live[range.digest_at..],
-                    reference: &dirty.reference[at..],
-                })
+            let known = dirty.as_deref().filter(|_| range.pin_key().is_some()).and_then(|dirty| {
+                (dirty.known)(chunk.start + i).map(|reference_at| Known { live_at: range.digest_at, reference_at })
             });
-            match known {
-                Some(known) => self.push_changed(chunk, i, &known, scratch, moved),
-                None => self.push(chunk, (i, 0, range.size), scratch, moved),
+            match (known, dirty.as_deref_mut()) {
+                (Some(known), Some(dirty)) => self.push_changed(chunk, i, known, dirty, scratch, moved),
+                _ => self.push(chunk, (i, 0, range.size), scratch, moved),
             }
         }
         moved.copied_bytes -= self.submit(chunk, scratch);
     }
 
     /// Adds the copies of the chunk's range `i` that its changed blocks need (adjacent ones merged) to the batch,
-    /// and counts the unchanged blocks as clean.
-    fn push_changed(&self, chunk: Chunk<'_>, i: usize, known: &Known<'_>, scratch: &mut Scratch, moved: &mut Moved) {
+    /// marks them in `dirty.changed`, and counts the unchanged blocks as clean. A partial pass looks only at the
+    /// blocks it digested.
+    fn push_changed(
+        &self,
+        chunk: Chunk<'_>,
+        i: usize,
+        known: Known,
+        dirty: &mut Dirty<'_>,
+        scratch: &mut Scratch,
+        moved: &mut Moved,
+    ) {
         let size = chunk.ranges[i].size;
-        let block = known.block_bytes;
+        let block = dirty.block_bytes;
         let blocks = size.div_ceil(block);
-        let mut run: Option<usize> = None;
-        for b in 0..=blocks {
-            let changed = b < blocks && known.live[b] != known.reference[b];
-            match (changed, run) {
-                (true, None) => run = Some(b),
-                (false, Some(first)) => {
-                    let from = first * block;
-                    let to = (b * block).min(size);
-                    self.push(chunk, (i, from, to - from), scratch, moved);
-                    run = None;
+        let (live, reference) = (&dirty.live[known.live_at..], &dirty.reference[known.reference_at..]);
+        let mut whole = core::iter::once((known.live_at, known.live_at + blocks));
+        let mut selected = dirty.select.map(|bits| write_set::runs(bits, known.live_at, known.live_at + blocks));
+        let runs: &mut dyn Iterator<Item = (usize, usize)> = match selected.as_mut() {
+            Some(runs) => runs,
+            None => &mut whole,
+        };
+        for (first, end) in runs {
+            let (first, end) = (first - known.live_at, end - known.live_at);
+            let mut run: Option<usize> = None;
+            for b in first..=end {
+                let changed = b < end && live[b] != reference[b];
+                match (changed, run) {
+                    (true, None) => run = Some(b),
+                    (false, Some(from)) => {
+                        let from = from * block;
+                        let to = (b * block).min(size);
+                        self.push(chunk, (i, from, to - from), scratch, moved);
+                        run = None;
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-            if b < blocks && !changed {
-                moved.clean_bytes += block.min(size - b * block);
+                if b == end {
+                    break;
+                }
+                if changed {
+                    if let Some(bits) = dirty.changed.as_deref_mut() {
+                        write_set::insert(bits, known.live_at + b);
+                    }
+                } else {
+                    moved.clean_bytes += block.min(size - b * block);
+                }
             }
         }
     }

@@ -8,6 +8,10 @@
 //! footprint (and digests it when dirty-only is on); a restore moves it all, or with dirty-only digests it and
 //! writes back the share that earlier restores had to write. Once that share is measured, a dirty-only
 //! snapshot is projected to copy the same share (a re-capture copies only the blocks that changed).
+//!
+//! With a learned write set (`learn_write_set`), only the first restore of a window and its last (the full
+//! check) digest the whole footprint; the ones between digest the share of it that partial restores measured.
+//! Until a partial restore has been measured on the agent, every restore is projected as a full one.
 
 use crate::policy::Policy;
 
@@ -57,6 +61,9 @@ pub struct TierRates {
     pub digest: Rate,
     /// Of what dirty-only restores compared, how much they wrote (bytes: written, ns: compared).
     pub dirty_share: Rate,
+    /// Of the footprint, how much partial restores (a learned write set) digested (bytes: digested, ns: the
+    /// footprint).
+    pub learned_share: Rate,
 }
 
 /// One agent's measurements, per tier.
@@ -85,13 +92,15 @@ pub struct Measured {
     pub written: u64,
     /// For a dirty-only restore: bytes verified clean.
     pub clean: u64,
+    /// For a partial restore (over a learned write set): the footprint it stood for; 0 for any other.
+    pub partial_of: u64,
 }
 
 impl Rates {
     /// Nothing measured yet (all zero).
     pub const UNMEASURED: Rates = Rates {
-        host: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE },
-        device: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE },
+        host: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE, learned_share: Rate::NONE },
+        device: TierRates { copy: Rate::NONE, digest: Rate::NONE, dirty_share: Rate::NONE, learned_share: Rate::NONE },
     };
 
     /// Folds in one capture's or restore's figures.
@@ -99,7 +108,11 @@ impl Rates {
         let tier = if m.device_tier { &mut self.device } else { &mut self.host };
         tier.copy.add(m.copied, m.copy_ns);
         tier.digest.add(m.digested, m.digest_ns);
-        if m.digest_ns > 0 {
+        if m.partial_of > 0 {
+            // Shares of the footprint: written (as a full restore would have written) and digested.
+            share(&mut tier.dirty_share, m.written, m.partial_of);
+            share(&mut tier.learned_share, m.digested, m.partial_of);
+        } else if m.digest_ns > 0 {
             // A share, not a rate: `bytes` written of `ns` compared.
             let compared = m.written.saturating_add(m.clean);
             if compared > 0 {
@@ -115,12 +128,16 @@ impl Rates {
         let device = if device_tier { footprint.min(policy.device_budget_bytes as u64) } else { 0 };
         let host = footprint - device;
         let dirty = policy.dirty_only && digests;
+        let restores = u64::from(passes.saturating_sub(1));
+        // With a learned write set, the first and the last restore check everything, the others a measured share.
+        let full_restores = if policy.learn_write_set && dirty { restores.min(2) } else { restores };
         let parts = [
             (&self.host, host, DEFAULT_HOST_COPY_BYTES_PER_US),
             (&self.device, device, DEFAULT_DEVICE_COPY_BYTES_PER_US),
         ];
         let mut snapshot: u64 = 0;
         let mut restore: u64 = 0;
+        let mut partial: u64 = 0;
         for (tier, bytes, default_copy) in parts {
             if bytes == 0 {
                 continue;
@@ -138,7 +155,23 @@ impl Rates {
             let copy = tier.copy.ns_for(written, default_copy);
             snapshot = snapshot.saturating_add(copy).saturating_add(digest);
             restore = restore.saturating_add(copy).saturating_add(digest);
+            let learned = tier.learned_share;
+            let partial_digest = if dirty && learned.ns > 0 {
+                let share = u128::from(bytes) * u128::from(learned.bytes) / u128::from(learned.ns);
+                tier.digest.ns_for(u64::try_from(share).unwrap_or(bytes), DEFAULT_DIGEST_BYTES_PER_US)
+            } else {
+                digest
+            };
+            partial = partial.saturating_add(copy).saturating_add(partial_digest);
         }
-        snapshot.saturating_add(restore.saturating_mul(u64::from(passes.saturating_sub(1))))
+        snapshot
+            .saturating_add(restore.saturating_mul(full_restores))
+            .saturating_add(partial.saturating_mul(restores - full_restores))
     }
+}
+
+/// Folds one share (`part` of `whole`) into `rate`, decayed like a rate.
+fn share(rate: &mut Rate, part: u64, whole: u64) {
+    rate.bytes = rate.bytes / 2 + part;
+    rate.ns = rate.ns / 2 + whole;
 }

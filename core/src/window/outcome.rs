@@ -58,6 +58,14 @@ pub struct Outcome {
     pub untracked: UntrackedStats,
     /// Work was submitted on the agent from inside the window.
     pub reentry_observed: bool,
+    /// Bytes of device memory the restores digested to find what changed.
+    pub digested_bytes: usize,
+    /// Blocks that full checks found changed outside the snapshot's learned write set after partial restores
+    /// (see [`crate::snapshot::write_set`]): restored and learned then, but some pass may have started from a
+    /// state that was not the snapshot.
+    pub write_set_misses: usize,
+    /// The first pass that may have started from such a state (0 without misses).
+    pub write_set_miss_pass: u32,
 }
 
 /// What an open window accounted so far (behind its agent's mutex).
@@ -98,6 +106,9 @@ impl Record {
             copies_waited: 0,
             untracked: UntrackedStats { count: [0; UNTRACKED_KINDS], bytes: [0; UNTRACKED_KINDS], overflowed: 0 },
             reentry_observed: false,
+            digested_bytes: 0,
+            write_set_misses: 0,
+            write_set_miss_pass: 0,
         },
         snapshot_seen: false,
         restores_ok: 0,
@@ -127,7 +138,8 @@ pub const fn reason_key(reason: DeclineReason) -> &'static str {
 
 /// The outcome line: `kreplay window agent=0x1 reason=none passes=5/5 footprint=... moved=... clean=...
 /// snapshot_us=... restore_us=... projected_us=... copies_waited=... untracked=fine:0/0,host:2/8192,...
-/// reentry=0` (passes run/requested, `passes=5/open` for an open-ended window; each untracked kind as
+/// reentry=0 digested=... write_set_misses=0 miss_pass=0` (passes run/requested, `passes=5/open` for an
+/// open-ended window; each untracked kind as
 /// count/bytes, in the order of their values).
 pub struct Line<'a>(pub &'a Outcome);
 
@@ -154,7 +166,11 @@ impl fmt::Display for Line<'_> {
             let separator = if i == 0 { "" } else { "," };
             write!(f, "{separator}{}:{}/{}", kind.key(), o.untracked.count[i], o.untracked.bytes[i])?;
         }
-        write!(f, " reentry={}", o.reentry_observed as u8)
+        write!(
+            f,
+            " reentry={} digested={} write_set_misses={} miss_pass={}",
+            o.reentry_observed as u8, o.digested_bytes, o.write_set_misses, o.write_set_miss_pass
+        )
     }
 }
 

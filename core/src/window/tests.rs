@@ -313,7 +313,8 @@ fn the_outcome_line_has_every_key_in_order() {
         line,
         "kreplay window agent=0xa1 reason=none passes=5/5 footprint=4096 moved=20480 clean=0 snapshot_us=12 \
          restore_us=0 projected_us=2000 copies_waited=0 \
-         untracked=fine:0/0,host:2/8192,managed:0/0,kernarg:0/0,exec:0/0,vmem:0/0 reentry=0"
+         untracked=fine:0/0,host:2/8192,managed:0/0,kernarg:0/0,exec:0/0,vmem:0/0 reentry=0 digested=0 \
+         write_set_misses=0 miss_pass=0"
     );
 }
 
@@ -341,6 +342,33 @@ fn measured_rates_replace_the_defaults_in_the_projection() {
     let projected = rates.project(1_000_000, 2, &dirty, true, true);
     assert_eq!(projected, 2 * (100 + 500), "dirty-only snapshot and restore both move the measured share");
     assert!(projected < rates.project(1_000_000, 2, &Policy::default(), false, false) + 1_000, "{projected}");
+}
+
+#[test]
+fn a_learned_write_set_projects_the_restores_between_first_and_last_at_the_measured_share() {
+    let mut rates = Rates::UNMEASURED;
+    let dirty = Policy { dirty_only: true, ..Policy::default() };
+    let learning = Policy { learn_write_set: true, ..dirty };
+    // A full dirty-only restore: a tenth written, all digested.
+    let full = admission::Measured {
+        copied: 100_000,
+        copy_ns: 100,
+        digested: 1_000_000,
+        digest_ns: 1_000,
+        written: 100_000,
+        clean: 900_000,
+        ..Default::default()
+    };
+    rates.record(&full);
+    let before = rates.project(1_000_000, 10, &learning, false, true);
+    assert_eq!(before, rates.project(1_000_000, 10, &dirty, false, true), "nothing learned yet: all restores full");
+    // A partial restore that digested a tenth of the footprint.
+    rates.record(&admission::Measured { digested: 100_000, digest_ns: 100, partial_of: 1_000_000, ..full });
+    let after = rates.project(1_000_000, 10, &learning, false, true);
+    let without = rates.project(1_000_000, 10, &dirty, false, true);
+    assert!(after < without, "learned {after} ns, not learned {without} ns");
+    // Two passes: one restore, the first, which is full either way.
+    assert_eq!(rates.project(1_000_000, 2, &learning, false, true), rates.project(1_000_000, 2, &dirty, false, true));
 }
 
 #[test]

@@ -52,6 +52,10 @@ pub struct WindowHandle(pub u64);
 
 /// What an open did.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "returned once per open and never stored; boxing the outcome would allocate on every decline"
+)]
 pub enum Opened {
     /// The window is open: the host snapshots, runs its passes and restores, then closes it.
     Window(WindowHandle),
@@ -384,6 +388,14 @@ impl WindowState {
             outcome.bytes_moved = outcome.bytes_moved.saturating_add(report.bytes);
             outcome.clean_bytes = outcome.clean_bytes.saturating_add(report.clean_bytes);
             outcome.restore_ns = outcome.restore_ns.saturating_add(ns);
+            outcome.digested_bytes = outcome.digested_bytes.saturating_add(report.digested_bytes);
+            let learned = report.write_set;
+            outcome.write_set_misses = outcome.write_set_misses.saturating_add(learned.misses);
+            if learned.miss_pass != 0
+                && (outcome.write_set_miss_pass == 0 || learned.miss_pass < outcome.write_set_miss_pass)
+            {
+                outcome.write_set_miss_pass = learned.miss_pass;
+            }
             (record.outcome.passes_requested == 0).then(|| next_pass(&mut record, &policy.get())).flatten()
         };
         // Logged outside the record's lock: a logger may call back into kreplay.
@@ -403,12 +415,24 @@ impl WindowState {
                 device_tier,
                 copied: report.bytes as u64,
                 copy_ns: ns.saturating_sub(digest_ns),
-                digested: info.bytes as u64,
+                digested: report.digested_bytes as u64,
                 digest_ns,
                 written: report.bytes as u64,
                 clean: report.clean_bytes as u64,
+                partial_of: if report.partial { info.bytes as u64 } else { 0 },
             });
         }
+    }
+
+    /// Whether the next restore on `agent` is the last of its open window by the pass count given at open
+    /// (restore `passes - 1`, or any after it): such a restore checks the whole footprint.
+    pub(crate) fn is_last_restore(&self, agent: Agent) -> bool {
+        let Some(slot) = self.open_window_slot(agent) else { return false };
+        let record = slot.record.lock();
+        let requested = record.outcome.passes_requested;
+        slot.window.load(Ordering::Acquire) & STATE_MASK == OPEN
+            && requested != 0
+            && record.restores_ok.saturating_add(2) >= requested
     }
 
     /// `agent`'s slot when a window may be open on it (a cheap pre-check; the hooks check again under the lock).
