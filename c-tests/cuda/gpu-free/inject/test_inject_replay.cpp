@@ -79,12 +79,13 @@ CUresult func_name(const char** name, CUfunction f) {
   *name = found->second.name.c_str();
   return CUDA_SUCCESS;
 }
-CUresult param_info(CUfunction, size_t index, size_t* offset, size_t* size) {
+CUfunction g_pointer_kernel = nullptr;  // its one argument is 8 bytes (a pointer), the others' an int
+CUresult param_info(CUfunction f, size_t index, size_t* offset, size_t* size) {
   if (index > 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   *offset = 0;
-  *size = sizeof(int);
+  *size = f == g_pointer_kernel && f != nullptr ? sizeof(void*) : sizeof(int);
   return CUDA_SUCCESS;
 }
 CUresult event_create(CUevent* event, unsigned) {
@@ -168,10 +169,12 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
 // The program launches `f` with `argument`: ENTER (kreplay's passes 1 to N - 1), the launch itself (pass N, run
 // here as the driver would), EXIT.
 const void* g_program_argument = nullptr;  // where the program's argument lives: a relaunch must not read it
-void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS) {
+void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS,
+                    const void* pointer = nullptr) {
   int value = argument;
+  const void* pointer_value = pointer;
   g_program_argument = &value;
-  void* params[] = {&value};
+  void* params[] = {pointer != nullptr ? static_cast<void*>(&pointer_value) : static_cast<void*>(&value)};
   cuLaunchKernel_params p{f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr};
   CUresult ok = CUDA_SUCCESS;
   CUpti_CallbackData enter = callback_data(CUPTI_API_ENTER, &p, &ok);
@@ -269,7 +272,8 @@ struct write_set_run_t {
   std::string header;
   std::string row;
 };
-write_set_run_t replay_once_with_policy(CUfunction f, int argument, std::map<std::string, std::string> settings) {
+write_set_run_t replay_once_with_policy(CUfunction f, int argument, std::map<std::string, std::string> settings,
+                                        const void* pointer = nullptr) {
   for (int& v : g_buffer) {
     v = 10;
   }
@@ -284,7 +288,7 @@ write_set_run_t replay_once_with_policy(CUfunction f, int argument, std::map<std
     replayer r(*g_tracker, config, g_ops, fake_driver());
     std::string why;
     CHECK(r.start(nullptr, &why));
-    program_launch(r, f, argument);
+    program_launch(r, f, argument, CUDA_SUCCESS, pointer);
     r.finish();
   }
   CHECK_OK(kreplay_set_policy(&g_policy));
@@ -675,6 +679,7 @@ void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
 
 const CUfunction block0_kernel = fake::handle<CUfunction>(0xB1);  // every pass writes block 0 only
 const CUfunction stray_kernel = fake::handle<CUfunction>(0xB2);   // pass 3 also writes block 2
+const CUfunction hinted_kernel = fake::handle<CUfunction>(0xB3);  // passes from 2 on also write block 3
 
 // Later passes write exactly pass 1's blocks: the restores after the first digest those only (the last, a full
 // check, the whole footprint), and the program's result is the plain run's. The control, --write-set off,
@@ -706,6 +711,23 @@ void a_write_outside_the_learned_set_is_caught_by_the_last_full_check() {
   const std::string verify = csv_field(run.header, run.row, "verify");
   CHECK(verify.rfind("differs: write set missed 1 blocks from pass ", 0) == 0);
   CHECK(csv_field(run.header, run.row, "replayed") == "1");
+}
+
+// A pointer argument into a tracked region is hinted: the block it points at joins the write set, so a pass
+// that writes there only from pass 2 on is restored by the partial restores (no miss). The control, a pointer
+// outside every tracked region, adds nothing: the full check then finds the miss.
+void a_pointer_argument_s_block_is_hinted_into_the_write_set() {
+  const write_set_run_t hinted =
+      replay_once_with_policy(hinted_kernel, 0, {{"KREPLAY_REPLAY_PASSES", "4"}}, &g_buffer[3072]);
+  CHECK(g_buffer[0] == 11 && g_buffer[3072] == 11 && g_buffer[2048] == 10);
+  CHECK(column_size(hinted, "write_set_misses") == 0);
+  CHECK(column_size(hinted, "digested_bytes") == 2 * column_size(hinted, "footprint_bytes") + 2 * 4096);
+
+  static int untracked = 0;
+  const write_set_run_t control =
+      replay_once_with_policy(hinted_kernel, 0, {{"KREPLAY_REPLAY_PASSES", "4"}}, &untracked);
+  CHECK(g_buffer[0] == 11 && g_buffer[3072] == 11);  // still exact: the full check restored the block
+  CHECK(column_size(control, "write_set_misses") == 1);
 }
 
 // --host-budget: with almost no host memory available, the snapshot declines with HOST_BUDGET in the reason and
@@ -744,6 +766,13 @@ int main() {
                               record('A');
                             }};
   g_kernels[late_kernel] = {"late_kernel", [record](int, int) { record('B'); }};
+  g_pointer_kernel = hinted_kernel;
+  g_kernels[hinted_kernel] = {"hinted_kernel", [](int pass, int) {
+                                g_buffer[0] += 1;
+                                if (pass >= 2) {
+                                  g_buffer[3072] += 1;  // block 3: where the argument points
+                                }
+                              }};
   g_kernels[block0_kernel] = {"block0_kernel", [](int, int a) { g_buffer[0] += a; }};
   g_kernels[stray_kernel] = {"stray_kernel", [](int pass, int a) {
                                g_buffer[0] += a;
@@ -771,6 +800,7 @@ int main() {
   RUN_TEST(the_control_without_restore_changes_the_result);
   RUN_TEST(restores_after_the_first_digest_only_the_learned_write_set);
   RUN_TEST(a_write_outside_the_learned_set_is_caught_by_the_last_full_check);
+  RUN_TEST(a_pointer_argument_s_block_is_hinted_into_the_write_set);
   RUN_TEST(a_snapshot_over_the_host_budget_declines_and_runs_once);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
