@@ -75,6 +75,10 @@ constexpr replay_option_t options[] = {
    "half of the free device memory at each capture, the rest on the host)"},
   {"dirty-only", 0, "KREPLAY_REPLAY_DIRTY_ONLY", flag<&c::dirty_only>(k::on_off), "on",
    "restore and re-capture only changed blocks"},
+  {"write-set", 0, "KREPLAY_REPLAY_WRITE_SET", flag<&c::write_set>(k::on_off), "on",
+   "with dirty-only, restores between passes check only the blocks pass 1 wrote; the last is checked whole"},
+  {"host-budget", 0, "KREPLAY_REPLAY_HOST_BUDGET", count<&c::host_budget_percent>(0, 100, "a percent"), "50",
+   "percent of the available host memory a snapshot may take (0 for no limit); above it, run once"},
   {"device-budget", 0, "KREPLAY_REPLAY_DEVICE_BUDGET", bytes<&c::device_budget>(), nullptr,
    "device memory snapshots may hold (K, M, G; default: the tier's)"},
   {"verify", 0, "KREPLAY_REPLAY_VERIFY", flag<&c::verify>(k::flag_on), nullptr,
@@ -318,6 +322,8 @@ bool parse_replay_config(const std::function<const char*(const char*)>& get, rep
 kreplay_policy_t replay_policy(const replay_config_t& config, kreplay_policy_t base) {
   kreplay_policy_t policy = base;
   policy.dirty_only = config.dirty_only;
+  policy.learn_write_set = config.write_set;
+  policy.host_budget_percent = config.host_budget_percent;
   switch (config.tier) {
     case replay_tier::host:
       policy.device_budget_bytes = 0;

@@ -31,6 +31,8 @@ struct replay_config_t {
   uint64_t launch_count = 0;     // replay at most this many matching launches (0 = no limit)
   replay_tier tier = replay_tier::host;      // where snapshots live
   bool dirty_only = true;                    // restore and re-capture only changed blocks
+  bool write_set = true;                     // learn the write set (the policy's learn_write_set)
+  uint32_t host_budget_percent = 50;         // of the available host memory per snapshot (0 = no limit)
   size_t device_budget = 0;                  // bytes of device memory for snapshots (0 = the tier's)
   bool verify = false;                       // compare every pass's footprint with pass 1's
   replay_backend backend = replay_backend::kreplay;

@@ -67,8 +67,17 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parsed.device_budget == plain.device_budget && parsed.backend == plain.backend);
   CHECK(parsed.output == plain.output && parsed.exclude == plain.exclude && parsed.restore == plain.restore);
   CHECK(parsed.progress_seconds == plain.progress_seconds && parsed.launcher_pid == plain.launcher_pid);
+  CHECK(parsed.write_set == plain.write_set && parsed.host_budget_percent == plain.host_budget_percent);
+  CHECK(parsed.write_set && parsed.host_budget_percent == 50);
+  // They reach the policy: learn_write_set and host_budget_percent.
+  const kreplay_policy_t policy = replay_policy(parsed, kreplay_policy_t{});
+  CHECK(policy.learn_write_set && policy.host_budget_percent == 50);
   // Control: a value given is not the default.
   CHECK(parse({{variable_of<&replay_config_t::passes>(), "7"}}, &parsed, &error) && parsed.passes == 7);
+  const std::string budget = variable_of<&replay_config_t::host_budget_percent>();
+  CHECK(parse({{variable_of<&replay_config_t::write_set>(), "off"}, {budget, "0"}}, &parsed, &error));
+  CHECK(!parsed.write_set && parsed.host_budget_percent == 0);
+  CHECK(!parse({{budget, "101"}}, &parsed, &error));  // above 100: refused
 }
 
 void every_row_refuses_a_malformed_value_naming_its_variable() {
@@ -122,7 +131,7 @@ void the_launcher_s_help_lists_every_row_with_a_flag() {
     }
     ++listed;
   }
-  CHECK(listed == 13);
+  CHECK(listed == 15);
   CHECK(help.find("-o, --output FILE") != std::string::npos);
   CHECK(help.find("--frobnicate") == std::string::npos);  // control: the search can fail
 }

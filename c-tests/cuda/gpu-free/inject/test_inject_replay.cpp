@@ -79,12 +79,13 @@ CUresult func_name(const char** name, CUfunction f) {
   *name = found->second.name.c_str();
   return CUDA_SUCCESS;
 }
-CUresult param_info(CUfunction, size_t index, size_t* offset, size_t* size) {
+CUfunction g_pointer_kernel = nullptr;  // its one argument is 8 bytes (a pointer), the others' an int
+CUresult param_info(CUfunction f, size_t index, size_t* offset, size_t* size) {
   if (index > 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   *offset = 0;
-  *size = sizeof(int);
+  *size = f == g_pointer_kernel && f != nullptr ? sizeof(void*) : sizeof(int);
   return CUDA_SUCCESS;
 }
 CUresult event_create(CUevent* event, unsigned) {
@@ -168,10 +169,12 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
 // The program launches `f` with `argument`: ENTER (kreplay's passes 1 to N - 1), the launch itself (pass N, run
 // here as the driver would), EXIT.
 const void* g_program_argument = nullptr;  // where the program's argument lives: a relaunch must not read it
-void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS) {
+void program_launch(replayer& r, CUfunction f, int argument, CUresult result = CUDA_SUCCESS,
+                    const void* pointer = nullptr) {
   int value = argument;
+  const void* pointer_value = pointer;
   g_program_argument = &value;
-  void* params[] = {&value};
+  void* params[] = {pointer != nullptr ? static_cast<void*>(&pointer_value) : static_cast<void*>(&value)};
   cuLaunchKernel_params p{f, 1, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr};
   CUresult ok = CUDA_SUCCESS;
   CUpti_CallbackData enter = callback_data(CUPTI_API_ENTER, &p, &ok);
@@ -223,6 +226,84 @@ std::string tmp_csv(const char* name) { return std::string("/tmp/kreplay_replay_
 
 tracker* g_tracker = nullptr;
 kreplay_device_ops_t g_ops{};
+kreplay_policy_t g_policy{};             // the tests' policy (set in main)
+size_t g_host_available = SIZE_MAX / 4;  // what the ops' host_available_bytes answers
+
+kreplay_status_t host_available(void*, size_t* bytes_out) {
+  *bytes_out = g_host_available;
+  return KREPLAY_STATUS_SUCCESS;
+}
+
+// One field of a CSV row, by its column's name in the header (quotes removed).
+std::string csv_field(const std::string& header, const std::string& line, const std::string& name) {
+  auto split = [](const std::string& text) {
+    std::vector<std::string> fields(1);
+    bool quoted = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '"') {
+        if (quoted && i + 1 < text.size() && text[i + 1] == '"') {
+          fields.back() += '"';
+          ++i;
+        } else {
+          quoted = !quoted;
+        }
+      } else if (c == ',' && !quoted) {
+        fields.emplace_back();
+      } else {
+        fields.back() += c;
+      }
+    }
+    return fields;
+  };
+  const std::vector<std::string> names = split(header);
+  const std::vector<std::string> values = split(line);
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (names[i] == name) {
+      return values[i];
+    }
+  }
+  return "(no column " + name + ")";
+}
+
+// The first replayed launch of `f` under `settings` with the replay's own policy (replay_policy, 4 KiB digest
+// blocks: the buffer is 4 of them), from a buffer of 10s; the report's header and row, and the buffer after it.
+struct write_set_run_t {
+  std::string header;
+  std::string row;
+};
+write_set_run_t replay_once_with_policy(CUfunction f, int argument, std::map<std::string, std::string> settings,
+                                        const void* pointer = nullptr) {
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  const std::string csv = tmp_csv("write_set");
+  settings.emplace("KREPLAY_REPLAY_OUTPUT", csv);
+  const replay_config_t config = config_with(settings);
+  kreplay_policy_t base = g_policy;
+  base.digest_block_bytes = 4096;
+  const kreplay_policy_t policy = replay_policy(config, base);
+  CHECK_OK(kreplay_set_policy(&policy));
+  {
+    replayer r(*g_tracker, config, g_ops, fake_driver());
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r, f, argument, CUDA_SUCCESS, pointer);
+    r.finish();
+  }
+  CHECK_OK(kreplay_set_policy(&g_policy));
+  const std::vector<std::string> lines = read_lines(csv);
+  for (const std::string& line : lines) {
+    std::printf("csv: %s\n", line.c_str());
+  }
+  std::remove(csv.c_str());
+  CHECK(lines.size() == 2);
+  return {lines[0], lines[1]};
+}
+
+size_t column_size(const write_set_run_t& run, const char* name) {
+  return static_cast<size_t>(std::strtoull(csv_field(run.header, run.row, name).c_str(), nullptr, 10));
+}
 
 // ---- Tests -------------------------------------------------------------------------------------------------------
 
@@ -288,13 +369,18 @@ void csv_rows_quote_names_and_texts() {
   row.reason = "snapshot declined: x, y";
   const std::string line = csv_row(row);
   CHECK(line.rfind("4,\"void k<\"\"a\"\", 2>(int)\",0,", 0) == 0);
-  CHECK(line.find(",\"snapshot declined: x, y\",\"off\"\n") != std::string::npos);
+  CHECK(line.find(",\"snapshot declined: x, y\",\"off\",0,0\n") != std::string::npos);
   row.snapshot_ms = 1.23456;
   row.extra_pass_ms = -0.00005;  // rounds to -0.0001: a sign, never a locale's decimal comma
   const std::string numbers = csv_row(row);
   CHECK(numbers.find(",1.2346,0.0000,0.0000,-0.0001,0,") != std::string::npos);
   const std::string header = csv_header();
-  CHECK(std::count(header.begin(), header.end(), ',') == 15);
+  CHECK(std::count(header.begin(), header.end(), ',') == 17);
+  // The write set's columns come last, after the ones scripts already read by name.
+  CHECK(header.find(",verify,digested_bytes,write_set_misses\n") != std::string::npos);
+  row.digested_bytes = 8192;
+  row.write_set_misses = 2;
+  CHECK(csv_row(row).find(",\"off\",8192,2\n") != std::string::npos);
 }
 
 void every_pass_sees_the_same_inputs_and_the_program_the_last_pass() {
@@ -591,6 +677,75 @@ void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
 
 }  // namespace
 
+const CUfunction block0_kernel = fake::handle<CUfunction>(0xB1);  // every pass writes block 0 only
+const CUfunction stray_kernel = fake::handle<CUfunction>(0xB2);   // pass 3 also writes block 2
+const CUfunction hinted_kernel = fake::handle<CUfunction>(0xB3);  // passes from 2 on also write block 3
+
+// Later passes write exactly pass 1's blocks: the restores after the first digest those only (the last, a full
+// check, the whole footprint), and the program's result is the plain run's. The control, --write-set off,
+// digests the whole footprint at every restore.
+void restores_after_the_first_digest_only_the_learned_write_set() {
+  const write_set_run_t learned = replay_once_with_policy(block0_kernel, 5, {{"KREPLAY_REPLAY_PASSES", "4"}});
+  CHECK(g_buffer[0] == 15 && g_buffer[1] == 10 && g_buffer[4095] == 10);  // one addition, as without kreplay
+  const size_t footprint = column_size(learned, "footprint_bytes");
+  CHECK(footprint >= sizeof(g_buffer));
+  const size_t digested = column_size(learned, "digested_bytes");
+  CHECK(digested > 0 && digested < 3 * footprint);  // 3 restores: full, partial, full check
+  CHECK(digested == 2 * footprint + 4096);
+  CHECK(column_size(learned, "write_set_misses") == 0);
+  CHECK(csv_field(learned.header, learned.row, "verify") == "off");
+  CHECK(csv_field(learned.header, learned.row, "replayed") == "1");
+
+  const write_set_run_t control =
+      replay_once_with_policy(block0_kernel, 5, {{"KREPLAY_REPLAY_PASSES", "4"}, {"KREPLAY_REPLAY_WRITE_SET", "off"}});
+  CHECK(g_buffer[0] == 15 && g_buffer[4095] == 10);
+  CHECK(column_size(control, "digested_bytes") == 3 * column_size(control, "footprint_bytes"));
+}
+
+// Pass 3 writes a block outside pass 1's set: the partial restore before it cannot see it, the full check
+// before the program's launch restores it, so the result is still exact, and the report names the misses.
+void a_write_outside_the_learned_set_is_caught_by_the_last_full_check() {
+  const write_set_run_t run = replay_once_with_policy(stray_kernel, 5, {{"KREPLAY_REPLAY_PASSES", "4"}});
+  CHECK(g_buffer[0] == 15 && g_buffer[2048] == 10 && g_buffer[4095] == 10);  // exactly the plain run's
+  CHECK(column_size(run, "write_set_misses") == 1);
+  const std::string verify = csv_field(run.header, run.row, "verify");
+  CHECK(verify.rfind("differs: write set missed 1 blocks from pass ", 0) == 0);
+  CHECK(csv_field(run.header, run.row, "replayed") == "1");
+}
+
+// A pointer argument into a tracked region is hinted: the block it points at joins the write set, so a pass
+// that writes there only from pass 2 on is restored by the partial restores (no miss). The control, a pointer
+// outside every tracked region, adds nothing: the full check then finds the miss.
+void a_pointer_argument_s_block_is_hinted_into_the_write_set() {
+  const write_set_run_t hinted =
+      replay_once_with_policy(hinted_kernel, 0, {{"KREPLAY_REPLAY_PASSES", "4"}}, &g_buffer[3072]);
+  CHECK(g_buffer[0] == 11 && g_buffer[3072] == 11 && g_buffer[2048] == 10);
+  CHECK(column_size(hinted, "write_set_misses") == 0);
+  CHECK(column_size(hinted, "digested_bytes") == 2 * column_size(hinted, "footprint_bytes") + 2 * 4096);
+
+  static int untracked = 0;
+  const write_set_run_t control =
+      replay_once_with_policy(hinted_kernel, 0, {{"KREPLAY_REPLAY_PASSES", "4"}}, &untracked);
+  CHECK(g_buffer[0] == 11 && g_buffer[3072] == 11);  // still exact: the full check restored the block
+  CHECK(column_size(control, "write_set_misses") == 1);
+}
+
+// --host-budget: with almost no host memory available, the snapshot declines with HOST_BUDGET in the reason and
+// the launch runs once, its result intact. The control, --host-budget 0, replays.
+void a_snapshot_over_the_host_budget_declines_and_runs_once() {
+  g_host_available = 1024;
+  const write_set_run_t declined = replay_once_with_policy(block0_kernel, 5, {{"KREPLAY_REPLAY_PASSES", "4"}});
+  CHECK(g_buffer[0] == 15 && g_buffer[4095] == 10);
+  CHECK(csv_field(declined.header, declined.row, "replayed") == "0");
+  CHECK(csv_field(declined.header, declined.row, "passes_run") == "1");
+  CHECK(csv_field(declined.header, declined.row, "reason").find("HOST_BUDGET") != std::string::npos);
+  const write_set_run_t control =
+      replay_once_with_policy(block0_kernel, 5, {{"KREPLAY_REPLAY_PASSES", "4"}, {"KREPLAY_REPLAY_HOST_BUDGET", "0"}});
+  g_host_available = SIZE_MAX / 4;
+  CHECK(g_buffer[0] == 15);
+  CHECK(csv_field(control.header, control.row, "replayed") == "1");
+}
+
 int main() {
   fake::g_context_devices = {{ctx0, 0}};
   g_kernels[add_kernel] = {"add_kernel", [](int, int a) {
@@ -611,14 +766,28 @@ int main() {
                               record('A');
                             }};
   g_kernels[late_kernel] = {"late_kernel", [record](int, int) { record('B'); }};
+  g_pointer_kernel = hinted_kernel;
+  g_kernels[hinted_kernel] = {"hinted_kernel", [](int pass, int) {
+                                g_buffer[0] += 1;
+                                if (pass >= 2) {
+                                  g_buffer[3072] += 1;  // block 3: where the argument points
+                                }
+                              }};
+  g_kernels[block0_kernel] = {"block0_kernel", [](int, int a) { g_buffer[0] += a; }};
+  g_kernels[stray_kernel] = {"stray_kernel", [](int pass, int a) {
+                               g_buffer[0] += a;
+                               if (pass == 3) {
+                                 g_buffer[2048] += 1;  // block 2 of 4 KiB
+                               }
+                             }};
   static tracker owner(fake::driver());
   g_tracker = &owner;
   CHECK_OK(make_injection_ops(owner, make_base, &g_ops));
+  g_ops.host_available_bytes = host_available;  // the host budget's figure, under the tests' control
   CHECK_OK(kreplay_configure(&g_ops));
-  kreplay_policy_t policy{};
-  policy.struct_size = sizeof(policy);
-  policy.dirty_only = true;
-  CHECK_OK(kreplay_set_policy(&policy));
+  g_policy.struct_size = sizeof(g_policy);
+  g_policy.dirty_only = true;
+  CHECK_OK(kreplay_set_policy(&g_policy));
   kreplay_tracking_enable(true);
   owner.context_device(ctx0, 0, true);
   owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
@@ -629,6 +798,10 @@ int main() {
   RUN_TEST(every_pass_sees_the_same_inputs_and_the_program_the_last_pass);
   RUN_TEST(a_child_process_writes_a_report_of_its_own);
   RUN_TEST(the_control_without_restore_changes_the_result);
+  RUN_TEST(restores_after_the_first_digest_only_the_learned_write_set);
+  RUN_TEST(a_write_outside_the_learned_set_is_caught_by_the_last_full_check);
+  RUN_TEST(a_pointer_argument_s_block_is_hinted_into_the_write_set);
+  RUN_TEST(a_snapshot_over_the_host_budget_declines_and_runs_once);
   RUN_TEST(launches_never_replayed_run_once_with_their_reason);
   RUN_TEST(the_layer_adds_launch_callbacks_only_for_a_replay);
   RUN_TEST(a_launch_of_another_thread_waits_for_the_open_window);

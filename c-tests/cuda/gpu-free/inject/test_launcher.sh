@@ -16,8 +16,8 @@ check() {  # check WHAT CONDITION...
 
 help=$("$launcher" --help)
 check "--help exits 0" test $? -eq 0
-for option in --passes --kernel-name --launch-skip --launch-count --tier --dirty-only --device-budget --verify \
-              --backend --exclude --progress --debug-no-restore --output; do
+for option in --passes --kernel-name --launch-skip --launch-count --tier --dirty-only --write-set --host-budget \
+              --device-budget --verify --backend --exclude --progress --debug-no-restore --output; do
   check "--help lists $option" grep -q -- "$option" <<<"$help"
 done
 

@@ -11,11 +11,30 @@ class kreplay_saved final : public saved_memory {
       kreplay_snapshot_free(snapshot);
     }
   }
-  bool restore(launch_row_t&) override {
-    kreplay_restore_report_t report{};
-    return kreplay_restore(snapshot, &report) == KREPLAY_STATUS_SUCCESS;
+  // Between kreplay's passes: after the first, the engine digests only the learned write set and the hints.
+  bool restore(launch_row_t&) override { return restore_with(0); }
+  bool restore_checked(launch_row_t&) override { return restore_with(KREPLAY_RESTORE_FULL_CHECK); }
+  // One digest block at each pointer (not the whole region: a caching allocator's segment is large).
+  void hint_writes(const std::vector<const void*>& pointers) override {
+    std::vector<kreplay_write_hint_t> hints;
+    hints.reserve(pointers.size());
+    for (const void* pointer : pointers) {
+      hints.push_back({pointer, hint_bytes});
+    }
+    (void)kreplay_snapshot_hint_writes(snapshot, hints.data(), hints.size(), nullptr);
   }
+  static constexpr size_t hint_bytes = 65536;
   kreplay_snapshot_t* snapshot = nullptr;
+
+ private:
+  bool restore_with(uint32_t flags) {
+    kreplay_restore_options_t options{};
+    options.struct_size = sizeof(options);
+    options.flags = flags;
+    kreplay_restore_report_ex_t report{};
+    report.struct_size = sizeof(report);
+    return kreplay_restore_ex(snapshot, &options, &report) == KREPLAY_STATUS_SUCCESS;
+  }
 };
 
 class kreplay_backend final : public snapshot_backend {
@@ -30,7 +49,7 @@ class kreplay_backend final : public snapshot_backend {
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
     if (kreplay_snap(agent, &saved->snapshot, &reason) != KREPLAY_STATUS_SUCCESS) {
       saved->snapshot = nullptr;
-      row.reason = std::string("snapshot declined: ") + kreplay_decline_reason_string(reason);
+      row.reason = "snapshot declined: " + decline_text(reason);
       if (reason == KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE) {
         row.reason += " (" + tracker_.last_error() + ")";
       }
@@ -45,6 +64,9 @@ class kreplay_backend final : public snapshot_backend {
     row.bytes_moved = outcome.bytes_moved;
     row.snapshot_ms = static_cast<double>(outcome.snapshot_ns) / 1e6;
     row.restore_ms = static_cast<double>(outcome.restore_ns) / 1e6;
+    row.digested_bytes = outcome.digested_bytes;
+    row.write_set_misses = outcome.write_set_misses;
+    row.write_set_miss_pass = outcome.write_set_miss_pass;
   }
 
  private:

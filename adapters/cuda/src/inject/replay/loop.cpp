@@ -83,7 +83,7 @@ void replayer::on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data) 
     } catch (...) {
       // Out of host memory on the way: the launch runs once, from the saved memory if passes ran.
       if (t_pending != nullptr && t_pending->saved != nullptr) {
-        (void)t_pending->saved->restore(t_pending->row);
+        (void)t_pending->saved->restore_checked(t_pending->row);
       }
       if (t_pending != nullptr) {
         t_pending->replaying = false;
@@ -191,7 +191,7 @@ bool replayer::open_window(pending_t& p) {
     }
     p.window = nullptr;
     if (reason != KREPLAY_DECLINE_WINDOW_NESTED || attempt == 3) {
-      p.row.reason = std::string("window declined: ") + kreplay_decline_reason_string(reason);
+      p.row.reason = "window declined: " + decline_text(reason);
       return false;
     }
     // Another thread's window on this device: wait until it closes (the fence holds this thread back until
@@ -213,7 +213,11 @@ bool replayer::drain(pending_t& p) {
 
 bool replayer::take_snapshot(pending_t& p) {
   p.saved = backend_->capture(p.agent, p.context, p.row);
-  return p.saved != nullptr;
+  if (p.saved == nullptr) {
+    return false;
+  }
+  hint_arguments(p);
+  return true;
 }
 
 void replayer::run_once_fenced(pending_t& p, const std::string& reason) {

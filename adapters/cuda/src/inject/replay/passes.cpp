@@ -2,6 +2,8 @@
 // the saved memory. The program's own launch is then pass N, measured at its exit, where the window closes. If
 // a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
 // without kreplay.
+#include <cstring>
+
 #include "callback_data.hpp"
 #include "guard.hpp"
 #include "replay/pending.hpp"
@@ -33,7 +35,7 @@ bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
     p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
                    std::to_string(static_cast<int>(launched)) + "; the program's own launch runs from the snapshot";
     (void)driver_.ctx_synchronize();
-    (void)restore(p);
+    (void)restore(p, true);
     return false;
   }
   ++p.own_passes_run;
@@ -45,7 +47,7 @@ bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
   }
   verify_pass(p, pass);
   const auto restoring = replay_clock::now();
-  if (!restore(p)) {
+  if (!restore(p, pass + 1 == config_.passes)) {
     p.row.reason = "restore failed: after pass " + std::to_string(pass) +
                    ", the program's own launch may see that pass's writes";
     return false;
@@ -54,11 +56,36 @@ bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
   return true;
 }
 
-bool replayer::restore(pending_t& p) {
+bool replayer::restore(pending_t& p, bool last) {
   if (!config_.restore) {
     return true;  // the control: every pass sees the previous one's writes
   }
-  return p.saved != nullptr && p.saved->restore(p.row);
+  if (p.saved == nullptr) {
+    return false;
+  }
+  return last ? p.saved->restore_checked(p.row) : p.saved->restore(p.row);
+}
+
+void replayer::hint_arguments(pending_t& p) {
+  const std::vector<unsigned char>& bytes = p.launch.argument_bytes;
+  std::vector<const void*> pointers;
+  const auto* data = bytes.data();
+  // The words at offsets that are multiples of 8 in the parameter buffer: where a pointer argument lies.
+  for (size_t at = 0; at + sizeof(uint64_t) <= bytes.size(); at += sizeof(uint64_t)) {
+    uint64_t word = 0;
+    std::memcpy(&word, data + at, sizeof(word));
+    if (word == 0) {
+      continue;
+    }
+    const void* pointer = reinterpret_cast<const void*>(static_cast<uintptr_t>(word));
+    kreplay_pointer_info_t info{};
+    if (tracker_.pointer_info(pointer, &info) == KREPLAY_STATUS_SUCCESS && info.size != 0) {
+      pointers.push_back(pointer);
+    }
+  }
+  if (!pointers.empty()) {
+    p.saved->hint_writes(pointers);
+  }
 }
 
 void replayer::verify_pass(pending_t& p, uint32_t pass) {
@@ -104,6 +131,11 @@ void replayer::close_window(pending_t& p) {
   outcome.struct_size = sizeof(outcome);
   if (kreplay_window_close(p.window, &outcome) == KREPLAY_STATUS_SUCCESS) {
     backend_->window_closed(outcome, p.row);
+    if (p.row.write_set_misses > 0) {
+      // The program's result is exact (the last restore was a full check), but passes may not have been.
+      const bool differed = p.row.verify.rfind("differs", 0) == 0;  // --verify's own verdict is kept after it
+      p.row.verify = write_set_verdict(p.row) + (differed ? "; " + p.row.verify : std::string());
+    }
   }
   p.window = nullptr;
 }

@@ -103,7 +103,10 @@ class replayer {
   // passes.cpp: kreplay's passes at the entry; the program's own pass and the close at its exit.
   void run_own_passes(pending_t& p);
   bool run_pass(pending_t& p, uint32_t pass, double* restore_ms);
-  bool restore(pending_t& p);
+  // `last`: the restore before the program's own launch, checked whole (the backend's restore_checked).
+  bool restore(pending_t& p, bool last);
+  // The launch's argument copy scanned for device addresses in tracked regions: the backend's write hints.
+  void hint_arguments(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
   void exit(const CUpti_CallbackData& data);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);

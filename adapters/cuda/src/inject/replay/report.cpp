@@ -38,7 +38,7 @@ double ms_between(replay_clock::time_point a, replay_clock::time_point b) {
 
 std::string csv_header() {
   return "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
-         "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify\n";
+         "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses\n";
 }
 
 std::string csv_row(const launch_row_t& r) {
@@ -48,7 +48,24 @@ std::string csv_row(const launch_row_t& r) {
                 r.footprint_bytes, r.bytes_moved);
   return std::to_string(r.index) + "," + quoted(r.kernel) + "," + shape + fixed4(r.snapshot_ms) + "," +
          fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
-         (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "\n";
+         (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "," +
+         std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + "\n";
+}
+
+std::string decline_text(kreplay_decline_reason_t reason) {
+  static constexpr const char* names[] = {
+      "NONE",          "NOT_CONFIGURED",   "FINALIZED",     "METADATA_MEMORY",       "STAGING_MEMORY",
+      "COPY_FAILED",   "MODULE_SCAN_INCOMPLETE", "INVENTORY_OVERFLOW", "HOST_BUDGET", "COPIES_IN_FLIGHT",
+      "UNTRACKED_MEMORY", "OVER_COST",     "WINDOW_NESTED",
+  };
+  const auto index = static_cast<size_t>(reason);
+  const std::string name = index < sizeof(names) / sizeof(names[0]) ? names[index] : std::to_string(index);
+  return name + " (" + kreplay_decline_reason_string(reason) + ")";
+}
+
+std::string write_set_verdict(const launch_row_t& row) {
+  return "differs: write set missed " + std::to_string(row.write_set_misses) + " blocks from pass " +
+         std::to_string(row.write_set_miss_pass);
 }
 
 std::string report_path(const std::string& output, uint64_t launcher_pid, uint64_t pid) {
@@ -90,6 +107,7 @@ void replay_report::add(const launch_row_t& row, double replay_ms) {
   }
   if (row.verify.rfind("differs", 0) == 0) {
     ++differed_;
+    write_set_missed_ += row.write_set_misses > 0 ? 1 : 0;
     log(KREPLAY_LOG_WARNING, "launch %" PRIu64 " (%s): %s", row.index, row.kernel.c_str(), row.verify.c_str());
   }
   replay_ms_ += replay_ms;
@@ -134,6 +152,10 @@ void replay_report::finish(int64_t in_flight) {
                (total_ms - replay_ms_) / 1e3, total_ms / 1e3);
   if (config_.verify) {
     std::fprintf(stderr, "; verify: %" PRIu64 " launches whose passes differed", differed_);
+  }
+  if (write_set_missed_ > 0) {
+    // Their results are exact (the full check restored the missed blocks); some of their passes may not be.
+    std::fprintf(stderr, "; write set: %" PRIu64 " launches with misses", write_set_missed_);
   }
   if (in_flight > 0) {
     // The program ended while other threads were inside launches: those have no row.

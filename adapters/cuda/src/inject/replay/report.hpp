@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "kreplay.h"
 #include "replay_config.hpp"
 
 namespace kreplay::cuda::inject {
@@ -34,8 +35,16 @@ struct launch_row_t {
   double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
   bool replayed = false;
   std::string reason;           // why it ran once ("" when replayed)
-  std::string verify = "off";   // "same", or "differs: pass P, B blocks"
+  std::string verify = "off";   // "same", "differs: pass P, B blocks", or "differs: write set missed ..."
+  size_t digested_bytes = 0;     // device memory all restores of the launch digested
+  size_t write_set_misses = 0;   // blocks the last full check found changed outside the learned write set
+  uint32_t write_set_miss_pass = 0;  // the first pass that may have started from such a state
 };
+// A decline's C name and its text: "HOST_BUDGET (the snapshot would exceed ...)".
+std::string decline_text(kreplay_decline_reason_t reason);
+// The verdict of a launch whose full check found write-set misses: "differs: write set missed N blocks from
+// pass P" (the passes from P on may have started from a state that was not the snapshot).
+std::string write_set_verdict(const launch_row_t& row);
 // The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
 std::string csv_header();
 std::string csv_row(const launch_row_t& row);
@@ -69,6 +78,7 @@ class replay_report {
   std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'
   uint64_t replayed_ = 0;
   uint64_t differed_ = 0;
+  uint64_t write_set_missed_ = 0;  // launches whose last full check found write-set misses
   double replay_ms_ = 0;
   replay_clock::time_point started_;
   replay_clock::time_point last_progress_;
