@@ -24,6 +24,8 @@ class saved_memory {
   virtual ~saved_memory() = default;
   // Puts the saved memory back; the time it took goes to `row` where the backend measures it itself.
   virtual bool restore(launch_row_t& row) = 0;
+  // The context it was saved in was destroyed: its destructor must not call into that context.
+  virtual void context_gone() {}
 };
 
 class snapshot_backend {

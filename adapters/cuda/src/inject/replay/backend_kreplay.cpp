@@ -11,6 +11,8 @@ class kreplay_saved final : public saved_memory {
       kreplay_snapshot_free(snapshot);
     }
   }
+  // Nothing to let go of: kreplay_agent_reset (context_reset.cpp) made the snapshot unrestorable, and freeing
+  // it then calls no device op.
   bool restore(launch_row_t&) override {
     kreplay_restore_report_t report{};
     return kreplay_restore(snapshot, &report) == KREPLAY_STATUS_SUCCESS;
