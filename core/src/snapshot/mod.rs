@@ -44,9 +44,9 @@ pub use write_set::Learned;
 use write_set::WriteSet;
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod reset_tests;
+#[cfg(test)]
+mod tests;
 #[cfg(test)]
 mod v2_tests;
 #[cfg(test)]
