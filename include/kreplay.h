@@ -606,6 +606,16 @@ void kreplay_device_trim(struct kreplay_agent_t agent);
 // Thread-safe.
 void kreplay_device_trim_all(void);
 
+// Tells kreplay that `agent`'s device context is gone (CUDA: `cudaDeviceReset`, the primary context reset, a
+// context destroyed), with everything made in it. kreplay forgets the device storage it holds for `agent`
+// (idle, and held by live snapshots) without `ops.device_free`, since those addresses may already be the
+// program's new allocations; forgets that `agent`'s staging is page-locked without `ops.host_unlock` (it is
+// locked again on next use if the policy pins); drops cached module scans (as `kreplay_modules_changed`); and
+// makes every live snapshot of `agent` unrestorable: `kreplay_restore` then writes nothing and counts every
+// region and variable in `skipped`, and `kreplay_snapshot_free` gives back only its host staging. No device op
+// is called. Thread-safe; call it before anything else uses the new context.
+void kreplay_agent_reset(struct kreplay_agent_t agent);
+
 // Decides whether a submission may be replayed: only one packet that is exactly one kernel dispatch, and
 // never while a graph launch is active (warned once per process). Thread-safe.
 enum kreplay_gate_t kreplay_replay_gate(uint32_t packet_count,

@@ -26,6 +26,7 @@ use crate::policy::{AtomicPolicy, Policy};
 use crate::snapshot::{Parts, RestoreOptions, RestoreReport, Retained, Snapshot, Tier};
 use crate::storage::device::DevicePools;
 use crate::storage::host::{Lease, Pools};
+use crate::storage::resets::Resets;
 use crate::types::{Agent, AllocFlags, PointerInfo};
 use crate::window::{
     OpenInputs, Opened, Outcome, UNCOUNTED_TOKEN, UntrackedStats, WindowHandle, WindowOptions, WindowState,
@@ -42,6 +43,7 @@ pub struct Engine<O: DeviceOps> {
     pub(crate) modules: ModuleCache,
     pub(crate) retained: Retained,
     pub(crate) windows: WindowState,
+    pub(crate) resets: Resets,
     graph_warned: AtomicBool,
 }
 
@@ -64,6 +66,7 @@ impl<O: DeviceOps> Engine<O> {
             modules: ModuleCache::new(),
             retained: Retained::new(),
             windows: WindowState::new(),
+            resets: Resets::new(),
             graph_warned: AtomicBool::new(false),
         }
     }
@@ -84,6 +87,7 @@ impl<O: DeviceOps> Engine<O> {
             policy: &self.policy,
             modules: &self.modules,
             retained: &self.retained,
+            resets: &self.resets,
         }
     }
 
@@ -399,6 +403,31 @@ impl<O: DeviceOps> Engine<O> {
     pub fn modules_changed(&self) {
         let Ok(_call) = self.enter() else { return };
         self.modules.invalidate();
+    }
+
+    /// `agent`'s device context is gone (CUDA: a device reset, the primary context reset, a context destroyed):
+    /// everything made in it went with it. kreplay forgets the agent's device storage (idle, retained and held by
+    /// live snapshots) without `device_free`, since its addresses may be the program's new allocations; forgets
+    /// that the agent's staging is page-locked without `host_unlock` (it is locked again on next use); drops
+    /// cached module scans; and makes every live snapshot of the agent unrestorable (a restore skips all of it,
+    /// a release gives back its host staging only). No device op is called.
+    pub fn agent_reset(&self, agent: Agent) {
+        let Ok(_call) = self.enter() else { return };
+        // The epoch first: a snapshot dropped from now on gives back no device storage and keeps no stash.
+        self.resets.bump(agent);
+        let parts = self.parts();
+        if let Some(stash) = self.retained.take(agent) {
+            parts.release_stale(agent, stash.storage);
+        }
+        self.device.forget(agent, &mut |hold| self.ops.release_hold(hold));
+        self.pools.forget_locks(agent, &mut |hold| self.ops.release_hold(hold));
+        self.modules.invalidate();
+        crate::log!(
+            Level::Info,
+            "agent {:#x}: device context reset; its device storage and page-locking are forgotten, its snapshots \
+             will not be restored",
+            agent.0
+        );
     }
 
     /// Host storage for `size` bytes from `agent`'s pool.

@@ -74,6 +74,8 @@ fn take<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Sna
     let policy = parts.policy.get();
     let dirty = policy.dirty_only && ops.can_digest();
     let capture = Capture { parts, ops: &ops, agent, policy, dirty };
+    // Read before any storage is taken: a reset during the capture makes the snapshot stale, never current.
+    let epoch = parts.resets.epoch(agent);
 
     // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
     let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
@@ -86,6 +88,7 @@ fn take<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Sna
         digests: None,
         info,
         write_set: Mutex::new(WriteSet::new()),
+        epoch,
     };
     capture.check_size(&snapshot)?;
 

@@ -44,6 +44,8 @@ pub use write_set::Learned;
 use write_set::WriteSet;
 
 #[cfg(test)]
+mod reset_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod v2_tests;
@@ -214,6 +216,8 @@ pub struct Snapshot<'e, O: DeviceOps> {
     pub(crate) info: SnapshotInfo,
     /// What its restores learned of the blocks its passes write.
     pub(crate) write_set: Mutex<WriteSet>,
+    /// Its agent's reset epoch when it was captured: after a reset it is never restored.
+    pub(crate) epoch: u64,
 }
 
 // SAFETY: a snapshot's storage is written only by its capture, before the snapshot exists; afterwards shared
@@ -253,7 +257,9 @@ impl<O: DeviceOps> Drop for Snapshot<'_, O> {
             digests: self.digests.take(),
         };
         let parts = self.parts;
-        if stash.digests.is_some() && parts.policy.get().dirty_only && !parts.is_finalized() {
+        if parts.is_stale(stash.agent, self.epoch) {
+            parts.release_stale(stash.agent, stash.storage);
+        } else if stash.digests.is_some() && parts.policy.get().dirty_only && !parts.is_finalized() {
             parts.retained.put(&parts, stash);
         } else {
             stash.release(&parts);

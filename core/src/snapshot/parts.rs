@@ -15,6 +15,7 @@ use crate::opsets::{OpsHold, OpsTable};
 use crate::policy::AtomicPolicy;
 use crate::storage::device::DevicePools;
 use crate::storage::host::Pools;
+use crate::storage::resets::Resets;
 use crate::types::Agent;
 
 /// Borrowed parts of one engine.
@@ -27,6 +28,7 @@ pub(crate) struct Parts<'e, O: DeviceOps> {
     pub policy: &'e AtomicPolicy,
     pub modules: &'e ModuleCache,
     pub retained: &'e Retained,
+    pub resets: &'e Resets,
 }
 
 // Not derived: a derive would ask `O: Copy` of the ops, and only references are copied.
@@ -88,6 +90,17 @@ impl<O: DeviceOps> Parts<'_, O> {
                 ptr.as_ptr() as usize
             );
         }
+    }
+
+    /// Whether `agent`'s device context was reset since `epoch` (storage and contents of then are gone).
+    pub(crate) fn is_stale(&self, agent: Agent, epoch: u64) -> bool {
+        self.resets.epoch(agent) != epoch
+    }
+
+    /// Gives back the host part of storage taken before its agent's context was reset; its device part is
+    /// forgotten (that memory went with the context, and its addresses may be the program's now).
+    pub(crate) fn release_stale(&self, agent: Agent, storage: Storage) {
+        self.release(agent, Storage { host: storage.host, device: None });
     }
 
     /// Gives a snapshot's storage back to `agent`'s pools.

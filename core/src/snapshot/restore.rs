@@ -25,6 +25,16 @@ pub(crate) fn restore<O: DeviceOps>(
         Err(error) => return (RestoreReport::default(), Err(error)),
     };
     let agent = snapshot.info.agent;
+    if parts.is_stale(agent, snapshot.epoch) {
+        let skipped = snapshot.ranges.iter().map(|range| range.units()).sum();
+        crate::log!(
+            Level::Warning,
+            "agent {:#x}: device context reset since the snapshot; {skipped} regions and module variables skipped, \
+             nothing written",
+            agent.0
+        );
+        return (RestoreReport { skipped, ..RestoreReport::default() }, Ok(()));
+    }
     let start = clock::now_ns();
     // Module variables whose code object is gone are left out.
     let alive = liveness::check(&*ops, snapshot);

@@ -149,6 +149,26 @@ impl BlockPool {
         self.blocks[idle.index as usize].take()
     }
 
+    /// Removes every block, idle and lent, without freeing it (its memory is gone already): loans out stay
+    /// unreturnable. `each` gets every removed block.
+    pub fn forget_all(&mut self, each: &mut dyn FnMut(Block)) {
+        self.idle.clear();
+        for block in self.blocks.iter_mut().filter_map(Option::take) {
+            each(block);
+        }
+        self.blocks.clear();
+    }
+
+    /// Clears the page-locked mark of every block, idle and lent (the registration is gone already); `each` gets
+    /// every hold cleared.
+    pub fn forget_holds(&mut self, each: &mut dyn FnMut(OpsHold)) {
+        for block in self.blocks.iter_mut().flatten() {
+            if let Some(hold) = block.hold.take() {
+                each(hold);
+            }
+        }
+    }
+
     /// Capacity of the idle blocks.
     pub fn idle_bytes(&self) -> usize {
         self.idle.iter().map(|b| b.capacity).sum()

@@ -15,7 +15,7 @@ use core::ptr::NonNull;
 
 use arrayvec::ArrayVec;
 
-use super::blocks::{Block, BlockPool, Loaned};
+use super::blocks::{BLOCKS_PER_AGENT, Block, BlockPool, Loaned};
 use super::budget::{Books, Budget};
 use super::slots::{AgentSlots, Claimed};
 use crate::error::{Error, Result};
@@ -210,6 +210,29 @@ impl DevicePools {
                 }
                 self.credit(agent, block.capacity);
             }
+        }
+    }
+
+    /// Forgets all of `agent`'s device storage, idle and lent, without freeing it: its context was destroyed, so
+    /// the memory is gone and its addresses may already be the program's. Leases still out are refused when they
+    /// come back. `release` gets the hold of every block forgotten. Allocations in flight stay charged.
+    pub fn forget(&self, agent: Agent, release: &mut dyn FnMut(OpsHold)) {
+        let mut holds: ArrayVec<OpsHold, BLOCKS_PER_AGENT> = ArrayVec::new();
+        self.slots.with(agent, |pool| {
+            let mut forgotten = 0usize;
+            pool.blocks.forget_all(&mut |block| {
+                forgotten += block.capacity;
+                // Never full: a pool has at most one hold per block.
+                if let Some(hold) = block.hold {
+                    let _ = holds.try_push(hold);
+                }
+            });
+            pool.charged = pool.charged.saturating_sub(forgotten);
+            pool.lent = 0;
+            pool.changed();
+        });
+        for hold in holds {
+            release(hold);
         }
     }
 

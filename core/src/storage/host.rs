@@ -373,6 +373,22 @@ impl Pools {
         }
     }
 
+    /// Forgets that `agent`'s blocks, idle and lent, are page-locked, without unlocking them: the registration
+    /// went with the device context. A block is locked again the next time a capture that pins takes it.
+    /// `release` gets every hold cleared (called with no lock held).
+    pub fn forget_locks(&self, agent: Agent, release: &mut dyn FnMut(OpsHold)) {
+        let mut holds: ArrayVec<OpsHold, BLOCKS_PER_AGENT> = ArrayVec::new();
+        self.slots.with(agent, |pool| {
+            // Never full: a pool has at most one hold per block.
+            pool.blocks.forget_holds(&mut |hold| {
+                let _ = holds.try_push(hold);
+            });
+        });
+        for hold in holds {
+            release(hold);
+        }
+    }
+
     /// Bytes of idle storage `agent`'s pool holds: idle blocks and wholly idle slab chunks (what a trim unmaps).
     pub fn retained_bytes(&self, agent: Agent) -> usize {
         self.slots.with(agent, |pool| pool.retained_bytes()).unwrap_or(0)

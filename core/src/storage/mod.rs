@@ -9,6 +9,7 @@ pub(crate) mod budget;
 pub mod device;
 pub mod host;
 pub(crate) mod host_budget;
+pub mod resets;
 pub mod slots;
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 #include "adapter.hpp"
 #include "boundary.hpp"
+#include "context_reset.hpp"
 #include "cupti_layer.hpp"
 #include "driver.hpp"
 #include "guard.hpp"
@@ -154,13 +155,19 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
   }
 }
 
-// The layer and its consumers: the tracker first, so that a module the replay loads at a launch's entry is bound
-// to the launched function.
+// The layer and its consumers: the context reset before the tracker (it reads what the tracker forgets), the
+// tracker before the replay, so that a module the replay loads at a launch's entry is bound to the launched
+// function.
 bool connect_layer(const replay_config_t& config, const kreplay_device_ops_t& ops, const cupti_api_t& cupti) {
   g_injection.layer = new (std::nothrow) cupti_layer(cupti);
   if (g_injection.layer == nullptr) {
     return false;
   }
+  register_context_reset(g_injection.layer->board(), *g_injection.owner, [ops](int device) {
+    if (const kreplay_device_ops_t* base = injection_base_ops(ops); base != nullptr) {
+      adapter::forget_device(*base, device);
+    }
+  });
   register_tracker_callbacks(g_injection.layer->board(), *g_injection.owner);
   if (config.enabled) {
     connect_replay(config, ops, cupti);

@@ -1,6 +1,7 @@
 // The injection's device ops over the tracker (injection_ops.hpp).
 #include "injection_ops.hpp"
 
+#include <atomic>
 #include <mutex>
 #include <new>
 
@@ -17,6 +18,7 @@ struct state_t {
   std::once_flag once;
   kreplay_status_t made = KREPLAY_STATUS_NOT_CONFIGURED;
   kreplay_device_ops_t base{};
+  std::atomic<bool> ready{false};  // `base` is made (published by the once flag's end)
 };
 
 state_t& state_of(void* user_data) { return *static_cast<state_t*>(user_data); }
@@ -26,6 +28,7 @@ const kreplay_device_ops_t* base(void* user_data) {
   state_t& state = state_of(user_data);
   std::call_once(state.once, [&] {
     state.made = state.factory(&state.base);
+    state.ready.store(state.made == KREPLAY_STATUS_SUCCESS, std::memory_order_release);
     if (state.made != KREPLAY_STATUS_SUCCESS) {
       log(KREPLAY_LOG_WARNING, "the CUDA adapter's ops could not be made (%s): snapshots will fail",
           kreplay_status_string(state.made));
@@ -116,6 +119,14 @@ kreplay_status_t make_injection_ops(tracker& owner, base_ops_factory_t factory, 
   }
   *ops_out = detail::ops_table<injection_ops>(state);
   return KREPLAY_STATUS_SUCCESS;
+}
+
+const kreplay_device_ops_t* injection_base_ops(const kreplay_device_ops_t& ops) {
+  if (ops.release != &injection_ops::release || ops.user_data == nullptr) {
+    return nullptr;
+  }
+  const state_t& state = state_of(ops.user_data);
+  return state.ready.load(std::memory_order_acquire) ? &state.base : nullptr;
 }
 
 }  // namespace kreplay::cuda::inject

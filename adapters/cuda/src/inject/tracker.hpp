@@ -42,6 +42,8 @@ class tracker {
   }
   // The device of `context`: the cached answer, else one read-only query (cached), else -1.
   int device_of(CUcontext context) { return memory_.device_of(context); }
+  // The device's primary context as last retained, or null when none is known.
+  CUcontext primary_context(int ordinal) { return memory_.primary_context(ordinal); }
   // The context is going away (cuCtxDestroy, CONTEXT_DESTROY_STARTING, a primary-context reset): its
   // allocations are recorded freed and its modules forgotten.
   void context_destroyed(CUcontext context);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "context_reset.hpp"
 #include "cupti_layer.hpp"
 #include "fakes.hpp"
 #include "injection_ops.hpp"
@@ -33,6 +34,20 @@ using namespace kreplay::cuda::inject;
 namespace {
 
 const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+
+// ---- Contexts: what the fake made in each, and calls that reach it with a destroyed context's handles ------------
+CUcontext g_live_context = ctx0;           // where launches run and the fake makes events and storage now
+std::set<CUcontext> g_dead_contexts;
+std::map<const void*, CUcontext> g_made_in;  // an event, a storage block or a page-locked range: its context
+int g_dead_calls = 0;
+void check_alive(const void* handle) {
+  auto found = g_made_in.find(handle);
+  if (found != g_made_in.end() && g_dead_contexts.count(found->second) != 0) {
+    ++g_dead_calls;
+  }
+}
+// Whether [address, address + bytes) touches storage made in a destroyed context.
+void check_range(const void* address, size_t bytes);
 
 // ---- The fake device: kernels are host functions of (pass, argument) over one buffer --------------------------
 alignas(64) int g_buffer[4096];
@@ -91,14 +106,24 @@ CUresult param_info(CUfunction f, size_t index, size_t* offset, size_t* size) {
 CUresult event_create(CUevent* event, unsigned) {
   static uintptr_t next = 0x9000;
   *event = fake::handle<CUevent>(next++);
+  g_made_in[*event] = g_live_context;
   return CUDA_SUCCESS;
 }
-CUresult event_record(CUevent, CUstream) { return CUDA_SUCCESS; }
-CUresult event_elapsed(float* ms, CUevent, CUevent) {
+CUresult event_record(CUevent event, CUstream) {
+  check_alive(event);
+  return CUDA_SUCCESS;
+}
+CUresult event_elapsed(float* ms, CUevent start, CUevent end) {
+  check_alive(start);
+  check_alive(end);
   *ms = 0.001f;
   return CUDA_SUCCESS;
 }
-CUresult event_destroy(CUevent) { return CUDA_SUCCESS; }
+CUresult event_destroy(CUevent event) {
+  check_alive(event);
+  g_made_in.erase(event);
+  return CUDA_SUCCESS;
+}
 
 driver_api_t fake_driver() {
   driver_api_t d;
@@ -135,23 +160,69 @@ kreplay_status_t digest(void*, kreplay_agent_t, const kreplay_digest_job_t* jobs
   }
   return KREPLAY_STATUS_SUCCESS;
 }
-// Device storage for the device tier: host memory, counted.
+// Device storage for the device tier: host memory, counted, each block remembered with its context.
 size_t g_device_held = 0;
+std::map<const void*, size_t> g_storage;
 kreplay_status_t device_alloc(void*, kreplay_agent_t, size_t bytes, void** out) {
   *out = std::malloc(bytes);
   g_device_held += *out != nullptr ? bytes : 0;
+  if (*out != nullptr) {
+    g_storage[*out] = bytes;
+    g_made_in[*out] = g_live_context;
+  }
   return *out != nullptr ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
 }
 kreplay_status_t device_free(void*, kreplay_agent_t, void* ptr, size_t bytes) {
+  check_alive(ptr);  // storage of a destroyed context is the driver's again: never freed twice
+  g_storage.erase(ptr);
+  g_made_in.erase(ptr);
   std::free(ptr);
   g_device_held -= bytes;
   return KREPLAY_STATUS_SUCCESS;
 }
+void check_range(const void* address, size_t bytes) {
+  const auto* at = static_cast<const unsigned char*>(address);
+  for (const auto& [base, size] : g_storage) {
+    const auto* start = static_cast<const unsigned char*>(base);
+    if (at < start + size && start < at + bytes) {
+      check_alive(base);
+    }
+  }
+}
+kreplay_status_t checked_copy(void* user_data, void* dst, const void* src, size_t bytes) {
+  check_range(dst, bytes);
+  check_range(src, bytes);
+  return fake::copy(user_data, dst, src, bytes);
+}
+kreplay_status_t checked_copy_batch(void* user_data, kreplay_agent_t agent, const kreplay_copy_t* copies,
+                                    size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    check_range(copies[i].dst, copies[i].bytes);
+    check_range(copies[i].src, copies[i].bytes);
+  }
+  return fake::copy_batch(user_data, agent, copies, count);
+}
+// Page-locking: a registration of the context live at the time.
+int g_host_locks = 0;
+kreplay_status_t host_lock(void*, void* ptr, size_t) {
+  ++g_host_locks;
+  g_made_in[ptr] = g_live_context;
+  return KREPLAY_STATUS_SUCCESS;
+}
+kreplay_status_t host_unlock(void*, void* ptr, size_t) {
+  check_alive(ptr);
+  g_made_in.erase(ptr);
+  return KREPLAY_STATUS_SUCCESS;
+}
 kreplay_status_t make_base(kreplay_device_ops_t* out) {
   CHECK_OK(fake::make_base(out));
+  out->copy = checked_copy;
+  out->copy_batch = checked_copy_batch;
   out->digest = digest;
   out->device_alloc = device_alloc;
   out->device_free = device_free;
+  out->host_lock = host_lock;
+  out->host_unlock = host_unlock;
   return KREPLAY_STATUS_SUCCESS;
 }
 
@@ -162,7 +233,7 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
   data.functionName = "cuLaunchKernel";
   data.functionParams = params;
   data.functionReturnValue = result;
-  data.context = ctx0;
+  data.context = g_live_context;
   return data;
 }
 
@@ -641,6 +712,114 @@ void a_refused_replay_callback_leaves_tracking_on_and_replays_nothing() {
   r.finish();
 }
 
+// ---- A context destroyed (cudaDeviceReset) with kreplay's state live in it -------------------------------------
+const CUfunction reset_kernel = fake::handle<CUfunction>(0xA7);  // adds its argument; its last pass resets
+std::function<void()> g_reset_during_program_pass;
+
+// Destroys the live context as cudaDeviceReset does (CONTEXT_DESTROY_STARTING through the layer), then the
+// program allocates its buffer again, at the same address, in a new primary context.
+void destroy_live_context(cupti_layer& layer, CUcontext next) {
+  CUpti_ResourceData data{};
+  data.context = g_live_context;
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, &data);
+  g_dead_contexts.insert(g_live_context);
+  g_live_context = next;
+  fake::g_context_devices[next] = 0;
+  g_tracker->context_device(next, 0, true);
+  g_tracker->allocated(next, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+}
+
+// In the live context: a snapshot of the host tier held (page-locked staging lent to it), a replayed launch on
+// the device tier (its storage kept for dirty-only re-capture), and a replayed launch whose own pass (the last)
+// coincides with the context's destruction (its events and snapshot were made there). Then a launch in the new
+// context. `handled`: the injection's context reset and the replay's listener are registered; the control
+// leaves both out. Returns the calls that reached the fake with a destroyed context's handles.
+int replay_across_a_context_reset(bool handled, CUcontext next) {
+  g_dead_calls = 0;
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof(policy);
+  policy.dirty_only = true;
+  policy.pin_staging = true;
+  CHECK_OK(kreplay_set_policy(&policy));
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.enable_callback = enable;
+  api.get_callback_name = callback_name;
+  replayer r(*g_tracker, config_with({{"KREPLAY_REPLAY_PASSES", "3"}, {"KREPLAY_REPLAY_OUTPUT", tmp_csv("reset")}}),
+             g_ops, fake_driver());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  cupti_layer layer(api);
+  std::vector<int> forgotten;
+  if (handled) {
+    register_context_reset(layer.board(), *g_tracker, [&forgotten](int device) { forgotten.push_back(device); });
+  }
+  register_tracker_callbacks(layer.board(), *g_tracker);
+  if (handled) {
+    register_replay_callbacks(layer.board(), r, api);
+  }
+  CHECK(layer.start());
+
+  // Host tier, page-locked, held across the reset.
+  const int locks = g_host_locks;
+  kreplay_snapshot_t* held = nullptr;
+  CHECK_OK(kreplay_snap(test_agent(1), &held, nullptr));
+  CHECK(g_host_locks == locks + 1);
+  // Device tier from here on.
+  policy.device_budget_bytes = 1 << 20;
+  CHECK_OK(kreplay_set_policy(&policy));
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  g_launches.clear();
+  program_launch(r, add_kernel, 5);
+  CHECK(g_launches[add_kernel] == 2 && g_buffer[7] == 15);
+  CHECK(kreplay_retained_device_bytes(test_agent(1)) > 0);  // the stash, made in the live context
+  g_reset_during_program_pass = [&] { destroy_live_context(layer, next); };
+  program_launch(r, reset_kernel, 1);
+  g_reset_during_program_pass = nullptr;
+  CHECK(g_live_context == next);
+  if (handled) {
+    CHECK(forgotten == std::vector<int>{0});
+    CHECK(kreplay_retained_device_bytes(test_agent(1)) == 0);
+  }
+
+  // The held snapshot is of the old context: nothing of it is written back.
+  for (int& v : g_buffer) {
+    v = 10;
+  }
+  kreplay_restore_report_t report{};
+  (void)kreplay_restore(held, &report);
+  if (handled) {
+    CHECK(report.restored == 0 && report.skipped >= 1 && report.bytes == 0);
+  }
+  kreplay_snapshot_free(held);
+  // The program goes on in the new context: replayed there, every pass from the same inputs.
+  g_launches.clear();
+  program_launch(r, add_kernel, 5);
+  CHECK(g_launches[add_kernel] == 2);
+  for (int v : g_buffer) {
+    CHECK(v == 15);
+  }
+  kreplay_staging_trim(test_agent(1));
+  kreplay_device_trim(test_agent(1));
+  r.finish();
+  policy.device_budget_bytes = 0;
+  policy.pin_staging = false;
+  CHECK_OK(kreplay_set_policy(&policy));
+  return g_dead_calls;
+}
+
+void a_control_without_reset_handling_calls_into_the_destroyed_context() {
+  CHECK(replay_across_a_context_reset(false, fake::handle<CUcontext>(0x101)) > 0);
+  // What the control left behind was made in a destroyed context: forgotten before the real test.
+  kreplay_agent_reset(test_agent(1));
+}
+
+void after_a_context_reset_launches_replay_in_the_new_context_and_nothing_calls_into_the_old_one() {
+  CHECK(replay_across_a_context_reset(true, fake::handle<CUcontext>(0x102)) == 0);
+}
+
 // The in-process overhead measurement's switch (kreplay_inject_set_subscribed): unsubscribing and subscribing
 // again enables the same callbacks, counts the program's callbacks, and makes every later snapshot decline.
 void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
@@ -780,6 +959,14 @@ int main() {
                                  g_buffer[2048] += 1;  // block 2 of 4 KiB
                                }
                              }};
+  g_kernels[reset_kernel] = {"reset_kernel", [](int pass, int a) {
+                               for (int& v : g_buffer) {
+                                 v += a;
+                               }
+                               if (pass == 3 && g_reset_during_program_pass) {
+                                 g_reset_during_program_pass();
+                               }
+                             }};
   static tracker owner(fake::driver());
   g_tracker = &owner;
   CHECK_OK(make_injection_ops(owner, make_base, &g_ops));
@@ -807,6 +994,8 @@ int main() {
   RUN_TEST(a_launch_of_another_thread_waits_for_the_open_window);
   RUN_TEST(a_refused_replay_callback_leaves_tracking_on_and_replays_nothing);
   RUN_TEST(a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back);
+  RUN_TEST(a_control_without_reset_handling_calls_into_the_destroyed_context);
+  RUN_TEST(after_a_context_reset_launches_replay_in_the_new_context_and_nothing_calls_into_the_old_one);
   RUN_TEST(pausing_unsubscribes_and_resuming_enables_the_same_callbacks);  // last: snapshots decline after it
   return 0;
 }

@@ -30,6 +30,8 @@ class saved_memory {
   // Device addresses the launch's arguments hold: where its passes may write. Only a backend with write sets
   // uses them.
   virtual void hint_writes(const std::vector<const void*>& pointers) { (void)pointers; }
+  // The context it was saved in was destroyed: its destructor must not call into that context.
+  virtual void context_gone() {}
 };
 
 class snapshot_backend {

@@ -24,8 +24,13 @@ class cupti_saved final : public saved_memory {
   // Also after a failed save: whatever it set up is freed.
   ~cupti_saved() override {
     own_call_scope own;
-    (void)api_.free(&checkpoint);
+    if (!gone_) {
+      (void)api_.free(&checkpoint);
+    }
   }
+  // The checkpoint's device copies went with the context; its host side is left (the Checkpoint API frees
+  // both at once).
+  void context_gone() override { gone_ = true; }
   bool restore(launch_row_t& row) override {
     const auto begun = replay_clock::now();
     own_call_scope own;
@@ -37,6 +42,7 @@ class cupti_saved final : public saved_memory {
 
  private:
   const checkpoint_api_t& api_;
+  bool gone_ = false;
 };
 
 class cupti_backend final : public snapshot_backend {

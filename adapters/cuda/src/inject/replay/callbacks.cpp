@@ -48,6 +48,13 @@ switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer&
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId id, const void* data) { replay.on_capture(id, api_data(data)); });
   }
+  // Listens only: the tracker enables it.
+  board.route(
+      me, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING,
+      [&replay](CUpti_CallbackId, const void* data) {
+        replay.on_context_destroyed(static_cast<const CUpti_ResourceData*>(data)->context);
+      },
+      false);
   for (CUpti_CallbackId cbid : copy_ids(api)) {
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId, const void* data) { replay.on_copy(api_data(data)); });

@@ -70,6 +70,11 @@ class kernel_timer {
   void start(CUstream stream);
   void stop(CUstream stream);
   float elapsed_ms() const;  // 0 when not measured
+  // The events' context was destroyed: they are dropped without a driver call.
+  void forget() {
+    start_ = end_ = nullptr;
+    ready_ = false;
+  }
 
  private:
   const driver_api_t& driver_;

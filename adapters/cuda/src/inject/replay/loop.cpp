@@ -142,6 +142,7 @@ void replayer::describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_Callbac
   std::copy(std::begin(p.launch.grid), std::end(p.launch.grid), std::begin(p.row.grid));
   std::copy(std::begin(p.launch.block), std::end(p.launch.block), std::begin(p.row.block));
   p.context = data.context;
+  p.destroyed_at_entry = contexts_destroyed_.load(std::memory_order_acquire);
   p.device = tracker_.device_of(data.context);
   p.row.device = p.device;
   // A context the tracker never saw is taken for device 0's, as it always was.
@@ -228,6 +229,35 @@ void replayer::run_once_fenced(pending_t& p, const std::string& reason) {
   }
 }
 
+// ---- Contexts destroyed -------------------------------------------------------------------------------------
+
+void replayer::on_context_destroyed(CUcontext context) {
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
+  if (gone_.size() >= gone_kept) {
+    gone_.erase(gone_.begin());
+  }
+  gone_.emplace_back(context, number);
+  contexts_destroyed_.store(number, std::memory_order_release);
+}
+
+bool replayer::context_gone(const pending_t& p) {
+  const uint64_t now = contexts_destroyed_.load(std::memory_order_acquire);
+  if (now == p.destroyed_at_entry) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(gone_mutex_);
+  if (gone_.empty() || gone_.front().second > p.destroyed_at_entry + 1) {
+    return true;  // more resets since its entry than are kept
+  }
+  for (const auto& [context, number] : gone_) {
+    if (number > p.destroyed_at_entry && context == p.context) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // ---- The launch's exit ------------------------------------------------------------------------------------------
 
 void replayer::exit(const CUpti_CallbackData& data) {
@@ -237,7 +267,15 @@ void replayer::exit(const CUpti_CallbackData& data) {
     return;
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  if (p->replaying) {
+  if (p->replaying && context_gone(*p)) {
+    // Its events and saved memory went with the context: let go of them without calling into it.
+    p->timer.forget();
+    if (p->saved != nullptr) {
+      p->saved->context_gone();
+    }
+    p->row.reason = "the launch's context was destroyed before its exit";
+    close_window(*p);
+  } else if (p->replaying) {
     finish_program_pass(*p, data);
     close_window(*p);
     if (!p->extra_ms.empty()) {

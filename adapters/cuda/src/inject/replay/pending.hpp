@@ -19,6 +19,7 @@ struct replayer::pending_t {
   const char* name = nullptr;      // the launched function's, when the driver has one
   int device = -1;
   CUcontext context = nullptr;     // the launch's
+  uint64_t destroyed_at_entry = 0; // contexts destroyed before its entry (replayer::contexts_destroyed_)
   kreplay_agent_t agent{0};
   bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
   uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)

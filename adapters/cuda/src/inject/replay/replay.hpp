@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda.h>
@@ -85,6 +86,9 @@ class replayer {
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_copy(const CUpti_CallbackData& data);
+  // CONTEXT_DESTROY_STARTING: a launch of that context between its entry and its exit (on another thread)
+  // makes no driver call with its handles any more (events, saved memory) and is reported as cut short.
+  void on_context_destroyed(CUcontext context);
 
   // The closing summary on stderr and the report's last flush (atexit). Idempotent.
   void finish();
@@ -111,6 +115,8 @@ class replayer {
   void exit(const CUpti_CallbackData& data);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
   void close_window(pending_t& p);
+  // Whether the launch's context was destroyed since its entry.
+  bool context_gone(const pending_t& p);
 
   tracker& tracker_;
   replay_config_t config_;
@@ -123,6 +129,12 @@ class replayer {
   std::atomic<uint64_t> launches_{0};
   std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
   replay_report report_;
+  // Contexts destroyed, each with its number in contexts_destroyed_ (the last few: a launch in flight through
+  // more resets than that takes its context for gone).
+  static constexpr size_t gone_kept = 64;
+  std::mutex gone_mutex_;
+  std::vector<std::pair<CUcontext, uint64_t>> gone_;
+  std::atomic<uint64_t> contexts_destroyed_{0};
 };
 
 // The replay as an optional consumer of the CUPTI layer: its launches, stream captures and every memcpy and
