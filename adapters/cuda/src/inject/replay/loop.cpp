@@ -12,6 +12,15 @@
 
 namespace kreplay::cuda::inject {
 namespace {
+
+// The median of the passes' costs: for an even count the mean of the two middle ones (with a learned write set, a
+// window of 5 passes has two full restores, the learning one and the last check, and two partial ones).
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 thread_local replayer::pending_t* t_pending = nullptr;
 thread_local int t_launch_depth = 0;  // launch callbacks in progress on this thread (another tool's may nest)
 thread_local uint64_t t_copy_token = 0;
@@ -279,8 +288,7 @@ void replayer::exit(const CUpti_CallbackData& data) {
     finish_program_pass(*p, data);
     close_window(*p);
     if (!p->extra_ms.empty()) {
-      std::sort(p->extra_ms.begin(), p->extra_ms.end());
-      p->row.extra_pass_ms = p->extra_ms[p->extra_ms.size() / 2];  // the median
+      p->row.extra_pass_ms = median(p->extra_ms);
     }
   }
   p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
