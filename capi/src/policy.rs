@@ -66,6 +66,14 @@ pub struct kreplay_policy_t {
 unsafe impl Versioned for kreplay_policy_t {
     const MIN_SIZE: usize = offset_of!(kreplay_policy_t, max_snapshot_bytes) + size_of::<usize>();
     const REQUIRED: &'static str = "the version-1 fields";
+    // Version 3's `untracked_decline_mask` starts in version 2's tail padding and version 4's
+    // `host_budget_percent` in version 3's: a caller's struct_size of 56 or 80 covers 3 or 4 bytes it never set.
+    const VERSION_ENDS: &'static [usize] = &[
+        offset_of!(kreplay_policy_t, max_snapshot_bytes) + size_of::<usize>(),
+        offset_of!(kreplay_policy_t, cache_module_scan) + size_of::<bool>(),
+        offset_of!(kreplay_policy_t, device_budget_percent) + size_of::<u32>(),
+        offset_of!(kreplay_policy_t, learn_write_set) + size_of::<bool>(),
+    ];
 
     fn defaults() -> Self {
         let defaults = Policy::DEFAULT;
@@ -134,4 +142,67 @@ pub unsafe extern "C" fn kreplay_set_policy(policy: *const kreplay_policy_t) -> 
 #[unsafe(no_mangle)]
 pub extern "C" fn kreplay_modules_changed() {
     engine().modules_changed()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::kreplay_policy_t;
+    use crate::versioned;
+
+    /// A caller's struct as a C compiler may leave it: every byte 0xFF, then the fields it knows written.
+    #[repr(C, align(8))]
+    struct Raw([u8; size_of::<kreplay_policy_t>()]);
+
+    fn raw_of_size(struct_size: usize) -> Raw {
+        let mut raw = Raw([0xFF; size_of::<kreplay_policy_t>()]);
+        raw.0[..size_of::<usize>()].copy_from_slice(&struct_size.to_ne_bytes());
+        raw.0[offset_of!(kreplay_policy_t, pin_staging)] = 0;
+        let limit = offset_of!(kreplay_policy_t, max_snapshot_bytes);
+        raw.0[limit..limit + size_of::<usize>()].copy_from_slice(&0usize.to_ne_bytes());
+        raw
+    }
+
+    #[test]
+    fn a_version_3_struct_s_tail_padding_is_never_read_as_a_version_4_field() {
+        // Version 3 ended with `device_budget_percent`; its sizeof rounds up past it, over the padding where
+        // version 4's `host_budget_percent` now lies.
+        let v3_end = offset_of!(kreplay_policy_t, device_budget_percent) + size_of::<u32>();
+        let v3_size = v3_end.next_multiple_of(8);
+        assert!(offset_of!(kreplay_policy_t, host_budget_percent) < v3_size, "no field starts in the padding");
+        let mut raw = raw_of_size(v3_size);
+        for field in [offset_of!(kreplay_policy_t, dirty_only), offset_of!(kreplay_policy_t, cache_module_scan)] {
+            raw.0[field] = 0;
+        }
+        let mask = offset_of!(kreplay_policy_t, untracked_decline_mask);
+        raw.0[mask..mask + 4].copy_from_slice(&0u32.to_ne_bytes());
+        let percent = offset_of!(kreplay_policy_t, device_budget_percent);
+        raw.0[percent..percent + 4].copy_from_slice(&0u32.to_ne_bytes());
+        let pointer = (&raw as *const Raw).cast::<kreplay_policy_t>();
+        // SAFETY: `pointer` addresses `v3_size` readable bytes (the whole buffer), aligned for the struct.
+        let read = unsafe { versioned::read("test", "policy", pointer) }.expect("a version-3 size is accepted");
+        assert_eq!(read.host_budget_percent, 0, "padding read as the host budget");
+        assert!(!read.learn_write_set);
+        assert_eq!(read.device_budget_percent, 0);
+    }
+
+    #[test]
+    fn a_version_4_struct_is_read_whole() {
+        let mut raw = raw_of_size(size_of::<kreplay_policy_t>());
+        for field in [
+            offset_of!(kreplay_policy_t, dirty_only),
+            offset_of!(kreplay_policy_t, cache_module_scan),
+            offset_of!(kreplay_policy_t, learn_write_set),
+        ] {
+            raw.0[field] = 1;
+        }
+        let budget = offset_of!(kreplay_policy_t, host_budget_percent);
+        raw.0[budget..budget + 4].copy_from_slice(&50u32.to_ne_bytes());
+        let pointer = (&raw as *const Raw).cast::<kreplay_policy_t>();
+        // SAFETY: `pointer` addresses the whole struct's bytes, aligned for it, every field set to a valid value.
+        let read = unsafe { versioned::read("test", "policy", pointer) }.expect("the full size is accepted");
+        assert_eq!(read.host_budget_percent, 50);
+        assert!(read.learn_write_set);
+    }
 }

@@ -18,6 +18,11 @@ pub(crate) unsafe trait Versioned: Sized {
     const MIN_SIZE: usize;
     /// What those fields are, for the log line of a short struct.
     const REQUIRED: &'static str;
+    /// Where each version's last field ends, in ascending order, for a struct whose new fields may start inside
+    /// the tail padding of an older version (a `u32` after a `u32` at an offset 4 mod 8): a caller's
+    /// `struct_size` then covers padding that C never initialises, and only the bytes up to the largest end within
+    /// it are read. Empty: every `struct_size` ends at a field (pointer-sized fields only).
+    const VERSION_ENDS: &'static [usize] = &[];
     /// The value of every field that lies past a caller's `struct_size`.
     fn defaults() -> Self;
 }
@@ -44,10 +49,20 @@ pub(crate) unsafe fn read<T: Versioned>(function: &str, argument: &str, value: *
         return None;
     }
     let mut read = T::defaults();
-    let len = struct_size.min(size_of::<T>());
+    let len = covered::<T>(struct_size);
     // SAFETY: 1. the caller guarantees `struct_size` readable bytes at `value`, and `len` is at most that;
     // 2. `read` is a distinct local of at least `len` bytes; 3. every field of `T` is valid for any bytes a C
     // compiler writes for it (the trait's contract).
     unsafe { std::ptr::copy_nonoverlapping(value.cast::<u8>(), (&mut read as *mut T).cast::<u8>(), len) };
     Some(read)
+}
+
+/// How many bytes of a caller's struct of `struct_size` bytes are its fields: all of `T` for a caller as new as
+/// this library or newer, else up to the end of the last version it covers (never its tail padding).
+fn covered<T: Versioned>(struct_size: usize) -> usize {
+    let len = struct_size.min(size_of::<T>());
+    if len == size_of::<T>() {
+        return len;
+    }
+    T::VERSION_ENDS.iter().rev().copied().find(|&end| end <= len).unwrap_or(len)
 }
