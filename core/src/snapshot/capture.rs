@@ -137,6 +137,11 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
     /// block size; otherwise it is given back.
     fn reusable_stash(&self) -> Option<Stash> {
         let stash = self.parts.retained.take(self.agent)?;
+        if self.parts.is_stale(self.agent, stash.epoch) {
+            // Kept before the agent's context was reset: its device storage went with the context.
+            self.parts.release_stale(self.agent, stash.storage);
+            return None;
+        }
         let block = self.policy.digest_block_bytes;
         if self.dirty && stash.digests.as_ref().is_some_and(|d| d.block_bytes == block) {
             return Some(stash);

@@ -252,6 +252,7 @@ impl<O: DeviceOps> Drop for Snapshot<'_, O> {
     fn drop(&mut self) {
         let stash = Stash {
             agent: self.info.agent,
+            epoch: self.epoch,
             storage: core::mem::take(&mut self.storage),
             ranges: core::mem::take(&mut self.ranges),
             digests: self.digests.take(),
@@ -271,6 +272,8 @@ impl<O: DeviceOps> Drop for Snapshot<'_, O> {
 /// capture of the agent copies only the blocks that changed.
 pub(crate) struct Stash {
     pub agent: Agent,
+    /// The agent's reset epoch when the snapshot was taken: a stash from before a reset is never reused.
+    pub epoch: u64,
     pub storage: Storage,
     pub ranges: Vec<Range>,
     pub digests: Option<Digests>,
@@ -299,13 +302,23 @@ impl Retained {
 
     /// Keeps `stash` as its agent's, releasing the one it replaces (and `stash` itself if none can be kept).
     pub(crate) fn put<O: DeviceOps>(&self, parts: &Parts<'_, O>, stash: Stash) {
-        let evicted = {
+        // The epoch is checked under the lock that an agent reset takes its stash under, after bumping the
+        // epoch: a stash from before the reset is either refused here or taken (and forgotten) by the reset.
+        let (evicted, stale) = {
             let mut stashes = self.stashes.lock();
-            match stashes.iter().position(|s| s.agent == stash.agent) {
-                Some(at) => Some(core::mem::replace(&mut stashes[at], stash)),
-                None => stashes.try_push(stash).err().map(|full| full.element()),
+            if parts.is_stale(stash.agent, stash.epoch) {
+                (None, Some(stash))
+            } else {
+                let evicted = match stashes.iter().position(|s| s.agent == stash.agent) {
+                    Some(at) => Some(core::mem::replace(&mut stashes[at], stash)),
+                    None => stashes.try_push(stash).err().map(|full| full.element()),
+                };
+                (evicted, None)
             }
         };
+        if let Some(stale) = stale {
+            parts.release_stale(stale.agent, stale.storage);
+        }
         if let Some(evicted) = evicted {
             evicted.release(parts);
         }
