@@ -15,7 +15,8 @@
 // escapes (\. \n \t \xHH \0 ...), `.` (any byte but \n and \r), classes `[a-z_]`, `[^0-9]`, `\d \D \w \W \s
 // \S`, `[[:alpha:]]`, anchors `^ $ \b \B`, groups `( )` and `(?: )`, alternation `|`, quantifiers `* + ?
 // {n} {n,} {n,m}` (lazy forms accepted: they match the same names). Refused, with the reason: back-references
-// (\1), look-arounds ((?= (?! (?<), \c, \u and \k escapes.
+// (\1), look-arounds ((?= (?! (?<), \c, \u and \k escapes, other letter escapes (\a, \z: std::regex took them as
+// the letter), \0 followed by a digit, groups nested more than 16 deep and more than 8 quantifiers in a row.
 #ifndef KREPLAY_CUDA_INJECT_NAME_PATTERN_HPP
 #define KREPLAY_CUDA_INJECT_NAME_PATTERN_HPP
 

@@ -9,7 +9,10 @@ using byte_set = name_pattern::byte_set;
 using op = name_pattern::op;
 
 constexpr size_t max_length = 1000;
-constexpr int max_depth = 100;
+// The tree's depth is at most max_depth x (max_stacked + 1): the emitter recurses once a level, so this bounds the
+// stack a pattern can take (a few hundred frames), whichever thread compiles it (InitializeInjection's).
+constexpr int max_depth = 16;
+constexpr int max_stacked = 8;  // quantifiers in a row on one term
 constexpr uint32_t max_count = 1000;
 
 byte_set range(unsigned char first, unsigned char last) {
@@ -218,7 +221,7 @@ class parser {
 
   bool char_class(uint32_t* out);
   bool class_atom(byte_set* set, int* single);
-  bool quantifier(uint32_t* term, bool assertion);
+  bool quantifier(uint32_t* term, bool assertion, int stacked = 0);
   bool count(uint32_t* value);
 
   const std::string& text_;
@@ -297,7 +300,7 @@ bool parser::class_atom(byte_set* set, int* single) {
   return true;
 }
 
-bool parser::quantifier(uint32_t* term, bool assertion) {
+bool parser::quantifier(uint32_t* term, bool assertion, int stacked) {
   if (!more()) {
     return true;
   }
@@ -331,9 +334,13 @@ bool parser::quantifier(uint32_t* term, bool assertion) {
     return fail("a quantifier after an anchor");
   }
   at_ += more() && peek() == '?' ? 1 : 0;  // lazy: the same names match
+  // Another quantifier repeats this one, as std::regex takes it: a** is (a*)*. Each one is a level of the tree
+  // that the emitter recurses into, so a few are accepted, never a run that could exhaust a thread's stack.
+  if (stacked == max_stacked) {
+    return fail("more than 8 quantifiers in a row");
+  }
   *term = add({node_t::type::repeat, 0, min, max, {*term}});
-  // Another quantifier repeats this one, as std::regex takes it: a** is (a*)*.
-  return quantifier(term, false);
+  return quantifier(term, false, stacked + 1);
 }
 
 bool parser::count(uint32_t* value) {

@@ -36,9 +36,17 @@ bool switchboard::route(consumer_id consumer, CUpti_CallbackDomain domain, CUpti
 
 std::vector<callback_key> switchboard::wanted(consumer_id consumer) const { return consumers_[consumer]->wanted; }
 
-void switchboard::call(const route_t& route, CUpti_CallbackId cbid, const void* data) const {
-  if (route.consumer->on.load(std::memory_order_acquire)) {
+// One handler's exception stops that handler only: the others of the callback still run (the replay must still
+// hear of a context's destruction when the tracker's handler ran out of memory), and the event counts as lost.
+bool switchboard::call(const route_t& route, CUpti_CallbackId cbid, const void* data) const {
+  if (!route.consumer->on.load(std::memory_order_acquire)) {
+    return true;
+  }
+  try {
     route.handler(cbid, data);
+    return true;
+  } catch (...) {
+    return false;
   }
 }
 
@@ -48,14 +56,18 @@ void switchboard::dispatch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, c
   }
   const std::vector<route_t>& routes = routes_[domain][cbid];
   const bool api = domain == CUPTI_CB_DOMAIN_DRIVER_API || domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  bool handled = true;
   if (api && static_cast<const CUpti_CallbackData*>(data)->callbackSite == CUPTI_API_EXIT) {
     for (auto route = routes.rbegin(); route != routes.rend(); ++route) {
-      call(*route, cbid, data);
+      handled = call(*route, cbid, data) && handled;
     }
-    return;
+  } else {
+    for (const route_t& route : routes) {
+      handled = call(route, cbid, data) && handled;
+    }
   }
-  for (const route_t& route : routes) {
-    call(route, cbid, data);
+  if (!handled) {
+    lost();
   }
 }
 

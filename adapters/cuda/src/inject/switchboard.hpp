@@ -72,7 +72,8 @@ class switchboard {
     const consumer_t* consumer;
     callback_handler handler;
   };
-  void call(const route_t& route, CUpti_CallbackId cbid, const void* data) const;
+  // False when the handler threw.
+  bool call(const route_t& route, CUpti_CallbackId cbid, const void* data) const;
 
   std::vector<std::unique_ptr<consumer_t>> consumers_;
   std::vector<std::vector<route_t>> routes_[CUPTI_CB_DOMAIN_SIZE];  // [domain][callback id]

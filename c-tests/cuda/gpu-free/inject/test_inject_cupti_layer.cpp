@@ -10,6 +10,7 @@
 #include <thread>
 #include <iterator>
 #include <map>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -503,6 +504,30 @@ void the_switchboard_nests_handlers_and_listens_without_enabling() {
   CHECK(!board.route(first, CUPTI_CB_DOMAIN_DRIVER_API, id + 1, [](CUpti_CallbackId, const void*) {}));
 }
 
+// A handler that throws stops only itself: the other consumers' handlers of the callback still run, and the
+// event counts as lost once (each consumer's `lost`).
+void a_throwing_handler_does_not_keep_the_others_from_their_callback() {
+  switchboard board;
+  int lost = 0;
+  consumer_spec thrower_spec;
+  thrower_spec.name = "thrower";
+  thrower_spec.lost = [&] { ++lost; };
+  consumer_spec listener_spec;
+  listener_spec.name = "listener";
+  listener_spec.required = false;
+  const switchboard::consumer_id thrower = board.add_consumer(thrower_spec);
+  const switchboard::consumer_id listener = board.add_consumer(listener_spec);
+  const CUpti_CallbackId id = CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING;
+  int heard = 0;
+  CHECK(board.route(thrower, CUPTI_CB_DOMAIN_RESOURCE, id,
+                    [](CUpti_CallbackId, const void*) { throw std::bad_alloc(); }));
+  CHECK(board.route(listener, CUPTI_CB_DOMAIN_RESOURCE, id, [&](CUpti_CallbackId, const void*) { ++heard; }));
+  CUpti_ResourceData data{};
+  board.dispatch(CUPTI_CB_DOMAIN_RESOURCE, id, &data);
+  CHECK(heard == 1);  // a single try around the whole dispatch skipped it
+  CHECK(lost == 1);
+}
+
 // An optional consumer that CUPTI refuses one callback of: the ones it enabled are turned off again, except one
 // a required consumer also enabled; its `refused` says how many of how many; the required consumer goes on.
 std::map<std::pair<int, CUpti_CallbackId>, bool> g_switches;
@@ -587,6 +612,7 @@ int main() {
   RUN_TEST(loads_on_two_threads_at_once_bind_each_module_to_its_own_call);
   RUN_TEST(a_destroyed_context_forgets_its_allocations);
   RUN_TEST(the_switchboard_nests_handlers_and_listens_without_enabling);
+  RUN_TEST(a_throwing_handler_does_not_keep_the_others_from_their_callback);
   RUN_TEST(an_optional_consumer_refused_leaves_the_required_callbacks_on);
   return 0;
 }

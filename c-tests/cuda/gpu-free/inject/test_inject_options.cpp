@@ -208,6 +208,11 @@ void long_names_match_in_linear_time_without_recursion() {
   name_pattern large;
   std::string why;
   CHECK(!name_pattern::compile("(((a{1000}){1000}){1000})", &large, &why));  // too many steps: refused
+  // Runs of quantifiers and deep nesting are refused before they could take a thread's stack (the pattern is
+  // compiled on the thread that called cuInit); a few are taken, as std::regex takes them.
+  CHECK(!name_pattern::compile("a" + std::string(999, '*'), &large, &why) && !why.empty());
+  CHECK(!name_pattern::compile(std::string(100, '(') + "a" + std::string(100, ')'), &large, &why));
+  CHECK(name_pattern::compile("a***", &large, &why) && large.search("aaa"));
 }
 
 }  // namespace
