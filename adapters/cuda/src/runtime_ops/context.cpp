@@ -148,6 +148,7 @@ void forget(device_state& state) {
   state.device_scratch_bytes = 0;
   state.host_scratch = nullptr;
   state.host_scratch_bytes = 0;
+  state.storage.clear();
 }
 
 void destroy(device_state& state, int device) {

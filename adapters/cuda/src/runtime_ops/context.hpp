@@ -63,7 +63,8 @@ class device_switch {
 };
 
 // What one device needs for batches and digests: streams of its own and scratch buffers that grow to the
-// largest batch seen. One batch or digest at a time per device and set of ops.
+// largest batch seen, and the device storage the set handed out there. One batch or digest at a time per device and
+// set of ops.
 struct device_state {
   std::mutex mutex;
   bool ready = false;
@@ -78,13 +79,15 @@ struct device_state {
   size_t device_scratch_bytes = 0;
   void* host_scratch = nullptr;  // page-locked
   size_t host_scratch_bytes = 0;
+  // device_alloc's storage on this device (its own lock: device_alloc and device_free do not take `mutex`).
+  range_set storage;
 };
 
 // The user_data of one set of ops.
 struct context {
   std::vector<std::unique_ptr<device_state>> devices;
+  // Not per device: host_lock names no agent, and a registration is made in whichever context is current.
   range_set locked;
-  range_set storage;
   // Every device can use a registered host pointer as its own address for it
   // (cudaDevAttrCanUseHostPointerForRegisteredMem); otherwise the kernel leaves host copies to cudaMemcpyAsync.
   bool host_pointers_usable = false;
@@ -111,8 +114,8 @@ int device_in(const context& ctx, kreplay_agent_t agent);
 cudaError_t prepare(device_state& state, int device, size_t device_bytes, size_t host_bytes);
 // Frees what prepare made, on the device's own context.
 void destroy(device_state& state, int device);
-// Forgets what prepare made, without a CUDA call: the device's context is gone, and its streams, events and
-// scratch went with it. The next prepare makes them anew in the device's next context.
+// Forgets what prepare made and the device's storage, without a CUDA call: the device's context is gone, and its
+// streams, events, scratch and storage went with it. The next prepare makes them anew in the device's next context.
 void forget(device_state& state);
 
 }  // namespace kreplay::cuda::detail

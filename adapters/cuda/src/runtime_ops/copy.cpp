@@ -48,14 +48,14 @@ cudaError_t wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t eve
 
 // Marks in `by_kernel` the copies the kernel may do, and returns how many chunks they make. The copies the kernel
 // may do: at least one side is memory this set of ops knows (staging it page-locked, or device storage it
-// allocated). kreplay's copies always have device memory on at least one side, so the other side is device memory
-// (a tracked region or a module variable). Copies between two unknown pointers (pageable staging and a region) go
-// to cudaMemcpyAsync, which handles any memory.
-size_t plan_kernel_copies(const context& ctx, const kreplay_copy_t* copies, size_t count, bool large_to_dma,
-                          std::vector<unsigned char>& by_kernel) {
+// allocated on the batch's device). kreplay's copies always have device memory on at least one side, so the other
+// side is device memory (a tracked region or a module variable). Copies between two unknown pointers (pageable
+// staging and a region) go to cudaMemcpyAsync, which handles any memory.
+size_t plan_kernel_copies(const context& ctx, const device_state& state, const kreplay_copy_t* copies, size_t count,
+                          bool large_to_dma, std::vector<unsigned char>& by_kernel) {
   size_t chunks = 0;
   std::shared_lock<std::shared_mutex> locked_lock(ctx.locked.mutex());
-  std::shared_lock<std::shared_mutex> storage_lock(ctx.storage.mutex());
+  std::shared_lock<std::shared_mutex> storage_lock(state.storage.mutex());
   range_set::hint_t locked_hint{0, 0};
   range_set::hint_t storage_hint{0, 0};
   for (size_t i = 0; i < count; ++i) {
@@ -65,8 +65,8 @@ size_t plan_kernel_copies(const context& ctx, const kreplay_copy_t* copies, size
     }
     const bool known = (ctx.host_pointers_usable && (ctx.locked.contains_locked(c.dst, c.bytes, locked_hint) ||
                                                      ctx.locked.contains_locked(c.src, c.bytes, locked_hint))) ||
-                       ctx.storage.contains_locked(c.dst, c.bytes, storage_hint) ||
-                       ctx.storage.contains_locked(c.src, c.bytes, storage_hint);
+                       state.storage.contains_locked(c.dst, c.bytes, storage_hint) ||
+                       state.storage.contains_locked(c.src, c.bytes, storage_hint);
     // Large copies go to the copy engines: measured on an H200, a 64 MiB cudaMemcpyAsync runs at the link's
     // 55 GB/s where the kernel reaches 51-52 GB/s, and below about 1 MiB each copy's submission costs more
     // than its transfer, which one kernel launch for all of them avoids (README.md, "copy_batch").
@@ -125,7 +125,7 @@ cudaError_t copy_with_kernel(context& ctx, device_state& state, int device, cons
   } catch (const std::bad_alloc&) {
     return cudaErrorMemoryAllocation;
   }
-  const size_t chunks = plan_kernel_copies(ctx, copies, count, large_to_dma, by_kernel);
+  const size_t chunks = plan_kernel_copies(ctx, state, copies, count, large_to_dma, by_kernel);
   const size_t table_bytes = chunks * sizeof(copy_chunk);
   cudaError_t error = prepare(state, device, table_bytes, table_bytes);
   if (error != cudaSuccess) {

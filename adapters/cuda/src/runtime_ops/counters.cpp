@@ -1,15 +1,21 @@
 // kreplay::cuda::stats(): the counts of every set of runtime ops, live or released, and of the calls made outside
-// any set, added up. Each set counts into its own context; this file only keeps the list of live sets and the
-// totals of the released ones.
+// any set, added up. Each set counts into its own context; this file keeps the list of live sets, the totals of the
+// released ones and the counts of the calls outside any set.
 #include "counters.hpp"
 
 #include <algorithm>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 namespace kreplay::cuda::detail {
 namespace {
+
+// Constant-initialised and trivially destructible, like the plain atomics it replaces: kreplay::cuda::copy reaches
+// it without a guard check, and it outlives static destructors.
+counters g_loose;
+static_assert(std::is_trivially_destructible<counters>::value, "the loose counters must outlive static destructors");
 
 class record {
  public:
@@ -36,17 +42,14 @@ class record {
     for (const counters* set : live_) {
       set->add_to(total);
     }
-    loose_.add_to(total);
+    g_loose.add_to(total);
     return total;
   }
-
-  counters& loose() { return loose_; }
 
  private:
   mutable std::mutex mutex_;
   std::vector<const counters*> live_;
   stats_t released_{};
-  counters loose_;
 };
 
 record& the_record() {
@@ -84,7 +87,7 @@ void counters::add_to(stats_t& total) const {
   add(total.oom_retries, oom_retries);
 }
 
-counters& loose_counters() { return the_record().loose(); }
+counters& loose_counters() { return g_loose; }
 
 bool enroll(const counters& set) { return the_record().enroll(set); }
 

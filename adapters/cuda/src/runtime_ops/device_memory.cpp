@@ -26,7 +26,7 @@ kreplay_status_t runtime_ops::device_alloc(void* user_data, kreplay_agent_t agen
     increase(ctx.stats.device_alloc_failures);
     return fail(error);
   }
-  if (!ctx.storage.add(ptr, bytes)) {
+  if (!ctx.devices[static_cast<size_t>(device)]->storage.add(ptr, bytes)) {
     (void)cudaFree(ptr);
     increase(ctx.stats.device_alloc_failures);
     return KREPLAY_STATUS_OUT_OF_HOST_MEMORY;
@@ -47,7 +47,7 @@ kreplay_status_t runtime_ops::device_free(void* user_data, kreplay_agent_t agent
   if (on_device.error() != cudaSuccess) {
     return fail(on_device.error());
   }
-  ctx.storage.remove(ptr);
+  ctx.devices[static_cast<size_t>(device)]->storage.remove(ptr);
   cudaError_t error = cudaFree(ptr);
   if (error != cudaSuccess) {
     return fail(error);

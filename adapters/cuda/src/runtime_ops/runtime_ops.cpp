@@ -58,11 +58,10 @@ void forget_device(const kreplay_device_ops_t& ops, int device) {
   if (device >= 0 && static_cast<size_t>(device) < ctx.devices.size()) {
     detail::forget(*ctx.devices[static_cast<size_t>(device)]);
   }
-  // Registrations and device storage are not told apart by device: all are forgotten, so no batch hands the
+  // Registrations are not told apart by device (host_lock names none): all are forgotten, so no batch hands the
   // kernel a pointer that may no longer be addressable. Those of other devices then take the copy engines' path,
-  // which needs neither.
+  // which needs none.
   ctx.locked.clear();
-  ctx.storage.clear();
 }
 
 kreplay_status_t make_runtime_ops(kreplay_device_ops_t* ops_out) {
