@@ -63,7 +63,7 @@ bool replayer::restore(pending_t& p, bool last) {
   if (p.saved == nullptr) {
     return false;
   }
-  return last ? p.saved->restore_checked(p.row) : p.saved->restore(p.row);
+  return p.saved->restore(p.row, last);
 }
 
 void replayer::hint_arguments(pending_t& p) {
