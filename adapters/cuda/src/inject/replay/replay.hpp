@@ -110,6 +110,7 @@ class replayer {
   // `last`: the restore before the program's own launch, checked whole (the backend's `checked`).
   bool restore(pending_t& p, bool last);
   // The launch's argument copy scanned for device addresses in tracked regions: the backend's write hints.
+  // Only with a learned write set (kreplay's backend, restores, dirty-only, --write-set on).
   void hint_arguments(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
   void exit(const CUpti_CallbackData& data);
