@@ -14,7 +14,7 @@ inline CUresult result_of(const CUpti_CallbackData& data) {
 }
 
 inline bool succeeded(const CUpti_CallbackData& data) {
-  return data.functionReturnValue != nullptr && result_of(data) == CUDA_SUCCESS;
+  return result_of(data) == CUDA_SUCCESS;
 }
 
 // The call's parameter struct: P is the <function>_params struct of generated_cuda_meta.h (cupti.h) for the callback id.

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "kreplay/cuda.hpp"
+
 namespace kreplay::cuda::inject {
 
 void tracker::context_destroyed(CUcontext context) {
@@ -44,7 +46,8 @@ kreplay_status_t tracker::list_variables(int ordinal, bool (*visit)(void*, const
 
 kreplay_status_t tracker::iterate_module_variables(kreplay_agent_t agent, kreplay_module_variable_visitor_t visit,
                                                    void* visit_data) {
-  if (visit == nullptr || agent.handle == 0) {
+  const int device = device_of_agent(agent);
+  if (visit == nullptr || device < 0) {
     return KREPLAY_STATUS_INVALID_ARGUMENT;
   }
   struct forward_t {
@@ -61,7 +64,7 @@ kreplay_status_t tracker::iterate_module_variables(kreplay_agent_t agent, krepla
     out.is_constant = variable.is_constant;
     return to->visit(to->data, &out);
   };
-  return list_variables(static_cast<int>(agent.handle - 1), each, &forward, nullptr);
+  return list_variables(device, each, &forward, nullptr);
 }
 
 tracker_counts_t tracker::counts() {

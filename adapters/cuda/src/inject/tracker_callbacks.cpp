@@ -39,7 +39,7 @@ void pop_frame() {
 }
 
 bool out_of_memory(const CUpti_CallbackData& data) {
-  return data.functionReturnValue != nullptr && result_of(data) == CUDA_ERROR_OUT_OF_MEMORY;
+  return result_of(data) == CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 uint64_t address_of(const CUdeviceptr* out) { return out == nullptr ? 0 : static_cast<uint64_t>(*out); }

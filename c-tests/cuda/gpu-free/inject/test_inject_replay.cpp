@@ -820,6 +820,40 @@ void after_a_context_reset_launches_replay_in_the_new_context_and_nothing_calls_
   CHECK(replay_across_a_context_reset(true, fake::handle<CUcontext>(0x102)) == 0);
 }
 
+// cuDevicePrimaryCtxReset is reported twice, its entry and then CONTEXT_DESTROY_STARTING within the same call (by
+// then the tracker has forgotten the context): the device's state is forgotten once, at the entry.
+void a_primary_context_reset_reported_twice_is_handled_once() {
+  cupti_api_t api;
+  api.subscribe = subscribe;
+  api.enable_callback = enable;
+  api.get_callback_name = callback_name;
+  cupti_layer layer(api);
+  std::vector<int> forgotten;
+  register_context_reset(layer.board(), *g_tracker, [&forgotten](int device) { forgotten.push_back(device); });
+  register_tracker_callbacks(layer.board(), *g_tracker);
+  CHECK(layer.start());
+  const CUcontext primary = g_live_context;
+  CHECK(g_tracker->primary_context(0) == primary);
+  cuDevicePrimaryCtxReset_v2_params params{0};
+  CUresult result = CUDA_SUCCESS;
+  CUpti_CallbackData entry = callback_data(CUPTI_API_ENTER, &params, &result);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2, &entry);
+  CHECK(forgotten == std::vector<int>{0});
+  CUpti_ResourceData destroyed{};
+  destroyed.context = primary;
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, &destroyed);
+  CUpti_CallbackData exit = callback_data(CUPTI_API_EXIT, &params, &result);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2, &exit);
+  CHECK(forgotten == std::vector<int>{0});
+  // A context destroyed outside a call whose entry was seen (the runtime's own teardown) is still handled.
+  g_tracker->context_device(primary, 0, true);
+  cupti_layer::callback(&layer, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING, &destroyed);
+  CHECK((forgotten == std::vector<int>{0, 0}));
+  // The program goes on in the same context, as before.
+  g_tracker->context_device(primary, 0, true);
+  g_tracker->allocated(primary, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+}
+
 // The in-process overhead measurement's switch (kreplay_inject_set_subscribed): unsubscribing and subscribing
 // again enables the same callbacks, counts the program's callbacks, and makes every later snapshot decline.
 void pausing_unsubscribes_and_resuming_enables_the_same_callbacks() {
@@ -996,6 +1030,7 @@ int main() {
   RUN_TEST(a_failed_device_allocation_gives_kreplay_s_idle_device_storage_back);
   RUN_TEST(a_control_without_reset_handling_calls_into_the_destroyed_context);
   RUN_TEST(after_a_context_reset_launches_replay_in_the_new_context_and_nothing_calls_into_the_old_one);
+  RUN_TEST(a_primary_context_reset_reported_twice_is_handled_once);
   RUN_TEST(pausing_unsubscribes_and_resuming_enables_the_same_callbacks);  // last: snapshots decline after it
   return 0;
 }

@@ -23,10 +23,9 @@ class saved_memory {
  public:
   virtual ~saved_memory() = default;
   // Puts the saved memory back; the time it took goes to `row` where the backend measures it itself.
-  virtual bool restore(launch_row_t& row) = 0;
-  // The restore before the program's own launch: the whole footprint checked against the snapshot, whatever
-  // was learned of the write set. A backend without write sets restores as it always does.
-  virtual bool restore_checked(launch_row_t& row) { return restore(row); }
+  // `checked`: the restore before the program's own launch, the whole footprint checked against the snapshot
+  // whatever was learned of the write set (a backend without write sets restores as it always does).
+  virtual bool restore(launch_row_t& row, bool checked) = 0;
   // Device addresses the launch's arguments hold: where its passes may write. Only a backend with write sets
   // uses them.
   virtual void hint_writes(const std::vector<const void*>& pointers) { (void)pointers; }

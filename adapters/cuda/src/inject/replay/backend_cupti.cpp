@@ -31,7 +31,7 @@ class cupti_saved final : public saved_memory {
   // The checkpoint's device copies went with the context; its host side is left (the Checkpoint API frees
   // both at once).
   void context_gone() override { gone_ = true; }
-  bool restore(launch_row_t& row) override {
+  bool restore(launch_row_t& row, bool) override {
     const auto begun = replay_clock::now();
     own_call_scope own;
     const bool restored = api_.restore(&checkpoint) == CUPTI_SUCCESS;

@@ -12,8 +12,14 @@ class kreplay_saved final : public saved_memory {
     }
   }
   // Between kreplay's passes: after the first, the engine digests only the learned write set and the hints.
-  bool restore(launch_row_t&) override { return restore_with(0); }
-  bool restore_checked(launch_row_t&) override { return restore_with(KREPLAY_RESTORE_FULL_CHECK); }
+  bool restore(launch_row_t&, bool checked) override {
+    kreplay_restore_options_t options{};
+    options.struct_size = sizeof(options);
+    options.flags = checked ? KREPLAY_RESTORE_FULL_CHECK : 0;
+    kreplay_restore_report_ex_t report{};
+    report.struct_size = sizeof(report);
+    return kreplay_restore_ex(snapshot, &options, &report) == KREPLAY_STATUS_SUCCESS;
+  }
   // One digest block at each pointer (not the whole region: a caching allocator's segment is large).
   void hint_writes(const std::vector<const void*>& pointers) override {
     std::vector<kreplay_write_hint_t> hints;
@@ -25,16 +31,6 @@ class kreplay_saved final : public saved_memory {
   }
   static constexpr size_t hint_bytes = 65536;
   kreplay_snapshot_t* snapshot = nullptr;
-
- private:
-  bool restore_with(uint32_t flags) {
-    kreplay_restore_options_t options{};
-    options.struct_size = sizeof(options);
-    options.flags = flags;
-    kreplay_restore_report_ex_t report{};
-    report.struct_size = sizeof(report);
-    return kreplay_restore_ex(snapshot, &options, &report) == KREPLAY_STATUS_SUCCESS;
-  }
 };
 
 class kreplay_backend final : public snapshot_backend {

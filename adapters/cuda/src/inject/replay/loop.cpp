@@ -92,7 +92,7 @@ void replayer::on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data) 
     } catch (...) {
       // Out of host memory on the way: the launch runs once, from the saved memory if passes ran.
       if (t_pending != nullptr && t_pending->saved != nullptr) {
-        (void)t_pending->saved->restore_checked(t_pending->row);
+        (void)t_pending->saved->restore(t_pending->row, true);
       }
       if (t_pending != nullptr) {
         t_pending->replaying = false;

@@ -63,10 +63,15 @@ bool replayer::restore(pending_t& p, bool last) {
   if (p.saved == nullptr) {
     return false;
   }
-  return last ? p.saved->restore_checked(p.row) : p.saved->restore(p.row);
+  return p.saved->restore(p.row, last);
 }
 
 void replayer::hint_arguments(pending_t& p) {
+  // Hints only add to a learned write set, which only kreplay's partial restores read: otherwise every restore
+  // is whole and the scan (a tracker lookup per word) would be wasted on each replayed launch.
+  if (config_.backend != replay_backend::kreplay || !config_.restore || !config_.dirty_only || !config_.write_set) {
+    return;
+  }
   const std::vector<unsigned char>& bytes = p.launch.argument_bytes;
   std::vector<const void*> pointers;
   const auto* data = bytes.data();

@@ -107,9 +107,10 @@ class replayer {
   // passes.cpp: kreplay's passes at the entry; the program's own pass and the close at its exit.
   void run_own_passes(pending_t& p);
   bool run_pass(pending_t& p, uint32_t pass, double* restore_ms);
-  // `last`: the restore before the program's own launch, checked whole (the backend's restore_checked).
+  // `last`: the restore before the program's own launch, checked whole (the backend's `checked`).
   bool restore(pending_t& p, bool last);
   // The launch's argument copy scanned for device addresses in tracked regions: the backend's write hints.
+  // Only with a learned write set (kreplay's backend, restores, dirty-only, --write-set on).
   void hint_arguments(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
   void exit(const CUpti_CallbackData& data);
