@@ -12,18 +12,12 @@
 
 static void configure(bool offer_query, size_t available, bool device_tier) {
   kreplay_sim_options_t options;
-  kreplay_device_ops_t ops;
   memset(&options, 0, sizeof options);
   options.copy_batch = true;
   options.device_alloc = device_tier;
   options.host_available_bytes = offer_query;
   options.host_available = available;
-  kreplay_sim_set_options(&options);
-  memset(&ops, 0, sizeof ops);
-  CHECK_OK(kreplay_sim_device_ops(&ops));
-  CHECK(offer_query == (ops.host_available_bytes != NULL));
-  CHECK_OK(kreplay_configure(&ops));
-  kreplay_tracking_enable(true);
+  CHECK(offer_query == (test_configure_sim_with(&options).host_available_bytes != NULL));
 }
 
 /* Only the available figure changes; the ops stay as configured. */
@@ -37,9 +31,7 @@ static void set_available(size_t available) {
 }
 
 static void set_policy(uint32_t host_percent, size_t device_budget_bytes) {
-  kreplay_policy_t policy;
-  memset(&policy, 0, sizeof policy);
-  policy.struct_size = sizeof policy;
+  kreplay_policy_t policy = test_policy();
   policy.host_budget_percent = host_percent;
   policy.device_budget_bytes = device_budget_bytes;
   CHECK_OK(kreplay_set_policy(&policy));

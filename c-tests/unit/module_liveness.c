@@ -5,15 +5,6 @@
  * violation. */
 #include "test_util.h"
 
-static kreplay_snapshot_t* snap_ok(kreplay_agent_t agent) {
-  kreplay_snapshot_t* snapshot = NULL;
-  kreplay_decline_reason_t reason = KREPLAY_DECLINE_HOST_BUDGET;
-  CHECK_OK(kreplay_snap(agent, &snapshot, &reason));
-  CHECK(snapshot != NULL);
-  CHECK_EQ(KREPLAY_DECLINE_NONE, reason);
-  return snapshot;
-}
-
 static kreplay_restore_report_t restore(const kreplay_snapshot_t* snapshot, kreplay_status_t expected) {
   kreplay_restore_report_t report;
   memset(&report, 0xFF, sizeof report);
@@ -32,6 +23,13 @@ static unsigned char* load_module(kreplay_agent_t agent, const char* name, size_
   return variable;
 }
 
+/* The end of a test: the code object it left loaded goes, and the agent's staging is given back. */
+static void unload_and_trim(kreplay_agent_t agent, size_t code_object) {
+  (void)kreplay_sim_unload_code_object(code_object);
+  kreplay_modules_changed();
+  kreplay_staging_trim(agent);
+}
+
 static void a_variable_of_an_unloaded_module_is_skipped_counted_and_named(void) {
   const kreplay_agent_t agent = test_agent(0x4401);
   size_t gone_module, kept_module;
@@ -43,7 +41,7 @@ static void a_variable_of_an_unloaded_module_is_skipped_counted_and_named(void) 
   size_t violations = test_counters().violations;
 
   test_fill(region, 4096, 3);
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   test_fill(kept, 128, 9);
   test_fill(region, 4096, 9);
 
@@ -70,9 +68,7 @@ static void a_variable_of_an_unloaded_module_is_skipped_counted_and_named(void) 
   CHECK_EQ(violations, test_counters().violations);
   kreplay_snapshot_free(snapshot);
   test_free(region);
-  (void)kreplay_sim_unload_code_object(kept_module);
-  kreplay_modules_changed();
-  kreplay_staging_trim(agent);
+  unload_and_trim(agent, kept_module);
 }
 
 static void variables_of_one_span_are_written_one_by_one_around_the_unloaded_ones(void) {
@@ -96,7 +92,7 @@ static void variables_of_one_span_are_written_one_by_one_around_the_unloaded_one
   test_fill(a1, 256, 2);
   test_fill(b, 256, 3);
   kreplay_modules_changed();
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   test_fill(a0, 256, 9);
   test_fill(a1, 256, 9);
 
@@ -112,16 +108,14 @@ static void variables_of_one_span_are_written_one_by_one_around_the_unloaded_one
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_WARNING, "variable a1 "));
   test_log_stop();
   kreplay_snapshot_free(snapshot);
-  (void)kreplay_sim_unload_code_object(module_b);
-  kreplay_modules_changed();
-  kreplay_staging_trim(agent);
+  unload_and_trim(agent, module_b);
 }
 
 static void control_a_module_loaded_meanwhile_leaves_every_variable_written(void) {
   const kreplay_agent_t agent = test_agent(0x4403);
   size_t module, other;
   unsigned char* variable = load_module(agent, "still_loaded", 64, 4, &module);
-  kreplay_snapshot_t* snapshot = snap_ok(agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(agent);
   kreplay_restore_report_t report;
   test_fill(variable, 64, 9);
   (void)load_module(agent, "loaded_later", 64, 5, &other); /* modules changed, none of the snapshot's gone */
@@ -131,9 +125,7 @@ static void control_a_module_loaded_meanwhile_leaves_every_variable_written(void
   CHECK(test_has_pattern(variable, 64, 4));
   kreplay_snapshot_free(snapshot);
   (void)kreplay_sim_unload_code_object(module);
-  (void)kreplay_sim_unload_code_object(other);
-  kreplay_modules_changed();
-  kreplay_staging_trim(agent);
+  unload_and_trim(agent, other);
 }
 
 static void control_an_unreported_unload_is_written_and_the_device_counts_it(void) {
@@ -143,7 +135,7 @@ static void control_an_unreported_unload_is_written_and_the_device_counts_it(voi
   size_t module;
   (void)load_module(agent, "unreported", 64, 6, &module);
   {
-    kreplay_snapshot_t* snapshot = snap_ok(agent);
+    kreplay_snapshot_t* snapshot = test_snap_ok(agent);
     kreplay_restore_report_t report;
     size_t violations = test_counters().violations;
     CHECK_EQ(1, kreplay_sim_unload_code_object(module)); /* no kreplay_modules_changed() */
@@ -166,7 +158,7 @@ static void a_failed_liveness_scan_writes_no_variable_and_is_a_partial_restore(v
   kreplay_restore_report_t report;
   kreplay_sim_faults_t faults = test_no_faults();
   test_fill(region, 1024, 8);
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   test_fill(variable, 64, 9);
   test_fill(region, 1024, 9);
   kreplay_modules_changed();
@@ -183,9 +175,7 @@ static void a_failed_liveness_scan_writes_no_variable_and_is_a_partial_restore(v
   test_log_stop();
   kreplay_snapshot_free(snapshot);
   test_free(region);
-  (void)kreplay_sim_unload_code_object(module);
-  kreplay_modules_changed();
-  kreplay_staging_trim(agent);
+  unload_and_trim(agent, module);
 }
 
 int main(void) {

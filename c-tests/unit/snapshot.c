@@ -63,15 +63,6 @@ static void footprint_free(footprint_t* f) {
   kreplay_staging_trim(f->agent);
 }
 
-static kreplay_snapshot_t* snap_ok(kreplay_agent_t agent) {
-  kreplay_snapshot_t* snapshot = NULL;
-  kreplay_decline_reason_t reason = KREPLAY_DECLINE_HOST_BUDGET;
-  CHECK_OK(kreplay_snap(agent, &snapshot, &reason));
-  CHECK(snapshot != NULL);
-  CHECK_EQ(KREPLAY_DECLINE_NONE, reason);
-  return snapshot;
-}
-
 static kreplay_snapshot_info_t info_of(const kreplay_snapshot_t* snapshot) {
   kreplay_snapshot_info_t info;
   memset(&info, 0, sizeof info);
@@ -154,7 +145,7 @@ static void every_pass_is_restored_exactly(void) {
   test_fill(counter, 256, 40);
   test_fill(table, 64, 41);
 
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   info = info_of(snapshot);
   CHECK_EQ(6, info.regions);
   CHECK_EQ(2, info.module_variables);
@@ -207,7 +198,7 @@ static void module_variables_follow_the_skip_rules(void) {
   test_fill(device, 128, 4);
 
   test_log_capture(KREPLAY_LOG_WARNING);
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   info = info_of(snapshot);
   CHECK_EQ(0, info.regions);
   CHECK_EQ(5, info.module_variables); /* two_byte, flag, unnamed, constant, device */
@@ -239,14 +230,14 @@ static void module_variables_are_discovered_at_snapshot_time(void) {
   kreplay_snapshot_t* snapshot;
   unsigned char* late;
   (void)test_module_variable(agent, "early", 32, true);
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   CHECK_EQ(1, info_of(snapshot).module_variables);
   kreplay_snapshot_free(snapshot);
 
   /* E.g. constant memory filled after the executable was loaded. */
   late = (unsigned char*)test_module_variable(agent, "late", 48, true);
   test_fill(late, 48, 7);
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   CHECK_EQ(2, info_of(snapshot).module_variables);
   test_fill(late, 48, 8);
   CHECK_OK(kreplay_restore(snapshot, NULL));
@@ -265,7 +256,7 @@ static void snapshot_info_reports_what_was_captured(void) {
   CHECK_OK(kreplay_record_vmem_map(mapped, 8 * KIB, f.agent));
   (void)test_module_variable(f.agent, "v", 24, false);
 
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   info = info_of(snapshot);
   CHECK_EQ(f.agent.handle, info.agent.handle);
   CHECK_EQ(3, info.regions); /* two allocations and one mapping */
@@ -283,7 +274,7 @@ static void snapshot_info_reports_what_was_captured(void) {
 
 static void an_agent_with_nothing_tracked_gets_an_empty_snapshot(void) {
   const kreplay_agent_t agent = test_agent(0x505);
-  kreplay_snapshot_t* snapshot = snap_ok(agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(agent);
   kreplay_snapshot_info_t info = info_of(snapshot);
   kreplay_restore_report_t report;
   CHECK_EQ(0, info.regions + info.module_variables + info.bytes);
@@ -297,7 +288,7 @@ static void a_snapshot_holds_only_its_agents_regions(void) {
   static const size_t sizes[] = {4096, 8192};
   footprint_t a = footprint_make(0x506, sizes, 2, 1);
   footprint_t b = footprint_make(0x507, sizes, 2, 50);
-  kreplay_snapshot_t* snapshot = snap_ok(a.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(a.agent);
   kreplay_restore_report_t report;
   CHECK_EQ(2, info_of(snapshot).regions);
   footprint_fill(&a, 2);
@@ -318,7 +309,7 @@ static void a_region_freed_during_the_window_is_skipped_and_not_written(void) {
   footprint_t f = footprint_make(0x508, sizes, 3, 1);
   unsigned char* freed = (unsigned char*)f.ptrs[1];
   size_t violations = test_counters().violations;
-  kreplay_snapshot_t* snapshot = snap_ok(f.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(f.agent);
   kreplay_restore_report_t report;
   int round;
 
@@ -344,7 +335,7 @@ static void a_region_reallocated_at_the_same_address_is_not_overwritten(void) {
   static const size_t sizes[] = {16 * KIB, 4096};
   footprint_t f = footprint_make(0x509, sizes, 2, 1);
   size_t violations = test_counters().violations;
-  kreplay_snapshot_t* snapshot = snap_ok(f.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(f.agent);
   kreplay_restore_report_t report;
   void* same = NULL;
   void* smaller = NULL;
@@ -388,7 +379,7 @@ static void vmem_ranges_are_captured_and_restored(void) {
   CHECK_OK(kreplay_record_vmem_map(base + 32 * KIB, 32 * KIB, agent));
   test_fill(base, 64 * KIB, 5);
 
-  snapshot = snap_ok(agent);
+  snapshot = test_snap_ok(agent);
   CHECK_EQ(2, info_of(snapshot).regions);
   CHECK_EQ(64 * KIB, info_of(snapshot).bytes);
   test_fill(base, 64 * KIB, 6);
@@ -434,7 +425,7 @@ static void staging_that_cannot_be_mapped_declines_staging_memory(void) {
   kreplay_sim_set_faults(&faults);
   expect_declined(&f, 1, KREPLAY_DECLINE_STAGING_MEMORY);
   test_disarm_faults();
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
   footprint_free(&f);
 }
@@ -448,7 +439,7 @@ static void a_failed_device_copy_declines_copy_failed(void) {
   kreplay_sim_set_faults(&faults);
   expect_declined(&f, 1, KREPLAY_DECLINE_COPY_FAILED);
   test_disarm_faults();
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
   footprint_free(&f);
 }
@@ -466,7 +457,7 @@ static void an_incomplete_module_scan_declines_module_scan_incomplete(void) {
   expect_declined(&f, 1, KREPLAY_DECLINE_MODULE_SCAN_INCOMPLETE);
   CHECK(test_has_pattern(first, 16, 3));
   test_disarm_faults();
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   CHECK_EQ(2, info_of(snapshot).module_variables);
   kreplay_snapshot_free(snapshot);
   footprint_free(&f);
@@ -486,7 +477,7 @@ static void a_lost_allocation_declines_inventory_overflow(void) {
   expect_declined(&f, 1, KREPLAY_DECLINE_INVENTORY_OVERFLOW);
   CHECK_OK(kreplay_record_free(lost));
   CHECK_OK(kreplay_sim_free(lost));
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
   footprint_free(&f);
 }
@@ -507,11 +498,11 @@ static void a_snapshot_above_the_host_budget_declines_host_budget(void) {
 
   policy.max_snapshot_bytes = 8256;
   CHECK_OK(kreplay_set_policy(&policy));
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
 
   set_default_policy(); /* 0: unlimited */
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
 
   /* A version-1 struct (up to max_snapshot_bytes) is accepted; anything shorter is not. */
@@ -537,7 +528,7 @@ static void a_failed_restore_copy_is_partial_restore_and_the_others_are_still_wr
   size_t unrestored_bytes = 0;
   size_t i;
   test_fill(variable, 32, 9);
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
 
   footprint_fill(&f, 5);
   test_fill(variable, 32, 10);
@@ -587,7 +578,7 @@ static void pinned_staging_is_locked_once_and_reused_across_dispatches(void) {
   CHECK_OK(kreplay_set_policy(&policy));
 
   for (dispatch = 0; dispatch < DISPATCHES; ++dispatch) {
-    kreplay_snapshot_t* snapshot = snap_ok(f.agent);
+    kreplay_snapshot_t* snapshot = test_snap_ok(f.agent);
     footprint_fill(&f, 20);
     CHECK_OK(kreplay_restore(snapshot, NULL));
     CHECK(footprint_has(&f, 1));
@@ -617,12 +608,12 @@ static void pinned_staging_of_an_old_footprint_is_unlocked_before_it_is_unmapped
   kreplay_snapshot_t* snapshot;
   CHECK_OK(kreplay_set_policy(&policy));
 
-  snapshot = snap_ok(a.agent);
+  snapshot = test_snap_ok(a.agent);
   kreplay_snapshot_free(snapshot);
   /* The footprint grows past twice the retained block: a new block is locked, the old one unlocked and
    * unmapped by the snap's trim. */
   b = footprint_make(0x513, large, 1, 2);
-  snapshot = snap_ok(a.agent);
+  snapshot = test_snap_ok(a.agent);
   kreplay_snapshot_free(snapshot);
   CHECK_EQ(before.host_locks + 2, test_counters().host_locks);
   CHECK_EQ(before.host_unlocks + 1, test_counters().host_unlocks);
@@ -646,7 +637,7 @@ static void a_refused_page_lock_still_gives_a_working_snapshot(void) {
   faults.refuse_host_lock = true;
   kreplay_sim_set_faults(&faults);
   test_log_capture(KREPLAY_LOG_WARNING);
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   CHECK(test_log_count(KREPLAY_LOG_WARNING, "page-locking") >= 1);
   test_log_stop();
   test_disarm_faults();
@@ -664,7 +655,7 @@ static void a_declined_snap_trims_retained_staging(void) {
   static const size_t sizes[] = {MIB};
   footprint_t f = footprint_make(0x515, sizes, 1, 1);
   kreplay_sim_faults_t faults = test_no_faults();
-  kreplay_snapshot_t* snapshot = snap_ok(f.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(f.agent);
   size_t unmaps;
   kreplay_snapshot_free(snapshot);
   CHECK(kreplay_retained_staging_bytes(f.agent) >= MIB);
@@ -683,7 +674,7 @@ static void a_snap_unmaps_idle_staging_it_did_not_take(void) {
   static const size_t small[] = {64 * KIB};
   footprint_t big = footprint_make(0x516, large, 1, 1);
   footprint_t little;
-  kreplay_snapshot_t* snapshot = snap_ok(big.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(big.agent);
   kreplay_snapshot_free(snapshot);
   CHECK(kreplay_retained_staging_bytes(big.agent) >= 4 * MIB);
   test_free(big.ptrs[0]);
@@ -692,7 +683,7 @@ static void a_snap_unmaps_idle_staging_it_did_not_take(void) {
   /* The footprint shrank: a 64 KiB snapshot cannot take the 4 MiB block (more than twice its size), so the
    * block is let go and host memory held between dispatches follows the footprint down. */
   little = footprint_make(0x516, small, 1, 2);
-  snapshot = snap_ok(little.agent);
+  snapshot = test_snap_ok(little.agent);
   CHECK_EQ(0, kreplay_retained_staging_bytes(little.agent));
   kreplay_snapshot_free(snapshot);
   CHECK(kreplay_retained_staging_bytes(little.agent) >= 64 * KIB);
@@ -726,7 +717,7 @@ static void a_snapshot_and_a_restore_log_one_info_line_each(void) {
   char agent_text[32];
   snprintf(agent_text, sizeof agent_text, "agent 0x%llx", (unsigned long long)f.agent.handle);
   test_log_capture(KREPLAY_LOG_INFO);
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_INFO, NULL));
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_INFO, agent_text));
   test_log_clear();
@@ -741,7 +732,7 @@ static void a_snapshot_and_a_restore_log_one_info_line_each(void) {
 static void a_skipped_region_is_logged_with_its_address_and_size(void) {
   static const size_t sizes[] = {12345};
   footprint_t f = footprint_make(0x518, sizes, 1, 1);
-  kreplay_snapshot_t* snapshot = snap_ok(f.agent);
+  kreplay_snapshot_t* snapshot = test_snap_ok(f.agent);
   char address_text[32];
   snprintf(address_text, sizeof address_text, "%#llx", (unsigned long long)(uintptr_t)f.ptrs[0]);
   test_free(f.ptrs[0]);
@@ -774,7 +765,7 @@ static void handles_null_and_stale_are_refused_safely(void) {
   kreplay_snapshot_free(NULL);
   CHECK_EQ(0, test_log_count(-1, NULL));
 
-  snapshot = snap_ok(f.agent);
+  snapshot = test_snap_ok(f.agent);
   kreplay_snapshot_free(snapshot);
   kreplay_snapshot_free(snapshot); /* a double free is logged and ignored */
   CHECK_EQ(1, test_log_count(KREPLAY_LOG_ERROR, "not a live snapshot"));

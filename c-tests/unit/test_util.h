@@ -200,6 +200,14 @@ static inline bool test_all_bytes(const void* memory, size_t bytes, unsigned cha
   return true;
 }
 
+/* A policy of the current version with every other field zero; a test sets the fields it needs. */
+static inline kreplay_policy_t test_policy(void) {
+  kreplay_policy_t policy;
+  memset(&policy, 0, sizeof policy);
+  policy.struct_size = sizeof policy;
+  return policy;
+}
+
 static inline kreplay_host_memory_stats_t test_host_memory(void) {
   kreplay_host_memory_stats_t stats;
   memset(&stats, 0, sizeof stats);
@@ -218,14 +226,24 @@ static inline kreplay_inventory_stats_t test_inventory(kreplay_agent_t agent) {
 
 #if defined(KREPLAY_SIM)
 
-/* The simulated device as the library's device, with tracking on. */
-static inline void test_configure_sim(void) {
+/* The simulated device, set up with `options` first when given, as the library's device, with tracking on.
+ * Returns the ops it configured, so a test can check which optional ops the options offered. */
+static inline kreplay_device_ops_t test_configure_sim_with(const kreplay_sim_options_t* options) {
   kreplay_device_ops_t ops;
+  if (options != NULL) {
+    kreplay_sim_set_options(options);
+  }
   memset(&ops, 0, sizeof ops);
   CHECK_OK(kreplay_sim_device_ops(&ops));
   CHECK_OK(kreplay_configure(&ops));
   kreplay_tracking_enable(true);
   CHECK(kreplay_tracking_is_enabled());
+  return ops;
+}
+
+/* The simulated device with its default options. */
+static inline void test_configure_sim(void) {
+  (void)test_configure_sim_with(NULL);
 }
 
 /* Simulated memory of the given kind, recorded as a host's allocate wrapper would. */
@@ -253,6 +271,16 @@ static inline void* test_module_variable(kreplay_agent_t agent, const char* name
   void* address = NULL;
   CHECK_OK(kreplay_sim_add_module_variable(agent, name, size, is_constant, &address));
   return address;
+}
+
+/* A snapshot of `agent` that must succeed: no decline, a snapshot to free. */
+static inline kreplay_snapshot_t* test_snap_ok(kreplay_agent_t agent) {
+  kreplay_snapshot_t* snapshot = NULL;
+  kreplay_decline_reason_t reason = KREPLAY_DECLINE_HOST_BUDGET;
+  CHECK_OK(kreplay_snap(agent, &snapshot, &reason));
+  CHECK(snapshot != NULL);
+  CHECK_EQ(KREPLAY_DECLINE_NONE, reason);
+  return snapshot;
 }
 
 static inline kreplay_sim_counters_t test_counters(void) {

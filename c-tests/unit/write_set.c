@@ -54,9 +54,7 @@ static void run_pass(const footprint_t* f, unsigned char value, bool stray) {
 }
 
 static void set_policy(bool learn) {
-  kreplay_policy_t policy;
-  memset(&policy, 0, sizeof policy);
-  policy.struct_size = sizeof policy;
+  kreplay_policy_t policy = test_policy();
   policy.dirty_only = true;
   policy.digest_block_bytes = BLOCK;
   policy.learn_write_set = learn;
@@ -282,15 +280,10 @@ static void bad_input_is_invalid_argument_and_restores_nothing(void) {
 
 int main(void) {
   kreplay_sim_options_t options;
-  kreplay_device_ops_t ops;
   memset(&options, 0, sizeof options);
   options.copy_batch = true;
   options.digest = true;
-  kreplay_sim_set_options(&options);
-  memset(&ops, 0, sizeof ops);
-  CHECK_OK(kreplay_sim_device_ops(&ops));
-  CHECK_OK(kreplay_configure(&ops));
-  kreplay_tracking_enable(true);
+  (void)test_configure_sim_with(&options);
   set_policy(true);
 
   RUN_TEST(later_passes_that_write_pass_ones_blocks_are_restored_exactly_by_partial_digests);

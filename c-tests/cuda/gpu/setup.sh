@@ -13,6 +13,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
 fi
 
 # Both arguments are required: a script run without them stops here (status 2) instead of writing its logs to /.
+# OUT_DIR is created here: run_inject.sh and run_gpu.sh write into it directly, and a missing one lost every log.
 kreplay_gpu_args() {
   local usage=$1
   shift
@@ -20,6 +21,7 @@ kreplay_gpu_args() {
     echo "usage: $usage" >&2
     exit 2
   fi
+  mkdir -p "$2" || exit 2
   prebuilt=$(realpath "$1")
   out=$(realpath "$2")
 }

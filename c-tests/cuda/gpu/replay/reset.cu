@@ -16,14 +16,7 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                                          \
-  do {                                                                                                       \
-    const auto status_ = (call);                                                                             \
-    if (status_ != 0) {                                                                                      \
-      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, static_cast<int>(status_)); \
-      std::exit(1);                                                                                          \
-    }                                                                                                        \
-  } while (0)
+#include "program_check.hpp"
 
 __device__ unsigned long long g_total;
 __device__ unsigned int g_mix[4096];

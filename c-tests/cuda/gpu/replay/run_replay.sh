@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# kreplay-cuda-replay on four real programs, built and run in one go on a machine with an NVIDIA GPU, from the
-# repository root:
+# kreplay-cuda-replay on five real programs and a JAX one, built and run in one go on a machine with an NVIDIA
+# GPU, from the repository root:
 #
 #   c-tests/cuda/gpu/replay/run_replay.sh PREBUILT_DIR OUT_DIR
 #
 # PREBUILT_DIR holds libkreplay.a or libkreplay.a.gz (c-tests/cuda/README.md). Needs nvcc, CMake, Ninja and
-# python3 with torch, torchvision and cupy. Programs (fixed seeds, deterministic settings, one checksum each):
+# python3 with torch, torchvision, cupy and jax. Programs (fixed seeds, deterministic settings, one checksum each):
 #   globals      replay_globals (globals.cu): __device__ globals mutated by its kernels, __constant__ ones
 #                rewritten by the host, one JIT module launched through the driver API
 #   cupy         cupy_prog.py: elementwise, a reduction, cuBLAS and cuRAND on about 1 GiB, in place
