@@ -249,11 +249,13 @@ fn set_range(bits: &mut [u64], from: usize, to: usize) -> usize {
     added
 }
 
-/// The runs of consecutive blocks of `bits` within `from..to`, in order, as `(first, end)`; words with no block
-/// are skipped whole.
-pub(crate) fn runs(bits: &[u64], from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+/// The runs of consecutive blocks of `select` within `from..to`, in order, as `(first, end)`; words with no block
+/// are skipped whole. `None` selects every block: one run, `(from, to)`.
+pub(crate) fn runs(select: Option<&[u64]>, from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut b = from;
+    let mut whole = select.is_none();
     core::iter::from_fn(move || {
+        let Some(bits) = select else { return core::mem::take(&mut whole).then_some((from, to)) };
         // The next block in the set.
         while b < to {
             let word = bits[b / WORD] >> (b % WORD);
@@ -293,15 +295,16 @@ mod tests {
         for b in [0, 1, 2, 63, 64, 65, 130, 200, 255] {
             insert(&mut bits, b);
         }
-        let all: Vec<_> = runs(&bits, 0, 256).collect();
+        let all: Vec<_> = runs(Some(&bits), 0, 256).collect();
         assert_eq!(all, [(0, 3), (63, 66), (130, 131), (200, 201), (255, 256)]);
-        let inner: Vec<_> = runs(&bits, 2, 200).collect();
+        let inner: Vec<_> = runs(Some(&bits), 2, 200).collect();
         assert_eq!(inner, [(2, 3), (63, 66), (130, 131)]);
-        assert_eq!(runs(&bits, 3, 63).count(), 0);
+        assert_eq!(runs(Some(&bits), 3, 63).count(), 0);
         let mut full = vec![u64::MAX; 2];
-        assert_eq!(runs(&full, 5, 100).collect::<Vec<_>>(), [(5, 100)]);
+        assert_eq!(runs(Some(&full), 5, 100).collect::<Vec<_>>(), [(5, 100)]);
         full[1] = 0;
-        assert_eq!(runs(&full, 5, 100).collect::<Vec<_>>(), [(5, 64)]);
+        assert_eq!(runs(Some(&full), 5, 100).collect::<Vec<_>>(), [(5, 64)]);
+        assert_eq!(runs(None, 5, 100).collect::<Vec<_>>(), [(5, 100)]);
     }
 
     #[test]
@@ -323,7 +326,7 @@ mod tests {
         for _ in 0..2 {
             let partial = plan(&mut set, false);
             assert!(!partial.full);
-            assert_eq!(runs(partial.select.as_ref().unwrap(), 0, 128).count(), 3);
+            assert_eq!(runs(partial.select.as_deref(), 0, 128).count(), 3);
             assert_eq!(set.finish(&partial, true).misses, 0);
         }
         // Restore 5 checks everything and finds block 100: a pass from pass 4 on (after restore 3) may have
