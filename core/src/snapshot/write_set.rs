@@ -143,36 +143,24 @@ impl WriteSet {
         }
         let mut added = 0;
         for &(address, bytes) in hints {
+            // A whole-region hint finds its region as its first byte would.
+            let hint_end = address.saturating_add(bytes.max(1));
             // The last tracked range that starts at or before `address`, then those that start before the end.
             let first = self.by_address.partition_point(|&i| ranges[i as usize].address <= address);
-            let from = first.saturating_sub(1);
-            for &i in &self.by_address[from..] {
+            for &i in &self.by_address[first.saturating_sub(1)..] {
                 let range = &ranges[i as usize];
+                if range.address >= hint_end {
+                    break;
+                }
                 let range_end = range.address + range.size;
-                let (start, end) = if bytes == 0 {
-                    if address < range.address || address >= range_end {
-                        if range.address > address {
-                            break;
-                        }
-                        continue;
-                    }
-                    (range.address, range_end)
-                } else {
-                    let end = address.saturating_add(bytes);
-                    if range.address >= end {
-                        break;
-                    }
-                    (address.max(range.address), end.min(range_end))
-                };
+                let (start, end) = (address.max(range.address), hint_end.min(range_end));
                 if start >= end {
                     continue;
                 }
+                let (start, end) = if bytes == 0 { (range.address, range_end) } else { (start, end) };
                 let b0 = range.digest_at + (start - range.address) / block_bytes;
                 let b1 = range.digest_at + (end - 1 - range.address) / block_bytes + 1;
                 added += set_range(&mut self.bits, b0, b1);
-                if bytes == 0 {
-                    break;
-                }
             }
         }
         Some(added)
@@ -336,6 +324,31 @@ mod tests {
         insert(last.changed.as_mut().unwrap(), 3);
         assert_eq!(set.finish(&last, true), Learned { blocks: 4, misses: 1, miss_pass: 4 });
         assert_eq!(set.restores(), 5);
+    }
+
+    #[test]
+    fn hints_add_the_blocks_they_touch_and_a_whole_region_hint_its_region() {
+        const BLOCK: usize = 4096;
+        let tracked = |address: usize, blocks: usize, digest_at: usize| Range {
+            address,
+            size: blocks * BLOCK,
+            tier: super::super::Tier::Host,
+            offset: 0,
+            source: super::super::Source::Tracked { kind: crate::inventory::RegionKind::Allocation, generation: 1 },
+            digest_at,
+            hint: 0,
+        };
+        // Listed out of address order: blocks 0-2 at 0x20000, 3-5 at 0x10000, 6-7 at 0x30000.
+        let ranges = [tracked(0x20000, 3, 0), tracked(0x10000, 3, 3), tracked(0x30000, 2, 6)];
+        let mut set = WriteSet::new();
+        let mut hint = |hints: &[(usize, usize)]| set.hint(&ranges, 8, BLOCK, hints).unwrap();
+        // A byte inside the second block of 0x10000, whole: all three of its blocks.
+        assert_eq!(hint(&[(0x10000 + BLOCK + 5, 0)]), 3);
+        // From a gap into the first two blocks of 0x20000; a whole-region hint in a gap adds nothing.
+        assert_eq!(hint(&[(0x1F000, 0x2001), (0x28000, 0)]), 2);
+        // Across all three: what is left of 0x20000 and both blocks of 0x30000.
+        assert_eq!(hint(&[(0x10000, 0x30000)]), 3);
+        assert_eq!(set.count(), 8);
     }
 
     #[test]
