@@ -370,8 +370,8 @@ class window_t {
   window_t() noexcept : outcome_() {}
 
   /// Opens a window on `agent` for `passes` passes (0: open-ended, checked per pass as restores run), waiting
-  /// up to `copy_timeout_ms` (0: 1000) for async copies in flight. A decline or an error gives an object that is not open; `reason()` and `status()` say
-  /// why.
+  /// up to `copy_timeout_ms` (0: 1000) for async copies in flight. A decline or an error gives an object that
+  /// is not open; `reason()` and `status()` say why.
   static window_t open(kreplay_agent_t agent, std::uint32_t passes, std::uint32_t copy_timeout_ms = 0) noexcept {
     window_t window;
     kreplay_window_options_t options{};

@@ -293,31 +293,13 @@ unsafe extern "C" fn sim_digest(
 }
 
 unsafe extern "C" fn sim_device_free_bytes(_: *mut c_void, agent: kreplay_agent_t, bytes_out: *mut usize) -> RawStatus {
-    if bytes_out.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    match sim().device_free_bytes(agent.into()) {
-        Ok(bytes) => {
-            // SAFETY: non-null and writable by the op's contract.
-            unsafe { bytes_out.write(bytes) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    // SAFETY: NULL or writable by the op's contract.
+    unsafe { deliver(bytes_out, || sim().device_free_bytes(agent.into())) }.into()
 }
 
 unsafe extern "C" fn sim_host_available_bytes(_: *mut c_void, bytes_out: *mut usize) -> RawStatus {
-    if bytes_out.is_null() {
-        return RawStatus(KREPLAY_STATUS_INVALID_ARGUMENT as u32);
-    }
-    match sim().host_available_bytes() {
-        Ok(bytes) => {
-            // SAFETY: non-null and writable by the op's contract.
-            unsafe { bytes_out.write(bytes) };
-            RawStatus(KREPLAY_STATUS_SUCCESS as u32)
-        }
-        Err(error) => raw(Err(error)),
-    }
+    // SAFETY: NULL or writable by the op's contract.
+    unsafe { deliver(bytes_out, || sim().host_available_bytes()) }.into()
 }
 
 /// Fills `ops_out` with the simulated device's ops: the five version-1 ops always, and the optional ops

@@ -38,7 +38,7 @@ pub(crate) unsafe fn read<T: Versioned>(function: &str, argument: &str, value: *
         return None;
     }
     // SAFETY: `value` is non-null and points at least to its `struct_size` field (caller's contract).
-    let struct_size = unsafe { value.cast::<usize>().read_unaligned() };
+    let struct_size = unsafe { struct_size_of(value) };
     if struct_size < T::MIN_SIZE {
         kreplay_core::log!(
             Level::Warning,
@@ -65,4 +65,26 @@ fn covered<T: Versioned>(struct_size: usize) -> usize {
         return len;
     }
     T::VERSION_ENDS.iter().rev().copied().find(|&end| end <= len).unwrap_or(len)
+}
+
+/// Reads the `struct_size` a caller put first in a versioned struct it passes for the library to fill.
+///
+/// # Safety
+/// `ptr` must be non-null and point to at least a readable `size_t`.
+pub(crate) unsafe fn struct_size_of<T>(ptr: *const T) -> usize {
+    // SAFETY: forwarded from the caller; unaligned reads are fine for a host's odd packing.
+    unsafe { ptr.cast::<usize>().read_unaligned() }
+}
+
+/// Writes to `out` the bytes of `value` that a caller's struct of `struct_size` bytes has room for (at most all
+/// of `T`): a caller built against an older header gets the fields its struct has. `value`'s own `struct_size`
+/// field is written as it is: set it to the caller's.
+///
+/// # Safety
+/// `out` must be valid for writes of `struct_size` bytes.
+pub(crate) unsafe fn write<T>(out: *mut T, struct_size: usize, value: &T) {
+    let len = struct_size.min(size_of::<T>());
+    // SAFETY: 1. `out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at most that;
+    // 2. `value` is a distinct value of `size_of::<T>()` bytes, at least `len`.
+    unsafe { std::ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), out.cast::<u8>(), len) };
 }

@@ -155,18 +155,6 @@ unsafe impl Versioned for kreplay_window_options_t {
         kreplay_window_options_t { struct_size: size_of::<kreplay_window_options_t>(), passes: 0, copy_timeout_ms: 0 }
     }
 }
-/// This version's outcome: how much of a caller's struct is written at most.
-const OUTCOME_SIZE: usize = size_of::<kreplay_window_outcome_t>();
-
-/// Reads the `struct_size` a caller put first in a versioned struct.
-///
-/// # Safety
-/// `ptr` must be non-null and point to at least a readable `size_t`.
-unsafe fn struct_size_of<T>(ptr: *const T) -> usize {
-    // SAFETY: forwarded from the caller; unaligned reads are fine for a host's odd packing.
-    unsafe { ptr.cast::<usize>().read_unaligned() }
-}
-
 /// Opens a replay window on `agent`: closes the async-copy fence on it (a `kreplay_copy_begin` naming it from
 /// now on waits), waits up to `options->copy_timeout_ms` for the copies already in flight, then checks
 /// untracked memory and the projected cost against the policy.
@@ -247,7 +235,7 @@ pub unsafe extern "C" fn kreplay_window_close(
         0
     } else {
         // SAFETY: non-null, and at least the `struct_size` field is readable (caller's contract).
-        unsafe { struct_size_of(outcome_out) }
+        unsafe { versioned::struct_size_of(outcome_out) }
     };
     // The window closes whatever the outcome's size: a window left open would keep the agent fenced.
     let outcome = match engine().window_close(WindowHandle(window.addr() as u64)) {
@@ -267,12 +255,8 @@ pub unsafe extern "C" fn kreplay_window_close(
     }
     // A caller built against an older header gets the fields its struct has; its struct_size stays its own.
     let full = kreplay_window_outcome_t { struct_size, ..outcome.into() };
-    let len = struct_size.min(OUTCOME_SIZE);
-    // SAFETY: 1. `outcome_out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at
-    // most that; 2. `full` is a distinct local of `OUTCOME_SIZE` bytes, at least `len`.
-    unsafe {
-        std::ptr::copy_nonoverlapping((&full as *const kreplay_window_outcome_t).cast::<u8>(), outcome_out.cast(), len)
-    };
+    // SAFETY: `outcome_out` is valid for writes of `struct_size` bytes (caller's contract).
+    unsafe { versioned::write(outcome_out, struct_size, &full) };
     KREPLAY_STATUS_SUCCESS
 }
 

@@ -84,13 +84,10 @@ pub struct kreplay_restore_report_ex_t {
     pub partial: bool,
 }
 
-/// The size of this version's report: how much of a caller's struct is written at most.
-const REPORT_EX_SIZE: usize = size_of::<kreplay_restore_report_ex_t>();
-
 impl From<RestoreReport> for kreplay_restore_report_ex_t {
     fn from(r: RestoreReport) -> Self {
         kreplay_restore_report_ex_t {
-            struct_size: REPORT_EX_SIZE,
+            struct_size: size_of::<kreplay_restore_report_ex_t>(),
             restored: r.restored,
             skipped: r.skipped,
             failed: r.failed,
@@ -105,20 +102,6 @@ impl From<RestoreReport> for kreplay_restore_report_ex_t {
             partial: r.partial,
         }
     }
-}
-
-/// Writes the fields of `report` that a caller's `struct_size` covers (its `struct_size` stays its own).
-///
-/// # Safety
-/// `out` must be valid for writes of `struct_size` bytes.
-unsafe fn write_report(out: *mut kreplay_restore_report_ex_t, struct_size: usize, report: RestoreReport) {
-    let full = kreplay_restore_report_ex_t { struct_size, ..report.into() };
-    let len = struct_size.min(REPORT_EX_SIZE);
-    // SAFETY: 1. `out` is valid for writes of `struct_size` bytes (caller's contract) and `len` is at most that;
-    // 2. `full` is a distinct local of `REPORT_EX_SIZE` bytes, at least `len`.
-    unsafe {
-        std::ptr::copy_nonoverlapping((&full as *const kreplay_restore_report_ex_t).cast::<u8>(), out.cast(), len)
-    };
 }
 
 /// `kreplay_restore`, with options and a versioned report. Writes every region of `snapshot` back, as
@@ -159,7 +142,7 @@ pub unsafe extern "C" fn kreplay_restore_ex(
         None
     } else {
         // SAFETY: non-null, and at least its `struct_size` field is readable (caller's contract).
-        Some(unsafe { report_out.cast::<usize>().read_unaligned() })
+        Some(unsafe { versioned::struct_size_of(report_out) })
     };
     if struct_size.is_some_and(|size| size < size_of::<usize>()) {
         kreplay_core::log!(Level::Warning, "kreplay_restore_ex: report_out->struct_size does not cover struct_size");
@@ -173,8 +156,10 @@ pub unsafe extern "C" fn kreplay_restore_ex(
     let (report, result) = engine().restore_with(inner.get(), options);
     drop(inner);
     if let Some(struct_size) = struct_size {
+        // A caller built against an older header gets the fields its struct has; its struct_size stays its own.
+        let full = kreplay_restore_report_ex_t { struct_size, ..report.into() };
         // SAFETY: `report_out` is non-null and valid for writes of its `struct_size` bytes (caller's contract).
-        unsafe { write_report(report_out, struct_size, report) };
+        unsafe { versioned::write(report_out, struct_size, &full) };
     }
     to_status(result)
 }

@@ -132,17 +132,10 @@ pub fn available_bytes() -> Option<usize> {
 
 /// The `MemAvailable:` figure of a `/proc/meminfo` text, in bytes.
 fn parse_mem_available(text: &[u8]) -> Option<usize> {
-    let line = text.split(|&b| b == b'\n').find(|line| line.starts_with(b"MemAvailable:"))?;
-    let rest = &line[b"MemAvailable:".len()..];
-    let digits = rest.iter().skip_while(|b| b.is_ascii_whitespace()).take_while(|b| b.is_ascii_digit());
-    let mut value: usize = 0;
-    let mut any = false;
-    for &digit in digits {
-        value = value.checked_mul(10)?.checked_add(usize::from(digit - b'0'))?;
-        any = true;
-    }
+    let rest = text.split(|&b| b == b'\n').find_map(|line| line.strip_prefix(b"MemAvailable:"))?;
     // The kernel writes it in kB (KiB).
-    (any && line.ends_with(b" kB")).then_some(value)?.checked_mul(1024)
+    let kib = core::str::from_utf8(rest).ok()?.trim_start().strip_suffix(" kB")?;
+    kib.parse::<usize>().ok()?.checked_mul(1024)
 }
 
 /// Fault injection for tests: make the k-th map from now fail.
@@ -207,6 +200,7 @@ mod tests {
         assert_eq!(parse_mem_available(b"MemFree: 1 kB\n"), None);
         assert_eq!(parse_mem_available(b"MemAvailable: kB\n"), None);
         assert_eq!(parse_mem_available(b"MemAvailable: 12 MB\n"), None);
+        assert_eq!(parse_mem_available(b"MemAvailable: 5 5 kB\n"), None);
         assert_eq!(parse_mem_available(b"MemAvailable: 99999999999999999999999 kB\n"), None);
         if !cfg!(miri) && cfg!(target_os = "linux") {
             assert!(available_bytes().is_some_and(|bytes| bytes > 0));

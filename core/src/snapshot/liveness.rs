@@ -5,18 +5,19 @@
 //! someone else now. The host reports every load and unload with `modules_changed`, so a restore that finds the
 //! module generation unchanged since its snapshot's scan knows every variable is still there and checks nothing.
 //! Otherwise it asks the device again which variables are loaded (the agent's cached scan when it is current, a
-//! new scan else) and writes back only the snapshot's variables found at the same address with the same size;
-//! the others are skipped, counted with the freed regions, and named in the log. A restore that cannot tell
-//! (the scan failed, or no host memory) writes no module variable and counts them as failed, so the host runs
-//! no further pass on a state it could not put back.
+//! new scan else, cached as a capture's is, so that later restores reuse it) and writes back only the snapshot's
+//! variables found at the same address with the same size; the others are skipped, counted with the freed
+//! regions, and named in the log. A restore that cannot tell (the scan failed, or no host memory) writes no
+//! module variable and counts them as failed, so the host runs no further pass on a state it could not put back.
 
 use alloc::vec::Vec;
 
+use super::plan::scan_modules;
 use super::{Range, Snapshot, Source};
 use crate::log::Level;
-use crate::modules::ModuleList;
+use crate::modules::{ModuleList, SharedList};
 use crate::ops::DeviceOps;
-use crate::types::{Agent, DisplayName, ModuleVariable};
+use crate::types::{Agent, DisplayName};
 
 /// Unloaded variables logged one by one per restore; the rest are summed up in one line.
 const GONE_LOG_LIMIT: usize = 8;
@@ -50,7 +51,7 @@ pub(super) fn check<O: DeviceOps>(ops: &O, snapshot: &Snapshot<'_, O>) -> Live {
     }
     let is_loaded = |k: u32| {
         let v = &list.variables[k as usize];
-        loaded.binary_search(&(v.address, v.size)).is_ok()
+        loaded.variables.binary_search_by_key(&(v.address, v.size), |l| (l.address, l.size)).is_ok()
     };
     let mut gone = 0;
     for range in &snapshot.ranges {
@@ -105,34 +106,18 @@ fn log_gone(agent: Agent, list: &ModuleList, k: u32) {
     );
 }
 
-/// The agent's loaded module variables as (address, size), sorted; `None` when they cannot all be listed.
-fn loaded_now<O: DeviceOps>(ops: &O, snapshot: &Snapshot<'_, O>) -> Option<Vec<(usize, usize)>> {
-    let agent = snapshot.info.agent;
-    let mut loaded: Vec<(usize, usize)> = Vec::new();
-    if let Some((list, _)) = snapshot.parts.modules.get(agent) {
+/// The agent's loaded module variables (sorted by address and size, as every list is): its cached scan when that
+/// is current, else a new scan, cached as a capture's would be so that the next restore reuses it; `None` when
+/// they cannot all be listed.
+fn loaded_now<O: DeviceOps>(ops: &O, snapshot: &Snapshot<'_, O>) -> Option<SharedList> {
+    let (agent, parts) = (snapshot.info.agent, snapshot.parts);
+    if let Some((list, _)) = parts.modules.get(agent) {
         // Current, so complete: every variable a capture would keep, and only those can be in a snapshot.
-        loaded.try_reserve_exact(list.variables.len()).ok()?;
-        loaded.extend(list.variables.iter().map(|v| (v.address, v.size)));
-    } else {
-        let mut out_of_memory = false;
-        let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
-            if loaded.len() == loaded.capacity() && loaded.try_reserve(loaded.len().max(16)).is_err() {
-                out_of_memory = true;
-                return false;
-            }
-            loaded.push((variable.address, variable.size));
-            true
-        });
-        if let Err(error) = scan {
-            crate::log!(Level::Error, "agent {:#x}: the module scan of a restore failed ({error:?})", agent.0);
-            return None;
-        }
-        if out_of_memory {
-            return None;
-        }
+        return Some(list);
     }
-    loaded.sort_unstable();
-    Some(loaded)
+    let cache_it = parts.policy.get().cache_module_scan;
+    // A scan that fails logs why itself.
+    scan_modules(ops, agent, parts.modules, cache_it).ok().map(|scanned| scanned.list)
 }
 
 /// No module variable may be written: they cannot be shown to be loaded.

@@ -43,6 +43,20 @@ pub(crate) use restore::restore;
 pub use write_set::Learned;
 use write_set::WriteSet;
 
+/// A test's own engine (a static: the tables are megabytes) with `$policy`, and a device offering every v2 op.
+#[cfg(test)]
+macro_rules! setup_v2 {
+    ($policy:expr) => {{
+        static ENGINE: Engine<SimDevice> = Engine::new();
+        crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
+        let device = SimDevice::with_v2();
+        ENGINE.configure(device.clone()).unwrap();
+        ENGINE.set_tracking(true);
+        ENGINE.set_policy($policy).unwrap();
+        (&ENGINE, device)
+    }};
+}
+
 #[cfg(test)]
 mod reset_tests;
 #[cfg(test)]

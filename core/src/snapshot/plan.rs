@@ -9,7 +9,7 @@ use crate::clock;
 use crate::error::DeclineReason;
 use crate::inventory::{CAPACITY_SETTING, GatherError};
 use crate::log::Level;
-use crate::modules::{CachedVariable, CapturedModules, MAX_NAME_BYTES, ModuleList, NameRef, SharedList};
+use crate::modules::{CachedVariable, CapturedModules, MAX_NAME_BYTES, ModuleCache, ModuleList, NameRef, SharedList};
 use crate::ops::DeviceOps;
 use crate::types::{Agent, DisplayName, ModuleVariable};
 
@@ -83,59 +83,69 @@ impl<O: DeviceOps> Capture<'_, '_, O> {
                 return Ok(CapturedModules { list, cache_as: Some(generation), scanned_in: generation });
             }
         }
-        let generation = cache.generation();
-        let mut variables: Vec<CachedVariable> = Vec::new();
-        let mut names: Vec<u8> = Vec::new();
-        let mut out_of_memory = false;
-        let mut wraps = false;
-        let scan = self.ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
-            if variable.address.checked_add(variable.size).is_none() {
-                wraps = true;
-                crate::log!(
-                    Level::Warning,
-                    "agent {:#x}: module variable {} at {:#x} of {} bytes wraps around the address space",
-                    agent.0,
-                    DisplayName(variable.name),
-                    variable.address,
-                    variable.size
-                );
-                return false;
-            }
-            if !keep_module_variable(agent, variable) {
-                return true;
-            }
-            if variables.len() == variables.capacity() && variables.try_reserve(variables.len().max(16)).is_err() {
-                out_of_memory = true;
-                return false;
-            }
-            let name = variable.name.unwrap_or_default();
-            let name = &name[..name.len().min(MAX_NAME_BYTES)];
-            let Some(name_ref) = keep_name(&mut names, name) else {
-                out_of_memory = true;
-                return false;
-            };
-            variables.push(CachedVariable { address: variable.address, size: variable.size, name: name_ref });
-            true
-        });
-        if let Err(error) = scan {
-            crate::log!(Level::Warning, "agent {:#x}: the module scan failed ({error:?})", agent.0);
-            return Err(DeclineReason::ModuleScanIncomplete);
-        }
-        if wraps {
-            return Err(DeclineReason::ModuleScanIncomplete);
-        }
-        if out_of_memory {
-            return Err(DeclineReason::MetadataMemory);
-        }
-        let list =
-            ModuleList::build(variables, names).and_then(SharedList::new).ok_or(DeclineReason::MetadataMemory)?;
-        let cache_as = policy.cache_module_scan.then_some(generation);
-        if let Some(generation) = cache_as {
-            // Complete: cached now, so that captures of the agent share it from here on.
-            cache.store(agent, generation, list.clone());
-        }
-        Ok(CapturedModules { list, cache_as, scanned_in: generation })
+        scan_modules(&**self.ops, agent, cache, policy.cache_module_scan)
     }
+}
+
+/// Scans `agent`'s module variables now and, when `cache_it`, caches the complete list, so that later captures
+/// (and restores checking liveness) of the agent share it until code objects change.
+pub(super) fn scan_modules<O: DeviceOps>(
+    ops: &O,
+    agent: Agent,
+    cache: &ModuleCache,
+    cache_it: bool,
+) -> Result<CapturedModules, DeclineReason> {
+    let generation = cache.generation();
+    let mut variables: Vec<CachedVariable> = Vec::new();
+    let mut names: Vec<u8> = Vec::new();
+    let mut out_of_memory = false;
+    let mut wraps = false;
+    let scan = ops.iterate_module_variables(agent, &mut |variable: &ModuleVariable<'_>| {
+        if variable.address.checked_add(variable.size).is_none() {
+            wraps = true;
+            crate::log!(
+                Level::Warning,
+                "agent {:#x}: module variable {} at {:#x} of {} bytes wraps around the address space",
+                agent.0,
+                DisplayName(variable.name),
+                variable.address,
+                variable.size
+            );
+            return false;
+        }
+        if !keep_module_variable(agent, variable) {
+            return true;
+        }
+        if variables.len() == variables.capacity() && variables.try_reserve(variables.len().max(16)).is_err() {
+            out_of_memory = true;
+            return false;
+        }
+        let name = variable.name.unwrap_or_default();
+        let name = &name[..name.len().min(MAX_NAME_BYTES)];
+        let Some(name_ref) = keep_name(&mut names, name) else {
+            out_of_memory = true;
+            return false;
+        };
+        variables.push(CachedVariable { address: variable.address, size: variable.size, name: name_ref });
+        true
+    });
+    if let Err(error) = scan {
+        crate::log!(Level::Warning, "agent {:#x}: the module scan failed ({error:?})", agent.0);
+        return Err(DeclineReason::ModuleScanIncomplete);
+    }
+    if wraps {
+        return Err(DeclineReason::ModuleScanIncomplete);
+    }
+    if out_of_memory {
+        return Err(DeclineReason::MetadataMemory);
+    }
+    let list = ModuleList::build(variables, names).and_then(SharedList::new).ok_or(DeclineReason::MetadataMemory)?;
+    let cache_as = cache_it.then_some(generation);
+    if let Some(generation) = cache_as {
+        // Complete: cached now, so that captures of the agent share it from here on.
+        cache.store(agent, generation, list.clone());
+    }
+    Ok(CapturedModules { list, cache_as, scanned_in: generation })
 }
 
 /// Places `ranges` in order: in device storage while its end stays within `device_limit`, the rest in host

@@ -2,35 +2,17 @@
 //! restored, their device storage is forgotten without `device_free`, page-locking is forgotten without
 //! `host_unlock`, and snapshots taken afterwards work.
 
+use super::v2_tests::{A, tracked};
 use super::*;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::sim::SimDevice;
 
-macro_rules! setup {
-    ($policy:expr) => {{
-        static ENGINE: Engine<SimDevice> = Engine::new();
-        crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
-        let device = SimDevice::with_v2();
-        ENGINE.configure(device.clone()).unwrap();
-        ENGINE.set_tracking(true);
-        ENGINE.set_policy($policy).unwrap();
-        (&ENGINE, device)
-    }};
-}
-
-const A: Agent = Agent(0xA1);
 const ON_DEVICE: Policy = Policy { device_budget_bytes: 1 << 30, ..Policy::DEFAULT };
-
-fn tracked(engine: &Engine<SimDevice>, device: &SimDevice, size: usize, fill: u8) -> usize {
-    let base = device.alloc(A, size, fill);
-    engine.record_alloc(base, size, 0).unwrap();
-    base
-}
 
 /// Captures one region on the device tier, overwrites it, and optionally resets the agent before restoring.
 fn restore_after(reset: bool) -> (RestoreReport, Vec<u8>) {
-    let (engine, device) = if reset { setup!(ON_DEVICE) } else { setup!(ON_DEVICE) };
+    let (engine, device) = if reset { setup_v2!(ON_DEVICE) } else { setup_v2!(ON_DEVICE) };
     let base = tracked(engine, &device, 4096, 0x11);
     let snapshot = engine.snap(A).unwrap();
     assert_eq!(snapshot.info().device_bytes, 4096, "held on the device tier");
@@ -66,7 +48,7 @@ fn without_a_reset_the_same_restore_writes() {
 
 #[test]
 fn a_snapshot_after_a_reset_takes_new_storage_and_restores() {
-    let (engine, device) = setup!(ON_DEVICE);
+    let (engine, device) = setup_v2!(ON_DEVICE);
     let base = tracked(engine, &device, 4096, 0x22);
     drop(engine.snap(A).unwrap());
     assert!(engine.retained_device_bytes(A) > 0, "idle device storage is retained");
@@ -85,7 +67,7 @@ fn a_snapshot_after_a_reset_takes_new_storage_and_restores() {
 
 #[test]
 fn a_retained_dirty_only_stash_is_forgotten_without_device_free() {
-    let (engine, device) = setup!(Policy { dirty_only: true, ..ON_DEVICE });
+    let (engine, device) = setup_v2!(Policy { dirty_only: true, ..ON_DEVICE });
     tracked(engine, &device, 4096, 0x33);
     drop(engine.snap(A).unwrap());
     assert!(engine.retained_device_bytes(A) > 0);
@@ -98,7 +80,7 @@ fn a_retained_dirty_only_stash_is_forgotten_without_device_free() {
 
 #[test]
 fn page_locking_is_forgotten_without_unlocking_and_redone_on_next_use() {
-    let (engine, device) = setup!(Policy { pin_staging: true, device_budget_bytes: 0, ..Policy::DEFAULT });
+    let (engine, device) = setup_v2!(Policy { pin_staging: true, device_budget_bytes: 0, ..Policy::DEFAULT });
     tracked(engine, &device, 64 << 10, 0x44);
     drop(engine.snap(A).unwrap());
     assert_eq!(device.state().locks, 1);

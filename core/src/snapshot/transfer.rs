@@ -315,14 +315,7 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
             let range = &chunk.ranges[i];
             let blocks = range.size.div_ceil(block);
             debug_assert!(range.digest_at + blocks <= dirty.live.len());
-            let mut whole = core::iter::once((range.digest_at, range.digest_at + blocks));
-            let mut selected =
-                dirty.select.map(|bits| write_set::runs(bits, range.digest_at, range.digest_at + blocks));
-            let runs: &mut dyn Iterator<Item = (usize, usize)> = match selected.as_mut() {
-                Some(runs) => runs,
-                None => &mut whole,
-            };
-            for (first, end) in runs {
+            for (first, end) in write_set::runs(dirty.select, range.digest_at, range.digest_at + blocks) {
                 let offset = (first - range.digest_at) * block;
                 let bytes = ((end - first) * block).min(range.size - offset);
                 if scratch.jobs.len() == scratch.jobs.capacity() {
@@ -390,13 +383,7 @@ impl<'a, O: DeviceOps> Transfer<'a, O> {
         let block = dirty.block_bytes;
         let blocks = size.div_ceil(block);
         let (live, reference) = (&dirty.live[known.live_at..], &dirty.reference[known.reference_at..]);
-        let mut whole = core::iter::once((known.live_at, known.live_at + blocks));
-        let mut selected = dirty.select.map(|bits| write_set::runs(bits, known.live_at, known.live_at + blocks));
-        let runs: &mut dyn Iterator<Item = (usize, usize)> = match selected.as_mut() {
-            Some(runs) => runs,
-            None => &mut whole,
-        };
-        for (first, end) in runs {
+        for (first, end) in write_set::runs(dirty.select, known.live_at, known.live_at + blocks) {
             let (first, end) = (first - known.live_at, end - known.live_at);
             let mut run: Option<usize> = None;
             for b in first..=end {

@@ -7,22 +7,9 @@ use crate::error::{DeclineReason, Error};
 use crate::policy::Policy;
 use crate::sim::SimDevice;
 
-/// Each test gets its own engine (a static: the tables are megabytes) and a device offering every v2 op.
-macro_rules! setup {
-    ($policy:expr) => {{
-        static ENGINE: Engine<SimDevice> = Engine::new();
-        crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
-        let device = SimDevice::with_v2();
-        ENGINE.configure(device.clone()).unwrap();
-        ENGINE.set_tracking(true);
-        ENGINE.set_policy($policy).unwrap();
-        (&ENGINE, device)
-    }};
-}
+pub(super) const A: Agent = Agent(0xA1);
 
-const A: Agent = Agent(0xA1);
-
-fn tracked(engine: &Engine<SimDevice>, device: &SimDevice, size: usize, fill: u8) -> usize {
+pub(super) fn tracked(engine: &Engine<SimDevice>, device: &SimDevice, size: usize, fill: u8) -> usize {
     let base = device.alloc(A, size, fill);
     engine.record_alloc(base, size, 0).unwrap();
     base
@@ -45,7 +32,7 @@ impl Rng {
 #[test]
 #[cfg_attr(miri, ignore = "minutes under Miri even at 40 ranges; the failing-batch test runs the same transfer code")]
 fn a_plan_larger_than_one_chunk_and_one_batch_is_split_and_every_range_comes_back() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     // 20,000 ranges: two chunks (at most 16,384 ranges each), so at least two batches each way.
     let count = if cfg!(miri) { 40 } else { 20_000 };
     let bases: Vec<usize> = (0..count).map(|i| tracked(engine, &device, 64, i as u8)).collect();
@@ -70,7 +57,7 @@ fn a_plan_larger_than_one_chunk_and_one_batch_is_split_and_every_range_comes_bac
 
 #[test]
 fn a_failing_batch_is_redone_copy_by_copy_and_exactly_the_failed_copies_are_counted() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     let bases: Vec<usize> = (0..40).map(|i| tracked(engine, &device, 512, i as u8)).collect();
     let snapshot = engine.snap(A).unwrap();
     for &base in &bases {
@@ -94,7 +81,7 @@ fn a_failing_batch_is_redone_copy_by_copy_and_exactly_the_failed_copies_are_coun
 
 #[test]
 fn version_one_ops_get_version_one_behaviour() {
-    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 20, dirty_only: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: 1 << 20, dirty_only: true, ..Policy::default() });
     {
         let mut state = device.state();
         state.offer_copy_batch = false;
@@ -120,7 +107,7 @@ fn version_one_ops_get_version_one_behaviour() {
     ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
 )]
 fn batches_racing_frees_never_write_freed_memory() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     let bases: Vec<usize> = (0..300).map(|i| tracked(engine, &device, 4096, i as u8)).collect();
     let snapshot = engine.snap(A).unwrap();
     std::thread::scope(|scope| {
@@ -143,7 +130,7 @@ fn batches_racing_frees_never_write_freed_memory() {
 
 #[test]
 fn the_whole_footprint_fits_on_the_device_and_comes_back_from_there() {
-    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
     let size = if cfg!(miri) { 1000 } else { 100_000 };
     let bases: Vec<usize> = (0..8).map(|i| tracked(engine, &device, size, i as u8)).collect();
     device.add_variable(A, b"v", 64, 9);
@@ -172,7 +159,7 @@ fn the_whole_footprint_fits_on_the_device_and_comes_back_from_there() {
 fn half_the_footprint_as_budget_spills_the_rest_and_never_exceeds_it() {
     let footprint = 16 * 65_536;
     let budget = footprint / 2;
-    let (engine, device) = setup!(Policy { device_budget_bytes: budget, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: budget, ..Policy::default() });
     let bases: Vec<usize> = (0..16).map(|i| tracked(engine, &device, 65_536, i as u8)).collect();
     for dispatch in 0..3u8 {
         let snapshot = engine.snap(A).unwrap();
@@ -194,7 +181,7 @@ fn half_the_footprint_as_budget_spills_the_rest_and_never_exceeds_it() {
 
 #[test]
 fn a_refused_device_alloc_at_any_position_falls_back_to_the_host() {
-    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
     let bases: Vec<usize> = (0..4).map(|i| tracked(engine, &device, 8192, i as u8)).collect();
     for k in 1..=3 {
         engine.device_trim(A);
@@ -221,7 +208,7 @@ fn a_refused_device_alloc_at_any_position_falls_back_to_the_host() {
 #[test]
 #[cfg_attr(miri, ignore = "copies 4 MiB: slow under Miri; `cargo test` runs it natively")]
 fn a_smaller_footprint_gives_back_the_device_storage_it_does_not_take() {
-    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: 1 << 30, ..Policy::default() });
     let big = tracked(engine, &device, 4 << 20, 1);
     drop(engine.snap(A).unwrap());
     assert!(device.device_bytes_held(A) >= 4 << 20);
@@ -237,7 +224,7 @@ fn a_smaller_footprint_gives_back_the_device_storage_it_does_not_take() {
 
 #[test]
 fn after_finalize_nothing_is_allocated_and_nothing_crashes() {
-    let (engine, device) = setup!(Policy { device_budget_bytes: 1 << 30, dirty_only: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { device_budget_bytes: 1 << 30, dirty_only: true, ..Policy::default() });
     tracked(engine, &device, 4096, 1);
     let snapshot = engine.snap(A).unwrap();
     engine.finalize();
@@ -324,7 +311,7 @@ impl GlobalFlagsCoarse {
 
 #[test]
 fn dirty_restores_equal_full_restores_on_the_host_tier() {
-    let (engine, device) = setup!(dirty_policy(0));
+    let (engine, device) = setup_v2!(dirty_policy(0));
     dirty_model(engine, device, 0x1234_5678);
 }
 
@@ -334,7 +321,7 @@ fn dirty_restores_equal_full_restores_on_the_host_tier() {
     ignore = "digests hundreds of kilobytes per pass byte by byte: minutes under Miri; the host-tier model test runs the same code"
 )]
 fn dirty_restores_equal_full_restores_on_the_device_tier() {
-    let (engine, device) = setup!(dirty_policy(1 << 30));
+    let (engine, device) = setup_v2!(dirty_policy(1 << 30));
     dirty_model(engine, device, 0x9E37_79B9);
 }
 
@@ -344,13 +331,13 @@ fn dirty_restores_equal_full_restores_on_the_device_tier() {
     ignore = "digests hundreds of kilobytes per pass byte by byte: minutes under Miri; the host-tier model test runs the same code"
 )]
 fn dirty_restores_equal_full_restores_with_a_spill() {
-    let (engine, device) = setup!(dirty_policy(100_000));
+    let (engine, device) = setup_v2!(dirty_policy(100_000));
     dirty_model(engine, device, 0xC0FF_EE11);
 }
 
 #[test]
 fn a_digest_that_cannot_tell_contents_apart_still_captures_a_reallocated_region_whole() {
-    let (engine, device) = setup!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
     device.state().constant_digest = true;
     let base = tracked(engine, &device, 8192, 1);
     drop(engine.snap(A).unwrap());
@@ -376,7 +363,7 @@ fn a_digest_that_cannot_tell_contents_apart_still_captures_a_reallocated_region_
     ignore = "digests 60 KiB 16 times over byte by byte: minutes under Miri; `cargo test` runs it natively"
 )]
 fn a_digest_refused_at_any_position_falls_back_to_full_copies() {
-    let (engine, device) = setup!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { dirty_only: true, digest_block_bytes: 4096, ..Policy::default() });
     let bases: Vec<usize> = (0..3).map(|i| tracked(engine, &device, 20_000, i as u8)).collect();
     for k in 1..=4 {
         {
@@ -403,7 +390,7 @@ fn a_digest_refused_at_any_position_falls_back_to_full_copies() {
 
 #[test]
 fn the_module_scan_is_cached_until_modules_change_and_a_failed_scan_is_not_cached() {
-    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { cache_module_scan: true, ..Policy::default() });
     let variables: Vec<usize> = (0..50).map(|i| device.add_variable(A, b"v", 16, i as u8)).collect();
     let info = engine.snap(A).unwrap().info();
     assert_eq!(info.module_variables, 50);
@@ -431,7 +418,7 @@ fn the_module_scan_is_cached_until_modules_change_and_a_failed_scan_is_not_cache
 
 #[test]
 fn a_recorded_size_beyond_the_allocation_is_clamped_to_it() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     let base = device.alloc(A, 4096, 1);
     engine.record_alloc(base, 1 << 20, 0).unwrap();
     assert_eq!(engine.inventory_stats(A).unwrap().bytes, 4096);
@@ -447,7 +434,7 @@ fn a_recorded_size_beyond_the_allocation_is_clamped_to_it() {
     ignore = "threads waiting on each other with back-off sleeps: minutes under Miri; `cargo test` runs it natively"
 )]
 fn frees_and_allocations_of_other_agents_do_not_wait_for_a_long_copy_and_a_free_of_the_region_does() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     let copied = tracked(engine, &device, 4096, 1);
     let other = device.alloc(Agent(0xB2), 4096, 2);
     engine.record_alloc(other, 4096, 0).unwrap();
@@ -478,7 +465,7 @@ fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
     // The small region fits the device budget, the large one spills to host staging.
     let (small, large) = if cfg!(miri) { (8192, 64 << 10) } else { (8192, 2 << 20) };
     let budget = if cfg!(miri) { 32 << 10 } else { 1 << 20 };
-    let (engine, device) = setup!(Policy { dirty_only: true, device_budget_bytes: budget, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { dirty_only: true, device_budget_bytes: budget, ..Policy::default() });
     tracked(engine, &device, small, 1);
     tracked(engine, &device, large, 2);
     drop(engine.snap(A).unwrap());
@@ -492,7 +479,7 @@ fn a_decline_after_a_dirty_only_dispatch_keeps_no_storage() {
 
 #[test]
 fn adjacent_module_variables_are_copied_as_one_span_and_counted_one_by_one() {
-    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { cache_module_scan: true, ..Policy::default() });
     device.state().offer_copy_batch = false;
     // 100 variables back to back in one code object (the simulated device places them 256 bytes apart), and one
     // reported twice over a part of another (aliases overlap).
@@ -523,7 +510,7 @@ fn adjacent_module_variables_are_copied_as_one_span_and_counted_one_by_one() {
 
 #[test]
 fn a_span_the_device_refuses_is_copied_variable_by_variable_and_is_not_merged_again() {
-    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { cache_module_scan: true, ..Policy::default() });
     device.state().offer_copy_batch = false;
     // Two code objects whose variables lie back to back: one span for the engine, two allocations for the device.
     let mut variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"a", 512, i)).collect();
@@ -578,7 +565,7 @@ fn fail_device_copies(device: &SimDevice, targets: Vec<(usize, usize)>) {
 
 #[test]
 fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..4).map(|i| device.add_variable(A, b"v", 256, i)).collect();
     let snapshot = engine.snap(A).unwrap();
@@ -608,7 +595,7 @@ fn a_span_whose_copy_fails_counts_exactly_the_variables_that_fail() {
 
 #[test]
 fn a_capture_declines_only_when_a_variable_of_a_failed_span_cannot_be_copied_alone() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"v", 256, i)).collect();
     let span = (variables[0], 3 * 256);
@@ -627,7 +614,7 @@ fn a_capture_declines_only_when_a_variable_of_a_failed_span_cannot_be_copied_alo
 
 #[test]
 fn a_restore_counts_the_bytes_of_failed_overlapping_variables_once() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..2).map(|i| device.add_variable(A, b"v", 256, i)).collect();
     // An alias over the second half of the first variable and the first half of the second: one span of 512.
@@ -645,7 +632,7 @@ fn a_restore_counts_the_bytes_of_failed_overlapping_variables_once() {
 
 #[test]
 fn snapshots_alive_at_once_share_the_cached_module_list() {
-    let (engine, device) = setup!(Policy { cache_module_scan: true, ..Policy::default() });
+    let (engine, device) = setup_v2!(Policy { cache_module_scan: true, ..Policy::default() });
     device.state().offer_copy_batch = false;
     let variables: Vec<usize> = (0..3).map(|i| device.add_variable(A, b"a", 512, i)).collect();
     device.new_code_object();
@@ -670,7 +657,7 @@ fn snapshots_alive_at_once_share_the_cached_module_list() {
         assert_eq!((report.restored, report.failed), (4, 0));
     }
     // A holder keeps its list after modules_changed; its restore scans once to check that its code objects are
-    // still loaded (module liveness), and so does the next capture.
+    // still loaded (module liveness) and caches that scan, so the next capture does not scan again.
     engine.modules_changed();
     drop(first);
     let (report, status) = engine.restore(&second);
@@ -679,12 +666,12 @@ fn snapshots_alive_at_once_share_the_cached_module_list() {
     drop((second, third));
     engine.snap(A).unwrap();
     let state = device.state();
-    assert_eq!((state.scans, state.refused_copies, state.violations), (scans + 2, 2, 0));
+    assert_eq!((state.scans, state.refused_copies, state.violations), (scans + 1, 2, 0));
 }
 
 #[test]
 fn a_variable_whose_code_object_was_unloaded_is_skipped_and_the_others_are_written() {
-    let (engine, device) = setup!(Policy::default());
+    let (engine, device) = setup_v2!(Policy::default());
     let kept = device.add_variable(A, b"kept", 64, 1);
     device.new_code_object();
     let gone_module = device.code_object();

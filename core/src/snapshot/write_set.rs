@@ -143,36 +143,24 @@ impl WriteSet {
         }
         let mut added = 0;
         for &(address, bytes) in hints {
+            // A whole-region hint finds its region as its first byte would.
+            let hint_end = address.saturating_add(bytes.max(1));
             // The last tracked range that starts at or before `address`, then those that start before the end.
             let first = self.by_address.partition_point(|&i| ranges[i as usize].address <= address);
-            let from = first.saturating_sub(1);
-            for &i in &self.by_address[from..] {
+            for &i in &self.by_address[first.saturating_sub(1)..] {
                 let range = &ranges[i as usize];
+                if range.address >= hint_end {
+                    break;
+                }
                 let range_end = range.address + range.size;
-                let (start, end) = if bytes == 0 {
-                    if address < range.address || address >= range_end {
-                        if range.address > address {
-                            break;
-                        }
-                        continue;
-                    }
-                    (range.address, range_end)
-                } else {
-                    let end = address.saturating_add(bytes);
-                    if range.address >= end {
-                        break;
-                    }
-                    (address.max(range.address), end.min(range_end))
-                };
+                let (start, end) = (address.max(range.address), hint_end.min(range_end));
                 if start >= end {
                     continue;
                 }
+                let (start, end) = if bytes == 0 { (range.address, range_end) } else { (start, end) };
                 let b0 = range.digest_at + (start - range.address) / block_bytes;
                 let b1 = range.digest_at + (end - 1 - range.address) / block_bytes + 1;
                 added += set_range(&mut self.bits, b0, b1);
-                if bytes == 0 {
-                    break;
-                }
             }
         }
         Some(added)
@@ -249,11 +237,13 @@ fn set_range(bits: &mut [u64], from: usize, to: usize) -> usize {
     added
 }
 
-/// The runs of consecutive blocks of `bits` within `from..to`, in order, as `(first, end)`; words with no block
-/// are skipped whole.
-pub(crate) fn runs(bits: &[u64], from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+/// The runs of consecutive blocks of `select` within `from..to`, in order, as `(first, end)`; words with no block
+/// are skipped whole. `None` selects every block: one run, `(from, to)`.
+pub(crate) fn runs(select: Option<&[u64]>, from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut b = from;
+    let mut whole = select.is_none();
     core::iter::from_fn(move || {
+        let Some(bits) = select else { return core::mem::take(&mut whole).then_some((from, to)) };
         // The next block in the set.
         while b < to {
             let word = bits[b / WORD] >> (b % WORD);
@@ -293,15 +283,16 @@ mod tests {
         for b in [0, 1, 2, 63, 64, 65, 130, 200, 255] {
             insert(&mut bits, b);
         }
-        let all: Vec<_> = runs(&bits, 0, 256).collect();
+        let all: Vec<_> = runs(Some(&bits), 0, 256).collect();
         assert_eq!(all, [(0, 3), (63, 66), (130, 131), (200, 201), (255, 256)]);
-        let inner: Vec<_> = runs(&bits, 2, 200).collect();
+        let inner: Vec<_> = runs(Some(&bits), 2, 200).collect();
         assert_eq!(inner, [(2, 3), (63, 66), (130, 131)]);
-        assert_eq!(runs(&bits, 3, 63).count(), 0);
+        assert_eq!(runs(Some(&bits), 3, 63).count(), 0);
         let mut full = vec![u64::MAX; 2];
-        assert_eq!(runs(&full, 5, 100).collect::<Vec<_>>(), [(5, 100)]);
+        assert_eq!(runs(Some(&full), 5, 100).collect::<Vec<_>>(), [(5, 100)]);
         full[1] = 0;
-        assert_eq!(runs(&full, 5, 100).collect::<Vec<_>>(), [(5, 64)]);
+        assert_eq!(runs(Some(&full), 5, 100).collect::<Vec<_>>(), [(5, 64)]);
+        assert_eq!(runs(None, 5, 100).collect::<Vec<_>>(), [(5, 100)]);
     }
 
     #[test]
@@ -323,7 +314,7 @@ mod tests {
         for _ in 0..2 {
             let partial = plan(&mut set, false);
             assert!(!partial.full);
-            assert_eq!(runs(partial.select.as_ref().unwrap(), 0, 128).count(), 3);
+            assert_eq!(runs(partial.select.as_deref(), 0, 128).count(), 3);
             assert_eq!(set.finish(&partial, true).misses, 0);
         }
         // Restore 5 checks everything and finds block 100: a pass from pass 4 on (after restore 3) may have
@@ -333,6 +324,31 @@ mod tests {
         insert(last.changed.as_mut().unwrap(), 3);
         assert_eq!(set.finish(&last, true), Learned { blocks: 4, misses: 1, miss_pass: 4 });
         assert_eq!(set.restores(), 5);
+    }
+
+    #[test]
+    fn hints_add_the_blocks_they_touch_and_a_whole_region_hint_its_region() {
+        const BLOCK: usize = 4096;
+        let tracked = |address: usize, blocks: usize, digest_at: usize| Range {
+            address,
+            size: blocks * BLOCK,
+            tier: super::super::Tier::Host,
+            offset: 0,
+            source: super::super::Source::Tracked { kind: crate::inventory::RegionKind::Allocation, generation: 1 },
+            digest_at,
+            hint: 0,
+        };
+        // Listed out of address order: blocks 0-2 at 0x20000, 3-5 at 0x10000, 6-7 at 0x30000.
+        let ranges = [tracked(0x20000, 3, 0), tracked(0x10000, 3, 3), tracked(0x30000, 2, 6)];
+        let mut set = WriteSet::new();
+        let mut hint = |hints: &[(usize, usize)]| set.hint(&ranges, 8, BLOCK, hints).unwrap();
+        // A byte inside the second block of 0x10000, whole: all three of its blocks.
+        assert_eq!(hint(&[(0x10000 + BLOCK + 5, 0)]), 3);
+        // From a gap into the first two blocks of 0x20000; a whole-region hint in a gap adds nothing.
+        assert_eq!(hint(&[(0x1F000, 0x2001), (0x28000, 0)]), 2);
+        // Across all three: what is left of 0x20000 and both blocks of 0x30000.
+        assert_eq!(hint(&[(0x10000, 0x30000)]), 3);
+        assert_eq!(set.count(), 8);
     }
 
     #[test]

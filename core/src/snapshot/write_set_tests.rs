@@ -9,18 +9,6 @@ use crate::policy::Policy;
 use crate::sim::SimDevice;
 use crate::window::{Opened, WindowOptions};
 
-macro_rules! setup {
-    () => {{
-        static ENGINE: Engine<SimDevice> = Engine::new();
-        crate::log::set_sink(Some(|_, _| {}), crate::log::Level::Error);
-        let device = SimDevice::with_v2();
-        ENGINE.configure(device.clone()).unwrap();
-        ENGINE.set_tracking(true);
-        ENGINE.set_policy(LEARNING).unwrap();
-        (&ENGINE, device)
-    }};
-}
-
 const A: Agent = Agent(0xA1);
 const BLOCK: usize = 4096;
 const REGION: usize = 3 * BLOCK;
@@ -61,7 +49,7 @@ const STRAY: (usize, usize) = (1, 0);
 
 #[test]
 fn later_passes_that_write_pass_ones_blocks_are_restored_exactly_by_partial_digests() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     let bases = footprint(engine, &device);
     let expected = contents(&device, &bases);
     let snapshot = engine.snap(A).unwrap();
@@ -86,6 +74,14 @@ fn later_passes_that_write_pass_ones_blocks_are_restored_exactly_by_partial_dige
     assert_eq!(device.state().violations, 0);
 }
 
+/// Pass `number` of a kernel that writes pass 1's blocks each pass and, in pass 3 only, `STRAY` too.
+fn stray_pass(device: &SimDevice, bases: &[usize], number: u8) {
+    pass(device, bases, &WRITES, 0xE0 + number);
+    if number == 3 {
+        pass(device, bases, &[STRAY], 0x5A);
+    }
+}
+
 /// Runs five passes (four restores) of a kernel that also writes `STRAY` in pass 3, the fourth restore
 /// marked as a full check or not; returns the last restore's report.
 fn stray_in_pass_three(engine: &Engine<SimDevice>, device: &SimDevice, mark_last: bool) -> (RestoreReport, bool) {
@@ -94,11 +90,7 @@ fn stray_in_pass_three(engine: &Engine<SimDevice>, device: &SimDevice, mark_last
     let snapshot = engine.snap(A).unwrap();
     let mut last = RestoreReport::default();
     for restore in 1..=4u8 {
-        let pass_number = restore;
-        pass(device, &bases, &WRITES, 0xE0 + restore);
-        if pass_number == 3 {
-            pass(device, &bases, &[STRAY], 0x5A);
-        }
+        stray_pass(device, &bases, restore);
         let options = if restore == 4 && mark_last { FULL } else { PLAIN };
         let (report, status) = engine.restore_with(&snapshot, options);
         status.unwrap();
@@ -115,7 +107,7 @@ fn stray_in_pass_three(engine: &Engine<SimDevice>, device: &SimDevice, mark_last
 
 #[test]
 fn a_pass_that_writes_outside_the_learned_set_is_caught_by_the_last_full_check() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     let (last, exact) = stray_in_pass_three(engine, &device, true);
     assert!(exact, "the full check restores the stray block");
     assert!(!last.partial);
@@ -126,7 +118,7 @@ fn a_pass_that_writes_outside_the_learned_set_is_caught_by_the_last_full_check()
 
 #[test]
 fn control_without_the_last_full_check_the_stray_write_survives() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     let (last, exact) = stray_in_pass_three(engine, &device, false);
     assert!(!exact, "a partial last restore cannot see a block outside the set");
     assert!(last.partial);
@@ -135,7 +127,7 @@ fn control_without_the_last_full_check_the_stray_write_survives() {
 
 #[test]
 fn with_the_flag_off_every_restore_checks_the_whole_footprint() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     engine.set_policy(Policy { learn_write_set: false, ..LEARNING }).unwrap();
     let (last, exact) = {
         let bases = footprint(engine, &device);
@@ -143,10 +135,7 @@ fn with_the_flag_off_every_restore_checks_the_whole_footprint() {
         let snapshot = engine.snap(A).unwrap();
         let mut last = RestoreReport::default();
         for restore in 1..=4u8 {
-            pass(&device, &bases, &WRITES, 0xE0 + restore);
-            if restore == 3 {
-                pass(&device, &bases, &[STRAY], 0x5A);
-            }
+            stray_pass(&device, &bases, restore);
             let (report, status) = engine.restore(&snapshot);
             status.unwrap();
             assert!(!report.partial);
@@ -161,7 +150,7 @@ fn with_the_flag_off_every_restore_checks_the_whole_footprint() {
 
 #[test]
 fn a_window_of_known_passes_checks_its_last_restore_and_its_outcome_names_the_misses() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     let Opened::Window(window) = engine.window_open(A, WindowOptions { passes: 5, copy_timeout_ms: 0 }).unwrap() else {
         panic!("the window was declined");
     };
@@ -183,7 +172,7 @@ fn a_window_of_known_passes_checks_its_last_restore_and_its_outcome_names_the_mi
 
 #[test]
 fn a_hinted_block_is_digested_by_partial_restores_so_a_write_there_is_restored() {
-    let (engine, device) = setup!();
+    let (engine, device) = setup_v2!(LEARNING);
     let bases = footprint(engine, &device);
     let expected = contents(&device, &bases);
     let snapshot = engine.snap(A).unwrap();
@@ -192,10 +181,7 @@ fn a_hinted_block_is_digested_by_partial_restores_so_a_write_there_is_restored()
     assert_eq!(engine.hint_writes(&snapshot, &[(stray + 10, 1), (8, 16)]), Ok(1));
     assert_eq!(engine.hint_writes(&snapshot, &[(usize::MAX, 2)]), Err(crate::Error::InvalidArgument));
     for restore in 1..=4u8 {
-        pass(&device, &bases, &WRITES, 0xE0 + restore);
-        if restore == 3 {
-            pass(&device, &bases, &[STRAY], 0x5A);
-        }
+        stray_pass(&device, &bases, restore);
         let (report, status) = engine.restore(&snapshot);
         status.unwrap();
         assert!(contents(&device, &bases) == expected, "restore {restore}");

@@ -26,6 +26,11 @@ pub const DEFAULT_DIGEST_BYTES_PER_US: u64 = 50_000;
 /// A window projected above this logs a warning when the policy leaves `warn_window_ns` at 0: 10 s.
 pub const DEFAULT_WARN_WINDOW_NS: u64 = 10_000_000_000;
 
+/// The projection above which a window logs a warning: `warn_window_ns`, or [`DEFAULT_WARN_WINDOW_NS`] for 0.
+pub(crate) fn warn_window_ns(policy: &Policy) -> u64 {
+    if policy.warn_window_ns == 0 { DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns }
+}
+
 /// Bytes and the nanoseconds they took, decayed by half at every new measurement so recent windows weigh most.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rate {

@@ -8,7 +8,7 @@
 
 use core::sync::atomic::Ordering;
 
-use super::admission::{DEFAULT_WARN_WINDOW_NS, Measured};
+use super::admission::{Measured, warn_window_ns};
 use super::outcome::{self, CROSSED_MAX, CROSSED_WARN, Outcome, Record, UntrackedStats};
 use super::untracked::{UNTRACKED_CAPACITY, UntrackedKind};
 use super::{AgentSlot, WINDOW_AGENTS, WindowState, current_thread};
@@ -166,7 +166,7 @@ impl Opening<'_> {
             );
             return Err(DeclineReason::OverCost);
         }
-        let warn = if policy.warn_window_ns == 0 { DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns };
+        let warn = warn_window_ns(policy);
         if projected_ns > warn {
             crate::log!(
                 Level::Warning,
@@ -181,7 +181,7 @@ impl Opening<'_> {
 
     /// The window is open: its record starts from `outcome`, and the handle names its slot and generation.
     fn open(self, outcome: Outcome) -> Opened {
-        *self.slot.record.lock() = Record { outcome, snapshot_seen: false, restores_ok: 0, restores: 0, crossed: 0 };
+        *self.slot.record.lock() = Record { outcome, ..Record::EMPTY };
         self.slot.reentry.store(false, Ordering::Relaxed);
         self.slot.window.store(self.generation << 2 | OPEN, Ordering::Release);
         Opened::Window(WindowHandle(self.generation << INDEX_BITS | self.index as u64))
@@ -471,7 +471,7 @@ fn next_pass(record: &mut Record, policy: &Policy) -> Option<(u64, u64, bool)> {
     let average = outcome.restore_ns / u64::from(record.restores.max(1));
     let projected = outcome.snapshot_ns.saturating_add(outcome.restore_ns).saturating_add(average);
     outcome.projected_ns = outcome.projected_ns.max(projected);
-    let warn = if policy.warn_window_ns == 0 { DEFAULT_WARN_WINDOW_NS } else { policy.warn_window_ns };
+    let warn = warn_window_ns(policy);
     if policy.max_window_ns != 0 && projected > policy.max_window_ns && record.crossed & CROSSED_MAX == 0 {
         record.crossed |= CROSSED_MAX | CROSSED_WARN;
         return Some((projected, policy.max_window_ns, true));
