@@ -320,6 +320,11 @@ class policy_t {
   policy_t& device_budget_percent(std::uint32_t percent) noexcept {
     return policy_.device_budget_percent = percent, *this;
   }
+  /// Version 4: each capture may bring kreplay's host staging up to this percent (0 to 100, 0: off) of the host
+  /// memory available at that moment plus what kreplay holds; above it the snapshot declines (`HOST_BUDGET`).
+  policy_t& host_budget_percent(std::uint32_t percent) noexcept {
+    return policy_.host_budget_percent = percent, *this;
+  }
   /// Version 4: with `dirty_only`, learn each snapshot's write set; restores between the first and a full check
   /// digest only it.
   policy_t& learn_write_set(bool on) noexcept { return policy_.learn_write_set = on, *this; }

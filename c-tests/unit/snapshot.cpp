@@ -279,6 +279,9 @@ void nothing_is_left_mapped() {
 void restore_ex_and_hints_go_through_the_versioned_calls() {
   const kreplay_agent_t agent = test_agent(0x60b);
   void* a = region(agent, 8 * KiB, 3);
+  // The host budget's setter reaches the C field, and kreplay checks its range.
+  CHECK_EQ(50u, kreplay::policy_t().host_budget_percent(50).get().host_budget_percent);
+  CHECK_EQ(KREPLAY_STATUS_INVALID_ARGUMENT, kreplay::policy_t().host_budget_percent(101).apply());
   CHECK_OK(kreplay::policy_t().learn_write_set(true).apply());
   device_snapshot_t snapshot = kreplay::snap(agent);
   CHECK(snapshot.ok);
