@@ -180,6 +180,21 @@ kreplay_status_t device_free(void*, kreplay_agent_t, void* ptr, size_t bytes) {
   g_device_held -= bytes;
   return KREPLAY_STATUS_SUCCESS;
 }
+// The storage a destroyed context held is the driver's again (kreplay forgets it, never frees it): the fake
+// gives it back once the test no longer looks at it.
+void release_dead_storage() {
+  for (auto it = g_storage.begin(); it != g_storage.end();) {
+    auto made = g_made_in.find(it->first);
+    if (made == g_made_in.end() || g_dead_contexts.count(made->second) == 0) {
+      ++it;
+      continue;
+    }
+    g_device_held -= it->second;
+    g_made_in.erase(made);
+    std::free(const_cast<void*>(it->first));
+    it = g_storage.erase(it);
+  }
+}
 void check_range(const void* address, size_t bytes) {
   const auto* at = static_cast<const unsigned char*>(address);
   for (const auto& [base, size] : g_storage) {
@@ -807,6 +822,7 @@ int replay_across_a_context_reset(bool handled, CUcontext next) {
   policy.device_budget_bytes = 0;
   policy.pin_staging = false;
   CHECK_OK(kreplay_set_policy(&policy));
+  release_dead_storage();
   return g_dead_calls;
 }
 
