@@ -79,6 +79,9 @@ typedef enum kreplay_gate_t {
   KREPLAY_GATE_NOT_A_DISPATCH = 2,
   // A graph launch is active: warned once per process, then run once.
   KREPLAY_GATE_GRAPH_LAUNCH = 3,
+  // Version 4, from `kreplay_replay_gate_range` only: more than one packet, at least one of them a kernel
+  // dispatch: replay the submission as one window over its dispatches (`kreplay_window_options_t::dispatches`).
+  KREPLAY_GATE_REPLAY_RANGE = 4,
 } kreplay_gate_t;
 
 // Why `kreplay_snap` declined. Values are explicit and never reused.
@@ -436,6 +439,12 @@ typedef struct kreplay_window_options_t {
   uint32_t passes;
   // How long the open waits for async copies in flight [0 = 1000].
   uint32_t copy_timeout_ms;
+  // Version 4: the dispatches the window covers, run in order on every pass (a graph, a multi-packet
+  // submission, a range of dispatches) [0 = 1: one dispatch]. The snapshot is taken once before the first;
+  // restore between repetitions of the whole range. Admission, the fence and the outcome treat the range as
+  // one dispatch; the range's own dispatches are not re-entry (do not report them with
+  // `kreplay_window_note_reentry`).
+  uint32_t dispatches;
 } kreplay_window_options_t;
 
 // Untracked memory live at the time of the query, for one agent (allocations of unknown owner, such as
@@ -487,6 +496,8 @@ typedef struct kreplay_window_outcome_t {
   size_t write_set_misses;
   // Version 4: the first pass that may have started from such a state; 0 without misses.
   uint32_t write_set_miss_pass;
+  // Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1).
+  uint32_t dispatches;
 } kreplay_window_outcome_t;
 
 // Called once per tracked region by `kreplay_inventory_foreach`: its base, its size in bytes and its
@@ -621,6 +632,16 @@ void kreplay_agent_reset(struct kreplay_agent_t agent);
 enum kreplay_gate_t kreplay_replay_gate(uint32_t packet_count,
                                         uint32_t dispatch_packet_count,
                                         bool graph_launch_active);
+
+// Version 4: the gate of a host that replays a multi-packet submission (a HIP graph's packets, a range of
+// dispatches) as one window: `KREPLAY_GATE_REPLAY_RANGE` for more than one packet with at least one kernel
+// dispatch among them (open the window with `dispatches` set to that count, run the whole submission on every
+// pass, restore between), `KREPLAY_GATE_NOT_A_DISPATCH` for packets none of which dispatches; otherwise as
+// `kreplay_replay_gate` (one dispatch packet: `REPLAY`; a graph launch: `GRAPH_LAUNCH`, since only the host can
+// tell whether the graph keeps memory it allocates). Thread-safe.
+enum kreplay_gate_t kreplay_replay_gate_range(uint32_t packet_count,
+                                              uint32_t dispatch_packet_count,
+                                              bool graph_launch_active);
 
 // Capture every tracked region owned by `agent` and every module-scope variable visible to it.
 //

@@ -18,6 +18,9 @@ pub enum kreplay_gate_t {
     KREPLAY_GATE_NOT_A_DISPATCH = 2,
     /// A graph launch is active: warned once per process, then run once.
     KREPLAY_GATE_GRAPH_LAUNCH = 3,
+    /// Version 4, from `kreplay_replay_gate_range` only: more than one packet, at least one of them a kernel
+    /// dispatch: replay the submission as one window over its dispatches (`kreplay_window_options_t::dispatches`).
+    KREPLAY_GATE_REPLAY_RANGE = 4,
 }
 
 enum_table! {
@@ -26,6 +29,7 @@ enum_table! {
     KREPLAY_GATE_MULTI_PACKET = Gate::MultiPacket,
     KREPLAY_GATE_NOT_A_DISPATCH = Gate::NotADispatch,
     KREPLAY_GATE_GRAPH_LAUNCH = Gate::GraphLaunch,
+    KREPLAY_GATE_REPLAY_RANGE = Gate::ReplayRange,
 }
 
 /// A gate that failed inside lets the submission run once, unreplayed.
@@ -43,4 +47,20 @@ pub extern "C" fn kreplay_replay_gate(
     graph_launch_active: bool,
 ) -> kreplay_gate_t {
     engine().replay_gate(packet_count, dispatch_packet_count, graph_launch_active).into()
+}
+
+/// Version 4: the gate of a host that replays a multi-packet submission (a HIP graph's packets, a range of
+/// dispatches) as one window: `KREPLAY_GATE_REPLAY_RANGE` for more than one packet with at least one kernel
+/// dispatch among them (open the window with `dispatches` set to that count, run the whole submission on every
+/// pass, restore between), `KREPLAY_GATE_NOT_A_DISPATCH` for packets none of which dispatches; otherwise as
+/// `kreplay_replay_gate` (one dispatch packet: `REPLAY`; a graph launch: `GRAPH_LAUNCH`, since only the host can
+/// tell whether the graph keeps memory it allocates). Thread-safe.
+#[ffi_guard]
+#[unsafe(no_mangle)]
+pub extern "C" fn kreplay_replay_gate_range(
+    packet_count: u32,
+    dispatch_packet_count: u32,
+    graph_launch_active: bool,
+) -> kreplay_gate_t {
+    engine().replay_gate_range(packet_count, dispatch_packet_count, graph_launch_active).into()
 }

@@ -74,6 +74,12 @@ pub struct kreplay_window_options_t {
     pub passes: u32,
     /// How long the open waits for async copies in flight [0 = 1000].
     pub copy_timeout_ms: u32,
+    /// Version 4: the dispatches the window covers, run in order on every pass (a graph, a multi-packet
+    /// submission, a range of dispatches) [0 = 1: one dispatch]. The snapshot is taken once before the first;
+    /// restore between repetitions of the whole range. Admission, the fence and the outcome treat the range as
+    /// one dispatch; the range's own dispatches are not re-entry (do not report them with
+    /// `kreplay_window_note_reentry`).
+    pub dispatches: u32,
 }
 
 /// The account of one window, filled by `kreplay_window_close`.
@@ -118,6 +124,8 @@ pub struct kreplay_window_outcome_t {
     pub write_set_misses: usize,
     /// Version 4: the first pass that may have started from such a state; 0 without misses.
     pub write_set_miss_pass: u32,
+    /// Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1).
+    pub dispatches: u32,
 }
 
 impl From<Outcome> for kreplay_window_outcome_t {
@@ -141,6 +149,7 @@ impl From<Outcome> for kreplay_window_outcome_t {
             digested_bytes: o.digested_bytes,
             write_set_misses: o.write_set_misses,
             write_set_miss_pass: o.write_set_miss_pass,
+            dispatches: o.dispatches,
         }
     }
 }
@@ -152,7 +161,12 @@ unsafe impl Versioned for kreplay_window_options_t {
     const REQUIRED: &'static str = "the version-3 fields";
 
     fn defaults() -> Self {
-        kreplay_window_options_t { struct_size: size_of::<kreplay_window_options_t>(), passes: 0, copy_timeout_ms: 0 }
+        kreplay_window_options_t {
+            struct_size: size_of::<kreplay_window_options_t>(),
+            passes: 0,
+            copy_timeout_ms: 0,
+            dispatches: 0,
+        }
     }
 }
 /// Opens a replay window on `agent`: closes the async-copy fence on it (a `kreplay_copy_begin` naming it from
@@ -188,8 +202,8 @@ pub unsafe extern "C" fn kreplay_window_open(
     let Some(options) = (unsafe { versioned::read("kreplay_window_open", "options", options) }) else {
         return KREPLAY_STATUS_INVALID_ARGUMENT;
     };
-    let (passes, copy_timeout_ms) = (options.passes, options.copy_timeout_ms);
-    match engine().window_open(agent.into(), WindowOptions { passes, copy_timeout_ms }) {
+    let (passes, copy_timeout_ms, dispatches) = (options.passes, options.copy_timeout_ms, options.dispatches);
+    match engine().window_open(agent.into(), WindowOptions { passes, copy_timeout_ms, dispatches }) {
         Ok(Opened::Window(handle)) => {
             // SAFETY: both outputs are writable by the caller's contract (`window_out` checked non-null).
             unsafe {

@@ -596,7 +596,16 @@ impl<O: DeviceOps> Engine<O> {
 
     /// The replay gate; a graph launch is warned about once per engine (per process for the C API).
     pub fn replay_gate(&self, packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
-        let verdict = gate::decide(packet_count, dispatch_packet_count, graph_launch_active);
+        self.warn_graph(gate::decide(packet_count, dispatch_packet_count, graph_launch_active))
+    }
+
+    /// The gate of a host that replays multi-packet submissions as windows over their dispatches (see
+    /// [`gate::decide_range`]); graph launches are warned about as by [`Engine::replay_gate`].
+    pub fn replay_gate_range(&self, packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
+        self.warn_graph(gate::decide_range(packet_count, dispatch_packet_count, graph_launch_active))
+    }
+
+    fn warn_graph(&self, verdict: Gate) -> Gate {
         if verdict == Gate::GraphLaunch && !self.graph_warned.swap(true, Ordering::Relaxed) {
             if let Ok(_call) = self.enter() {
                 crate::log!(

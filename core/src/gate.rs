@@ -11,6 +11,9 @@ crate::error::c_enum! {
         NotADispatch = 2,
         /// A graph launch is active: run once, unreplayed.
         GraphLaunch = 3,
+        /// Version 4, from [`decide_range`] only: more than one packet, at least one of them a kernel dispatch:
+        /// replay the submission as one window over its dispatches.
+        ReplayRange = 4,
     }
 }
 
@@ -28,9 +31,32 @@ pub const fn decide(packet_count: u32, dispatch_packet_count: u32, graph_launch_
     }
 }
 
+/// As [`decide`], for a host that replays a multi-packet submission as one window over a range of dispatches
+/// (version 4): more than one packet with at least one kernel dispatch among them is [`Gate::ReplayRange`]; one
+/// packet or none, and graph launches (whose memory only the host can vouch for), are decided as by [`decide`].
+pub const fn decide_range(packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
+    match decide(packet_count, dispatch_packet_count, graph_launch_active) {
+        Gate::MultiPacket if packet_count > 1 && dispatch_packet_count == 0 => Gate::NotADispatch,
+        Gate::MultiPacket if packet_count > 1 && dispatch_packet_count <= packet_count => Gate::ReplayRange,
+        verdict => verdict,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_host_replays_multi_packet_submissions_that_dispatch() {
+        assert_eq!(decide_range(1, 1, false), Gate::Replay);
+        assert_eq!(decide_range(3, 2, false), Gate::ReplayRange);
+        assert_eq!(decide_range(2, 2, false), Gate::ReplayRange);
+        assert_eq!(decide_range(2, 0, false), Gate::NotADispatch);
+        assert_eq!(decide_range(2, 3, false), Gate::MultiPacket);
+        assert_eq!(decide_range(0, 0, false), Gate::MultiPacket);
+        assert_eq!(decide_range(1, 0, false), Gate::NotADispatch);
+        assert_eq!(decide_range(3, 2, true), Gate::GraphLaunch);
+    }
 
     #[test]
     fn only_one_packet_holding_one_dispatch_is_replayed() {

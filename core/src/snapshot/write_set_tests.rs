@@ -151,7 +151,9 @@ fn with_the_flag_off_every_restore_checks_the_whole_footprint() {
 #[test]
 fn a_window_of_known_passes_checks_its_last_restore_and_its_outcome_names_the_misses() {
     let (engine, device) = setup_v2!(LEARNING);
-    let Opened::Window(window) = engine.window_open(A, WindowOptions { passes: 5, copy_timeout_ms: 0 }).unwrap() else {
+    let Opened::Window(window) =
+        engine.window_open(A, WindowOptions { passes: 5, copy_timeout_ms: 0, dispatches: 0 }).unwrap()
+    else {
         panic!("the window was declined");
     };
     // Not marked: the window knows restore 4 is its last.
@@ -165,7 +167,7 @@ fn a_window_of_known_passes_checks_its_last_restore_and_its_outcome_names_the_mi
     assert_eq!(outcome.digested_bytes, 2 * FOOTPRINT + 2 * 2 * BLOCK);
     let line = format!("{}", crate::window::outcome::Line(&outcome));
     assert!(
-        line.ends_with(&format!("digested={} write_set_misses=1 miss_pass=3", 2 * FOOTPRINT + 4 * BLOCK)),
+        line.ends_with(&format!("digested={} write_set_misses=1 miss_pass=3 dispatches=1", 2 * FOOTPRINT + 4 * BLOCK)),
         "{line}"
     );
 }

@@ -66,6 +66,8 @@ pub struct Outcome {
     pub write_set_misses: usize,
     /// The first pass that may have started from such a state (0 without misses).
     pub write_set_miss_pass: u32,
+    /// Dispatches the window covers (1 unless the host opened it over a range).
+    pub dispatches: u32,
 }
 
 /// What an open window accounted so far (behind its agent's mutex).
@@ -109,6 +111,7 @@ impl Record {
             digested_bytes: 0,
             write_set_misses: 0,
             write_set_miss_pass: 0,
+            dispatches: 0,
         },
         snapshot_seen: false,
         restores_ok: 0,
@@ -138,9 +141,9 @@ pub const fn reason_key(reason: DeclineReason) -> &'static str {
 
 /// The outcome line: `kreplay window agent=0x1 reason=none passes=5/5 footprint=... moved=... clean=...
 /// snapshot_us=... restore_us=... projected_us=... copies_waited=... untracked=fine:0/0,host:2/8192,...
-/// reentry=0 digested=... write_set_misses=0 miss_pass=0` (passes run/requested, `passes=5/open` for an
-/// open-ended window; each untracked kind as
-/// count/bytes, in the order of their values).
+/// reentry=0 digested=... write_set_misses=0 miss_pass=0 dispatches=1` (passes run/requested, `passes=5/open`
+/// for an open-ended window; each untracked kind as count/bytes, in the order of their values; `dispatches`: the
+/// dispatches a window over a range covers, 1 otherwise).
 pub struct Line<'a>(pub &'a Outcome);
 
 impl fmt::Display for Line<'_> {
@@ -168,8 +171,8 @@ impl fmt::Display for Line<'_> {
         }
         write!(
             f,
-            " reentry={} digested={} write_set_misses={} miss_pass={}",
-            o.reentry_observed as u8, o.digested_bytes, o.write_set_misses, o.write_set_miss_pass
+            " reentry={} digested={} write_set_misses={} miss_pass={} dispatches={}",
+            o.reentry_observed as u8, o.digested_bytes, o.write_set_misses, o.write_set_miss_pass, o.dispatches
         )
     }
 }

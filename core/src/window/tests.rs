@@ -38,7 +38,7 @@ const B: Agent = Agent(0xB2);
 const FRESH: Agent = Agent(0xC3);
 
 fn options(passes: u32, copy_timeout_ms: u32) -> WindowOptions {
-    WindowOptions { passes, copy_timeout_ms }
+    WindowOptions { passes, copy_timeout_ms, dispatches: 0 }
 }
 
 fn open(engine: &Engine<SimDevice>, agent: Agent) -> WindowHandle {
@@ -304,6 +304,7 @@ fn the_outcome_line_has_every_key_in_order() {
         bytes_moved: 20480,
         snapshot_ns: 12_345,
         projected_ns: 2_000_000,
+        dispatches: 1,
         ..Outcome::default()
     };
     outcome.untracked.count[1] = 2;
@@ -314,7 +315,7 @@ fn the_outcome_line_has_every_key_in_order() {
         "kreplay window agent=0xa1 reason=none passes=5/5 footprint=4096 moved=20480 clean=0 snapshot_us=12 \
          restore_us=0 projected_us=2000 copies_waited=0 \
          untracked=fine:0/0,host:2/8192,managed:0/0,kernarg:0/0,exec:0/0,vmem:0/0 reentry=0 digested=0 \
-         write_set_misses=0 miss_pass=0"
+         write_set_misses=0 miss_pass=0 dispatches=1"
     );
 }
 

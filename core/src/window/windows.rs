@@ -44,6 +44,11 @@ pub struct WindowOptions {
     pub passes: u32,
     /// How long to wait for async copies in flight; 0: [`DEFAULT_COPY_TIMEOUT_MS`].
     pub copy_timeout_ms: u32,
+    /// Dispatches the window covers, run in order on every pass (a graph, a multi-packet submission, a range
+    /// of dispatches); 0 and 1: one dispatch. The snapshot is taken once before the first, the restores run
+    /// between repetitions of the whole range, and admission, the fence and the outcome treat the range as one
+    /// dispatch. The outcome says how many.
+    pub dispatches: u32,
 }
 
 /// An open window. Plain data: [`crate::Engine::window_close`] checks it against the agent's current window.
@@ -66,6 +71,11 @@ pub enum Opened {
 impl WindowOptions {
     fn copy_timeout_ms(&self) -> u32 {
         if self.copy_timeout_ms == 0 { DEFAULT_COPY_TIMEOUT_MS } else { self.copy_timeout_ms }
+    }
+
+    /// One dispatch unless the host names a range.
+    fn dispatches(&self) -> u32 {
+        self.dispatches.max(1)
     }
 }
 
@@ -217,6 +227,7 @@ impl WindowState {
             agent,
             passes_requested: options.passes,
             passes_run: 1,
+            dispatches: options.dispatches(),
             untracked: self.untracked.stats(agent),
             ..Outcome::default()
         };
