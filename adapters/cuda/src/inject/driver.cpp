@@ -40,6 +40,14 @@ bool resolve_driver(driver_api_t& out) {
   }
   find_symbol(cuda, "cuEventDestroy_v2", out.event_destroy);
   find_symbol(cuda, "cuStreamIsCapturing", out.stream_is_capturing);
+  find_symbol(cuda, "cuGraphLaunch", out.graph_launch);
+  find_symbol(cuda, "cuGraphGetNodes", out.graph_get_nodes);
+  find_symbol(cuda, "cuGraphNodeGetType", out.graph_node_get_type);
+  find_symbol(cuda, "cuGraphKernelNodeGetParams_v2", out.graph_kernel_node_get_params);
+  find_symbol(cuda, "cuGraphChildGraphNodeGetGraph", out.graph_child_get_graph);
+  find_symbol(cuda, "cuGraphMemcpyNodeGetParams", out.graph_memcpy_node_get_params);
+  find_symbol(cuda, "cuGraphMemAllocNodeGetParams", out.graph_mem_alloc_node_get_params);
+  find_symbol(cuda, "cuGraphMemFreeNodeGetParams", out.graph_mem_free_node_get_params);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
 }

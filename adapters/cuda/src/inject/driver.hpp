@@ -42,6 +42,19 @@ struct driver_api_t {
   CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;      // cuEventElapsedTime_v2, else cuEventElapsedTime
   CUresult (*event_destroy)(CUevent) = nullptr;                       // cuEventDestroy_v2
   CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;  // cuStreamIsCapturing
+
+  // Graph replay (--graph-profiling graph): relaunching an executable graph, and reading a graph's nodes when it
+  // is instantiated (replay/graphs.hpp).
+  CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;                      // cuGraphLaunch
+  CUresult (*graph_get_nodes)(CUgraph, CUgraphNode*, size_t*) = nullptr;         // cuGraphGetNodes
+  CUresult (*graph_node_get_type)(CUgraphNode, CUgraphNodeType*) = nullptr;      // cuGraphNodeGetType
+  // cuGraphKernelNodeGetParams_v2
+  CUresult (*graph_kernel_node_get_params)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2*) = nullptr;
+  CUresult (*graph_child_get_graph)(CUgraphNode, CUgraph*) = nullptr;            // cuGraphChildGraphNodeGetGraph
+  CUresult (*graph_memcpy_node_get_params)(CUgraphNode, CUDA_MEMCPY3D*) = nullptr;  // cuGraphMemcpyNodeGetParams
+  // cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams
+  CUresult (*graph_mem_alloc_node_get_params)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*) = nullptr;
+  CUresult (*graph_mem_free_node_get_params)(CUgraphNode, CUdeviceptr*) = nullptr;
 };
 
 // Resolves the table from the libcuda.so.1 already in the process (RTLD_NOLOAD). False when there is none.

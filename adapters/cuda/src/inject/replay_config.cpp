@@ -2,6 +2,7 @@
 // policy, and the launch selector. Shared by the injection library and the launcher.
 #include "replay_config.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,6 +86,10 @@ constexpr replay_option_t options[] = {
    "compare every pass's footprint with pass 1's (block digests)"},
   {"backend", 0, "KREPLAY_REPLAY_BACKEND", choice<&c::backend>("kreplay|cupti"), "kreplay",
    "kreplay, or CUPTI's Checkpoint API (device memory) for a side-by-side measurement"},
+  {"graph-profiling", 0, "KREPLAY_REPLAY_GRAPH_PROFILING", choice<&c::graphs>("graph|off"), "graph",
+   "CUDA graph launches: graph replays each selected one as one window (every pass launches the whole graph, "
+   "one row per graph launch), off runs them once; each kernel node on its own (Nsight Compute's node) is not "
+   "built yet"},
   {"exclude", 0, "KREPLAY_REPLAY_EXCLUDE", text<&c::exclude>(k::pattern_or_empty), default_exclude,
    "kernels never replayed, run once (communication kernels hang under replay; \"\" excludes nothing)"},
   {"progress", 0, "KREPLAY_REPLAY_PROGRESS", seconds<&c::progress_seconds>(86400), "5",
@@ -368,6 +373,26 @@ launch_selector::verdict launch_selector::classify(const char* name) {
     return verdict::count_reached;
   }
   if (has_exclude_ && exclude_.search(text)) {
+    return verdict::excluded;
+  }
+  return verdict::replay;
+}
+
+launch_selector::verdict launch_selector::classify_graph(const std::vector<std::string>& kernels) {
+  const auto any = [&kernels](const name_pattern& pattern) {
+    return std::any_of(kernels.begin(), kernels.end(), [&pattern](const std::string& k) { return pattern.search(k.c_str()); });
+  };
+  if (has_filter_ && !any(filter_)) {
+    return verdict::not_matched;
+  }
+  const uint64_t index = matched_++;
+  if (index < skip_) {
+    return verdict::skipped;
+  }
+  if (count_ != 0 && index - skip_ >= count_) {
+    return verdict::count_reached;
+  }
+  if (has_exclude_ && any(exclude_)) {
     return verdict::excluded;
   }
   return verdict::replay;

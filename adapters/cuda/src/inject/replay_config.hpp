@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "kreplay.h"
 #include "name_pattern.hpp"
@@ -17,6 +18,8 @@ namespace kreplay::cuda::inject {
 
 enum class replay_tier : uint8_t { host, device, automatic };
 enum class replay_backend : uint8_t { kreplay, cupti };
+// CUDA graph launches: each replayed as one window (every pass launches the whole graph), or run once.
+enum class graph_profiling : uint8_t { graph, off };
 
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
 inline constexpr const char* default_exclude = "nccl|nvshmem";
@@ -36,6 +39,7 @@ struct replay_config_t {
   size_t device_budget = 0;                  // bytes of device memory for snapshots (0 = the tier's)
   bool verify = false;                       // compare every pass's footprint with pass 1's
   replay_backend backend = replay_backend::kreplay;
+  graph_profiling graphs = graph_profiling::graph;  // what a graph launch gets
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
   bool restore = true;                       // false: debug, relaunch without restoring
@@ -158,6 +162,9 @@ class launch_selector {
   explicit launch_selector(const replay_config_t& config);
   // Not thread-safe: the replayer calls it under its own lock.
   verdict classify(const char* name);
+  // A graph launch, as one launch: it matches --kernel-name when one of its kernels does, and is excluded when
+  // one of its kernels is (a communication kernel replayed inside a graph hangs as it would on a stream).
+  verdict classify_graph(const std::vector<std::string>& kernels);
   static const char* text(verdict v);
 
  private:

@@ -637,8 +637,21 @@ void the_layer_adds_launch_callbacks_only_for_a_replay() {
   }
   CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2) == 1 &&
         g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async) == 1);
-  CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + 2);
+  for (CUpti_CallbackId id : replay_graph_ids) {
+    CHECK(g_ids.count(id) == 1);  // graph replay is on by default: the graph calls are followed
+  }
+  CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + std::size(replay_graph_ids) + 2);
   r.finish();
+  // With --graph-profiling off nothing follows the graph calls: they cost the program nothing.
+  g_ids.clear();
+  replayer no_graphs(*g_tracker, config_with({{"KREPLAY_REPLAY_GRAPH_PROFILING", "off"}}), g_ops, fake_driver());
+  cupti_layer layer(api);
+  register_tracker_callbacks(layer.board(), *g_tracker);
+  register_replay_callbacks(layer.board(), no_graphs, api);
+  CHECK(layer.start());
+  CHECK(g_ids.count(CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags) == 0);
+  CHECK(g_ids.size() == tracking_only + replay_launch_id_count + replay_capture_id_count + 2);
+  no_graphs.finish();
 }
 
 // A launch of another thread while a window is open waits for it (the fence), then is replayed itself: its

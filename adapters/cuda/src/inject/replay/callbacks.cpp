@@ -55,6 +55,13 @@ switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer&
         replay.on_context_destroyed(static_cast<const CUpti_ResourceData*>(data)->context);
       },
       false);
+  // The graph calls only when graph launches are replayed: otherwise they cost nothing.
+  if (replay.replays_graphs()) {
+    for (CUpti_CallbackId cbid : replay_graph_ids) {
+      board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
+                  [&replay](CUpti_CallbackId id, const void* data) { replay.on_graph_built(id, api_data(data)); });
+    }
+  }
   for (CUpti_CallbackId cbid : copy_ids(api)) {
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId, const void* data) { replay.on_copy(api_data(data)); });

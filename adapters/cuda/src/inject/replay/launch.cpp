@@ -125,6 +125,7 @@ void decode_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data, launch
       return;
     default:
       out.kind = launch_kind::graph;
+      out.graph = params<cuGraphLaunch_params>(data).hGraph;
       out.stream = stream_for(params<cuGraphLaunch_params>(data).hStream, per_thread);
       return;
   }
@@ -179,7 +180,7 @@ CUresult relaunch(const launch_t& l, const driver_api_t& driver) {
       return driver.launch_cooperative(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1],
                                        l.block[2], l.shared_bytes, l.stream, arguments);
     case launch_kind::graph:
-      break;
+      return driver.graph_launch != nullptr ? driver.graph_launch(l.graph, l.stream) : CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -1,6 +1,6 @@
 // A kernel launch as its CUPTI callback describes it (cuLaunchKernel, cuLaunchKernelEx, the cooperative launch,
-// their per-thread-stream _ptsz forms, and graph launches, which are only reported), and relaunching it: the same
-// function and configuration, with a private copy of its arguments.
+// their per-thread-stream _ptsz forms, and graph launches), and relaunching it: the same function and
+// configuration, with a private copy of its arguments; or the same executable graph on the same stream.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_LAUNCH_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_LAUNCH_HPP
 
@@ -26,6 +26,7 @@ struct launch_t {
   unsigned block[3] = {0, 0, 0};
   unsigned shared_bytes = 0;
   CUstream stream = nullptr;       // the per-thread forms' 0 already mapped to CU_STREAM_PER_THREAD
+  CUgraphExec graph = nullptr;     // a graph launch's executable
   void** kernel_params = nullptr;  // the program's, valid until the launch call returns
   void** extra = nullptr;
   CUlaunchConfig config{};         // cuLaunchKernelEx: its attributes point into `attributes`

@@ -157,7 +157,7 @@ void replayer::describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_Callbac
   // A context the tracker never saw is taken for device 0's, as it always was.
   p.agent = agent_of_device(p.device < 0 ? 0 : p.device);
   if (p.launch.kind == launch_kind::graph) {
-    p.row.kernel = "(graph launch)";
+    p.row.kernel = "(graph launch)";  // its kernels once why_graph_runs_once has found them
     return;
   }
   p.name = resolve_function(p.launch, driver_);
@@ -167,15 +167,16 @@ void replayer::describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_Callbac
 // Empty when the launch is replayed, else why it runs once.
 std::string replayer::why_run_once(pending_t& p) {
   const bool graph = p.launch.kind == launch_kind::graph;
-  {
+  if (graph) {
+    if (std::string why = why_graph_runs_once(p); !why.empty()) {
+      return why;
+    }
+  } else {
     std::lock_guard<std::mutex> lock(selector_mutex_);
-    const launch_selector::verdict verdict = graph ? launch_selector::verdict::replay : selector_.classify(p.name);
+    const launch_selector::verdict verdict = selector_.classify(p.name);
     if (verdict != launch_selector::verdict::replay) {
       return launch_selector::text(verdict);
     }
-  }
-  if (graph) {
-    return "graph launch: its kernels raise no launch callback, run once";
   }
   // Also a capture begun before the injection saw it, or on this very stream: asked of the driver.
   if (captures_.load(std::memory_order_relaxed) > 0 || stream_capturing(p.launch, driver_)) {
@@ -184,7 +185,7 @@ std::string replayer::why_run_once(pending_t& p) {
   if (p.device < 0) {
     return "the launch's device is unknown";
   }
-  if (p.launch.loaded == nullptr) {
+  if (!graph && p.launch.loaded == nullptr) {
     return "the function cannot be queried in the launch's context";
   }
   return "";
@@ -194,6 +195,8 @@ bool replayer::open_window(pending_t& p) {
   kreplay_window_options_t options{};
   options.struct_size = sizeof(options);
   options.passes = config_.passes;
+  // A graph: one window over its kernels (at least one, why_graph_runs_once checked).
+  options.dispatches = p.launch.kind == launch_kind::graph ? static_cast<uint32_t>(p.graph.kernels.size()) : 1;
   for (int attempt = 0;; ++attempt) {
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
     if (kreplay_window_open(p.agent, &options, &p.window, &reason) == KREPLAY_STATUS_SUCCESS) {

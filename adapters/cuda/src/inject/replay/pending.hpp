@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "replay/backend.hpp"
+#include "replay/graphs.hpp"
 #include "replay/launch.hpp"
 #include "replay/replay.hpp"
 #include "replay/report.hpp"
@@ -17,6 +18,7 @@ namespace kreplay::cuda::inject {
 struct replayer::pending_t {
   launch_t launch;
   const char* name = nullptr;      // the launched function's, when the driver has one
+  graph_facts graph;               // a graph launch's executable, as instantiated
   int device = -1;
   CUcontext context = nullptr;     // the launch's
   uint64_t destroyed_at_entry = 0; // contexts destroyed before its entry (replayer::contexts_destroyed_)

@@ -7,18 +7,23 @@
 // memory for the program's own launch, so its result never depends on kreplay's passes.
 //
 // Launches that are never replayed run once, each with its reason in the report: not selected, an excluded
-// communication kernel, a stream capture in progress, a graph launch, a window or snapshot that declined. While
-// a window is open, the program's launches, copies and memsets from other threads wait for it (kreplay's
-// async-copy fence). One CSV row per launch, a progress line and a closing summary on stderr.
+// communication kernel, a stream capture in progress, a graph that cannot be replayed whole, a window or snapshot
+// that declined. While a window is open, the program's launches, copies and memsets from other threads wait for
+// it (kreplay's async-copy fence). One CSV row per launch, a progress line and a closing summary on stderr.
 //
 // Everything here runs inside CUPTI driver callbacks (the launch's own ENTER and EXIT), where the driver
 // allows synchronisation, copies and launches. kreplay's passes, copies and digests run under the re-entry guard,
 // so they are neither tracked nor replayed; the one driver call made outside it on purpose is the loading of the
 // launched function at the entry, so that the module it loads is tracked before the snapshot.
 //
+// A graph launch (--graph-profiling graph, the default) is one window: every pass launches the whole executable
+// graph on the launch's stream, with restores between, and its row lists the graph's kernels. Whether a graph can
+// be replayed that way is decided when it is instantiated (graphs.hpp); one that cannot runs once, with why.
+//
 // The folder: launch (decoding a launch callback, relaunching), backend (kreplay's snapshots or CUPTI's
 // Checkpoint API), verify (--verify), report (CSV, progress, summary), loop.cpp and passes.cpp (the protocol),
-// callbacks.cpp (the replay as a consumer of the CUPTI layer's switchboard).
+// graphs (what an executable graph holds) and graph_launches.cpp (following the graph calls, deciding a graph
+// launch), callbacks.cpp (the replay as a consumer of the CUPTI layer's switchboard).
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_REPLAY_HPP
 
@@ -36,6 +41,7 @@
 
 #include "driver.hpp"
 #include "kreplay.h"
+#include "replay/graphs.hpp"
 #include "replay/report.hpp"
 #include "replay_config.hpp"
 #include "switchboard.hpp"
@@ -66,6 +72,20 @@ inline constexpr CUpti_CallbackId replay_capture_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
 };
 inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
+// With --graph-profiling graph: the calls that make, change and destroy executable graphs (graph_launches.cpp).
+inline constexpr CUpti_CallbackId replay_graph_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
+};
 
 class replayer {
  public:
@@ -86,6 +106,10 @@ class replayer {
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_copy(const CUpti_CallbackData& data);
+  // The replay_graph_ids, at their exit: what each executable graph holds (replay/graphs.hpp).
+  void on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  // Whether graph launches are replayed, so that the graph calls are worth following.
+  bool replays_graphs() const { return config_.graphs == graph_profiling::graph; }
   // CONTEXT_DESTROY_STARTING: a launch of that context between its entry and its exit (on another thread)
   // makes no driver call with its handles any more (events, saved memory) and is reported as cut short.
   void on_context_destroyed(CUcontext context);
@@ -100,6 +124,9 @@ class replayer {
   void enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   std::string why_run_once(pending_t& p);
+  std::string why_graph_runs_once(pending_t& p);  // graph_launches.cpp
+  graph_facts inspect(CUgraph graph, unsigned long long flags) const;
+  tracked_memory_t tracked_memory() const;  // the tracker's allocations, for the graphs' memcpy nodes
   bool open_window(pending_t& p);
   bool drain(pending_t& p);
   bool take_snapshot(pending_t& p);
@@ -130,6 +157,7 @@ class replayer {
   std::atomic<uint64_t> launches_{0};
   std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
   replay_report report_;
+  graph_registry graphs_;
   // Contexts destroyed, each with its number in contexts_destroyed_ (the last few: a launch in flight through
   // more resets than that takes its context for gone).
   static constexpr size_t gone_kept = 64;

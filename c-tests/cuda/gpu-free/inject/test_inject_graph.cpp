@@ -1,0 +1,480 @@
+// GPU-free tests of graph replay (--graph-profiling graph; adapters/cuda/src/inject/replay/graphs.*,
+// graph_launches.cpp): a fake driver whose graphs are lists of nodes over host memory (kernels as host functions,
+// memsets, memcpys, event and empty nodes, child graphs, allocation and free nodes, host nodes), instantiated and
+// launched through fabricated CUPTI callbacks, and kreplay itself restoring the tracked buffer between passes.
+// The program's own launch of the graph (the last pass) is run by the test between ENTER and EXIT, as the driver
+// would.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fakes.hpp"
+#include "injection_ops.hpp"
+#include "replay/replay.hpp"
+#include "replay_config.hpp"
+
+using namespace kreplay::cuda::inject;
+
+namespace {
+
+const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+alignas(64) int g_buffer[1024];  // the tracked device memory
+int g_host_memory[16];           // host memory a memcpy node may write
+
+// ---- The fake graphs ------------------------------------------------------------------------------------------
+struct node_t {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::function<void()> body;    // kernels, memsets, memcpys: what the node does
+  CUfunction function = nullptr; // kernels
+  CUgraph child = nullptr;       // child graphs
+  CUDA_MEMCPY3D copy{};          // memcpys
+  CUdeviceptr address = 0;       // allocation and free nodes
+  size_t bytes = 0;
+};
+std::map<CUgraph, std::vector<CUgraphNode>> g_graphs;
+std::map<CUgraphNode, node_t> g_nodes;
+std::map<CUgraphExec, CUgraph> g_execs;  // what launching an executable runs (its graph, or the update's)
+std::map<CUfunction, int> g_kernel_runs;
+int g_host_node_runs = 0;
+uintptr_t g_next_handle = 0x10000;
+
+CUgraph new_graph() { return fake::handle<CUgraph>(g_next_handle++); }
+void add(CUgraph graph, node_t node) {
+  const auto handle = fake::handle<CUgraphNode>(g_next_handle++);
+  g_nodes[handle] = std::move(node);
+  g_graphs[graph].push_back(handle);
+}
+void add_kernel(CUgraph graph, CUfunction f, const char* name, std::function<void()> body) {
+  fake::g_functions[f] = {nullptr, name};
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  node.function = f;
+  node.body = [f, body] {
+    ++g_kernel_runs[f];
+    body();
+  };
+  add(graph, std::move(node));
+}
+void add_type(CUgraph graph, CUgraphNodeType type) {
+  node_t node;
+  node.type = type;
+  if (type == CU_GRAPH_NODE_TYPE_HOST) {
+    node.body = [] { ++g_host_node_runs; };
+  }
+  add(graph, std::move(node));
+}
+void add_child(CUgraph graph, CUgraph child) {
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_GRAPH;
+  node.child = child;
+  add(graph, std::move(node));
+}
+void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src, size_t bytes) {
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  node.copy.dstMemoryType = dst_type;
+  node.copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  node.copy.srcDevice = reinterpret_cast<CUdeviceptr>(src);
+  if (dst_type == CU_MEMORYTYPE_HOST) {
+    node.copy.dstHost = dst;
+  } else {
+    node.copy.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
+  }
+  node.copy.WidthInBytes = bytes;
+  node.body = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  add(graph, std::move(node));
+}
+void add_memory(CUgraph graph, CUgraphNodeType type, CUdeviceptr address, size_t bytes) {
+  node_t node;
+  node.type = type;
+  node.address = address;
+  node.bytes = bytes;
+  add(graph, std::move(node));
+}
+
+void run_graph(CUgraph graph) {
+  for (CUgraphNode handle : g_graphs[graph]) {
+    const node_t& node = g_nodes.at(handle);
+    if (node.type == CU_GRAPH_NODE_TYPE_GRAPH) {
+      run_graph(node.child);
+    } else if (node.body) {
+      node.body();
+    }
+  }
+}
+
+// The driver's graph queries and launch, over the tables above.
+CUresult graph_launch(CUgraphExec exec, CUstream) {
+  run_graph(g_execs.at(exec));
+  return CUDA_SUCCESS;
+}
+CUresult get_nodes(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+  const std::vector<CUgraphNode>& list = g_graphs[graph];
+  if (nodes != nullptr) {
+    std::copy(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(std::min(*count, list.size())), nodes);
+  }
+  *count = list.size();
+  return CUDA_SUCCESS;
+}
+CUresult node_type(CUgraphNode node, CUgraphNodeType* type) {
+  *type = g_nodes.at(node).type;
+  return CUDA_SUCCESS;
+}
+CUresult kernel_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v2* params) {
+  *params = {};
+  params->func = g_nodes.at(node).function;
+  return CUDA_SUCCESS;
+}
+CUresult child_graph(CUgraphNode node, CUgraph* graph) {
+  *graph = g_nodes.at(node).child;
+  return CUDA_SUCCESS;
+}
+CUresult memcpy_params(CUgraphNode node, CUDA_MEMCPY3D* copy) {
+  *copy = g_nodes.at(node).copy;
+  return CUDA_SUCCESS;
+}
+CUresult alloc_params(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  *params = {};
+  params->dptr = g_nodes.at(node).address;
+  params->bytesize = g_nodes.at(node).bytes;
+  return CUDA_SUCCESS;
+}
+CUresult free_params(CUgraphNode node, CUdeviceptr* address) {
+  *address = g_nodes.at(node).address;
+  return CUDA_SUCCESS;
+}
+
+driver_api_t graph_driver() {
+  driver_api_t d = fake::driver();
+  d.ctx_synchronize = [] { return CUDA_SUCCESS; };
+  d.graph_launch = graph_launch;
+  d.graph_get_nodes = get_nodes;
+  d.graph_node_get_type = node_type;
+  d.graph_kernel_node_get_params = kernel_params;
+  d.graph_child_get_graph = child_graph;
+  d.graph_memcpy_node_get_params = memcpy_params;
+  d.graph_mem_alloc_node_get_params = alloc_params;
+  d.graph_mem_free_node_get_params = free_params;
+  return d;
+}
+
+// ---- Fabricated callbacks -------------------------------------------------------------------------------------
+CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.functionName = "cuGraphLaunch";
+  data.functionParams = params;
+  data.functionReturnValue = result;
+  data.context = ctx0;
+  return data;
+}
+
+// The program instantiates `graph` (cuGraphInstantiateWithFlags) and gets a new executable.
+CUgraphExec instantiate(replayer& r, CUgraph graph, unsigned long long flags = 0) {
+  CUgraphExec exec = fake::handle<CUgraphExec>(g_next_handle++);
+  g_execs[exec] = graph;
+  cuGraphInstantiateWithFlags_params p{&exec, graph, flags};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, callback_data(CUPTI_API_EXIT, &p, &ok));
+  return exec;
+}
+
+// The program updates `exec` to follow `graph` (cuGraphExecUpdate).
+void update(replayer& r, CUgraphExec exec, CUgraph graph) {
+  g_execs[exec] = graph;
+  cuGraphExecUpdate_v2_params p{exec, graph, nullptr};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2, callback_data(CUPTI_API_EXIT, &p, &ok));
+}
+
+// The program launches `exec`: ENTER (kreplay's passes), the launch itself (the last pass), EXIT.
+void program_launch(replayer& r, CUgraphExec exec) {
+  cuGraphLaunch_params p{exec, nullptr};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, callback_data(CUPTI_API_ENTER, &p, &ok));
+  run_graph(g_execs.at(exec));
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, callback_data(CUPTI_API_EXIT, &p, &ok));
+}
+
+tracker* g_tracker = nullptr;
+kreplay_device_ops_t g_ops{};
+
+std::string csv_path() { return "/tmp/kreplay_graph_test_" + std::to_string(getpid()) + ".csv"; }
+
+replayer make_replayer(std::map<std::string, std::string> values) {
+  replay_config_t config;
+  std::string error;
+  values.emplace("KREPLAY_REPLAY", "1");
+  values.emplace("KREPLAY_REPLAY_PROGRESS", "0");
+  values.emplace("KREPLAY_REPLAY_PASSES", "3");
+  values.emplace("KREPLAY_REPLAY_OUTPUT", csv_path());
+  auto get = [&](const char* name) -> const char* {
+    auto found = values.find(name);
+    return found != values.end() ? found->second.c_str() : nullptr;
+  };
+  CHECK(parse_replay_config(get, &config, &error));
+  return replayer(*g_tracker, config, g_ops, graph_driver());
+}
+
+// The report's data rows, after finish().
+std::vector<std::string> report_rows() {
+  std::ifstream in(csv_path());
+  std::vector<std::string> rows;
+  bool header = true;
+  for (std::string line; std::getline(in, line); header = false) {
+    if (!header) {
+      std::printf("csv: %s\n", line.c_str());
+      rows.push_back(line);
+    }
+  }
+  std::remove(csv_path().c_str());
+  return rows;
+}
+
+const CUfunction scale_kernel = fake::handle<CUfunction>(0xB1);
+const CUfunction sum_kernel = fake::handle<CUfunction>(0xB2);
+
+// A graph of six nodes: scale (buffer[i] = 2 buffer[i] + 1 over the first half), an event record, a memset of
+// buffer[700..716), a child graph whose kernel adds buffer[1] into buffer[0], an empty node, and a device to
+// device memcpy of buffer[0..8) to buffer[900..908). Each pass from anything but the same state ends elsewhere.
+CUgraph training_step() {
+  CUgraph graph = new_graph();
+  add_kernel(graph, scale_kernel, "scale_kernel", [] {
+    for (int i = 0; i < 512; ++i) {
+      g_buffer[i] = 2 * g_buffer[i] + 1;
+    }
+  });
+  add_type(graph, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  node_t memset_node;
+  memset_node.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  memset_node.body = [] { std::memset(&g_buffer[700], 0, 16 * sizeof(int)); };
+  add(graph, memset_node);
+  CUgraph child = new_graph();
+  add_kernel(child, sum_kernel, "sum_kernel", [] { g_buffer[0] += g_buffer[1]; });
+  add_child(graph, child);
+  add_type(graph, CU_GRAPH_NODE_TYPE_EMPTY);
+  add_memcpy(graph, CU_MEMORYTYPE_DEVICE, &g_buffer[900], &g_buffer[0], 8 * sizeof(int));
+  return graph;
+}
+
+void fill_buffer() {
+  for (int i = 0; i < 1024; ++i) {
+    g_buffer[i] = i % 97;
+  }
+}
+
+// What one launch of `graph` leaves in the buffer.
+std::vector<int> after_one_launch(CUgraph graph) {
+  fill_buffer();
+  run_graph(graph);
+  std::vector<int> expected(g_buffer, g_buffer + 1024);
+  fill_buffer();
+  return expected;
+}
+
+// ---- Tests ----------------------------------------------------------------------------------------------------
+
+void a_graph_launch_is_one_window_and_the_program_sees_one_launch_s_result() {
+  const CUgraph graph = training_step();
+  const std::vector<int> expected = after_one_launch(graph);
+  g_kernel_runs.clear();
+  {
+    replayer r = make_replayer({});
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r, instantiate(r, graph));
+    r.finish();
+  }
+  CHECK(g_kernel_runs[scale_kernel] == 3 && g_kernel_runs[sum_kernel] == 3);  // every pass, the child's too
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 1);
+  CHECK(rows[0].find("\"graph: 2 kernels, 7 nodes (scale_kernel, sum_kernel)\"") != std::string::npos);
+  CHECK(rows[0].find(",3,3,") != std::string::npos);  // passes asked and run
+  CHECK(rows[0].find(",1,\"\",") != std::string::npos);  // replayed, no reason
+}
+
+void the_control_without_restore_ends_elsewhere() {
+  const CUgraph graph = training_step();
+  const std::vector<int> expected = after_one_launch(graph);
+  {
+    replayer r = make_replayer({{"KREPLAY_REPLAY_RESTORE", "0"}});
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r, instantiate(r, graph));
+    r.finish();
+  }
+  CHECK(!std::equal(expected.begin(), expected.end(), g_buffer));
+  (void)report_rows();
+  fill_buffer();
+}
+
+// Each graph runs once, and the report says why.
+struct run_once_case {
+  const char* what;
+  std::function<CUgraph()> make;
+  unsigned long long flags;
+  const char* reason;
+};
+
+void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
+  int scratch = 0;
+  const CUdeviceptr graph_memory = 0x7000000;
+  const std::vector<run_once_case> cases = {
+      {"host node", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_HOST); return g; }, 0,
+       "a host node"},
+      {"allocation kept", [graph_memory] { CUgraph g = training_step(); add_memory(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, graph_memory, 4096); return g; }, 0,
+       "allocates memory that outlives the launch"},
+      {"foreign free", [graph_memory] { CUgraph g = training_step(); add_memory(g, CU_GRAPH_NODE_TYPE_MEM_FREE, graph_memory, 0); return g; }, 0,
+       "frees memory it did not allocate"},
+      {"memcpy to host", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_HOST, g_host_memory, g_buffer, 64); return g; }, 0,
+       "writes host memory"},
+      {"memcpy to untracked", [&scratch] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int)); return g; }, 0,
+       "does not track"},
+      {"semaphore", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT); return g; }, 0,
+       "external semaphore"},
+      {"unknown node", [] { CUgraph g = training_step(); add_type(g, static_cast<CUgraphNodeType>(99)); return g; }, 0,
+       "a node of type 99"},
+      {"device launch", [] { return training_step(); }, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
+       "instantiated for device launch"},
+  };
+  for (const run_once_case& c : cases) {
+    std::printf("case: %s\n", c.what);
+    const CUgraph graph = c.make();
+    g_kernel_runs.clear();
+    g_host_node_runs = 0;
+    replayer r = make_replayer({});
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r, instantiate(r, graph, c.flags));
+    r.finish();
+    CHECK(g_kernel_runs[scale_kernel] == 1);
+    CHECK(g_host_node_runs <= 1);
+    const std::vector<std::string> rows = report_rows();
+    CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
+  }
+  fill_buffer();
+}
+
+// Memory a graph allocates and frees within one launch holds nothing a pass can read: replayed, also with a
+// memcpy into it (which kreplay does not track).
+void a_graph_that_frees_what_it_allocates_is_replayed() {
+  static int graph_memory[16];
+  const auto address = reinterpret_cast<CUdeviceptr>(graph_memory);
+  CUgraph graph = training_step();
+  add_memory(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, address, sizeof(graph_memory));
+  add_memcpy(graph, CU_MEMORYTYPE_DEVICE, graph_memory, g_buffer, sizeof(graph_memory));
+  add_memory(graph, CU_GRAPH_NODE_TYPE_MEM_FREE, address, 0);
+  const std::vector<int> expected = after_one_launch(graph);
+  g_kernel_runs.clear();
+  replayer r = make_replayer({});
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  program_launch(r, instantiate(r, graph));
+  r.finish();
+  CHECK(g_kernel_runs[scale_kernel] == 3);
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 1 && rows[0].find(",1,\"\",") != std::string::npos);
+  fill_buffer();
+}
+
+// An executable updated in place follows its new graph: its new kernels are replayed and named, and an update to a
+// graph that cannot be replayed whole makes its launches run once.
+void an_updated_executable_is_judged_by_its_new_graph() {
+  const CUfunction other = fake::handle<CUfunction>(0xB3);
+  CUgraph replacement = new_graph();
+  add_kernel(replacement, other, "other_kernel", [] { g_buffer[5] = g_buffer[5] * 3 + 2; });
+  CUgraph with_host = training_step();
+  add_type(with_host, CU_GRAPH_NODE_TYPE_HOST);
+  const std::vector<int> expected = after_one_launch(replacement);
+  g_kernel_runs.clear();
+  g_host_node_runs = 0;
+  {
+    replayer r = make_replayer({});
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    const CUgraphExec exec = instantiate(r, training_step());
+    update(r, exec, replacement);
+    program_launch(r, exec);
+    CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+    update(r, exec, with_host);
+    program_launch(r, exec);
+    r.finish();
+  }
+  CHECK(g_kernel_runs[other] == 3 && g_kernel_runs[scale_kernel] == 1 && g_host_node_runs == 1);
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 2);
+  CHECK(rows[0].find("graph: 1 kernels, 1 nodes (other_kernel)") != std::string::npos &&
+        rows[0].find(",1,\"\",") != std::string::npos);
+  CHECK(rows[1].find("a host node") != std::string::npos);
+  fill_buffer();
+}
+
+// Selection treats a graph launch as one launch, by its kernels' names; an executable never seen instantiated,
+// and every graph with --graph-profiling off, run once.
+void selection_and_the_off_switch_apply_to_graph_launches() {
+  const CUgraph graph = training_step();
+  struct selection_case {
+    std::map<std::string, std::string> options;
+    bool instantiated;
+    int scale_runs;
+    const char* reason;
+  };
+  const std::vector<selection_case> cases = {
+      {{{"KREPLAY_REPLAY_KERNEL_NAME", "sum_k"}}, true, 3, ""},
+      {{{"KREPLAY_REPLAY_KERNEL_NAME", "nothing_here"}}, true, 1, "not selected"},
+      {{{"KREPLAY_REPLAY_EXCLUDE", "sum"}}, true, 1, "excluded"},
+      {{{"KREPLAY_REPLAY_GRAPH_PROFILING", "off"}}, true, 1, "--graph-profiling off"},
+      {{}, false, 1, "not seen instantiated"},
+  };
+  for (const selection_case& c : cases) {
+    g_kernel_runs.clear();
+    replayer r = make_replayer(c.options);
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    CUgraphExec exec = instantiate(r, graph);
+    if (!c.instantiated) {
+      const CUgraphExec unseen = fake::handle<CUgraphExec>(g_next_handle++);
+      g_execs[unseen] = graph;
+      exec = unseen;
+    }
+    program_launch(r, exec);
+    r.finish();
+    CHECK(g_kernel_runs[scale_kernel] == c.scale_runs);
+    const std::vector<std::string> rows = report_rows();
+    CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos);
+  }
+  fill_buffer();
+}
+
+}  // namespace
+
+int main() {
+  static tracker owner(fake::driver());
+  g_tracker = &owner;
+  CHECK_OK(make_injection_ops(owner, fake::make_base, &g_ops));
+  CHECK_OK(kreplay_configure(&g_ops));
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof(policy);
+  CHECK_OK(kreplay_set_policy(&policy));
+  kreplay_tracking_enable(true);
+  fake::g_context_devices[ctx0] = 0;
+  owner.context_device(ctx0, 0, true);
+  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+  fill_buffer();
+
+  RUN_TEST(a_graph_launch_is_one_window_and_the_program_sees_one_launch_s_result);
+  RUN_TEST(the_control_without_restore_ends_elsewhere);
+  RUN_TEST(graphs_that_cannot_be_replayed_whole_run_once_with_their_reason);
+  RUN_TEST(a_graph_that_frees_what_it_allocates_is_replayed);
+  RUN_TEST(an_updated_executable_is_judged_by_its_new_graph);
+  RUN_TEST(selection_and_the_off_switch_apply_to_graph_launches);
+  return 0;
+}
