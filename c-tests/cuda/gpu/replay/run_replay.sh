@@ -23,6 +23,9 @@
 # (KREPLAY_RUN_JAX=0 skips it): the program must finish, every declined launch say HOST_BUDGET, and the host's
 # available memory never fall below 20 % of its total (sampled every 0.2 s). OUT_DIR receives replay.tar.gz (every log
 # and report) and summary.txt. The exit status is 1 when a check failed.
+# Then CUDA graphs (KREPLAY_RUN_GRAPHS=0 skips it): torch_prog.py cudagraph, a torch.cuda.graph training loop, 4
+# steps, every graph launch replayed whole at 3 passes on the host tier with --verify and on the device tier, each
+# checksum equal to the plain run's, and the no-restore control differing.
 set -u -o pipefail
 
 src=$(cd "$(dirname "$0")" && pwd)
@@ -89,6 +92,13 @@ elif what == "rows":
     print(len(rows))
 elif what == "declined":
     print(sum(r["reason"].startswith(("snapshot declined", "window declined")) for r in rows))
+elif what == "graphs":
+    print(sum(r["kernel"].startswith(("graph:", "(graph launch)")) for r in rows))
+elif what == "graphs_replayed":
+    print(sum(r["kernel"].startswith("graph:") and r["replayed"] == "1" for r in rows))
+elif what == "graph_reasons":
+    print("; ".join(sorted({r["reason"] for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))
+                            and r["replayed"] != "1"})) or "none")
 elif what == "declined_other":
     print(sum(r["reason"].startswith(("snapshot declined", "window declined")) and "HOST_BUDGET" not in r["reason"]
               for r in rows))
@@ -135,6 +145,33 @@ for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer reset}; d
   verdict "$program: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
     test -n "$control" -a "$control" != "$plain"
 done
+
+if [[ ${KREPLAY_RUN_GRAPHS:-1} != 0 ]]; then
+  # A torch.cuda.graph training loop (issue 29): its steps are graph launches, each replayed as one window
+  # (--graph-profiling graph, the default); the warm-up's launches are stream launches, the capture's run once.
+  export KREPLAY_PROG_STEPS=4
+  cmd="python3 $src/torch_prog.py cudagraph"
+  plain=$(run "$work/graph.plain.log" $cmd)
+  verdict "cudagraph: the plain run gives a checksum (${plain:-none})" test -n "$plain"
+  for tier in host device; do
+    verify=()
+    [[ $tier == host ]] && verify=(--verify)
+    sum=$(run "$work/graph.$tier.log" "$launcher" --passes 3 --tier "$tier" "${verify[@]}" --progress 10 \
+          -o "$work/graph.$tier.csv" -- $cmd)
+    verdict "cudagraph, $tier tier, 3 passes: checksum $sum == $plain" test -n "$sum" -a "$sum" = "$plain"
+    graphs=$(csv_figure "$work/graph.$tier.csv" graphs)
+    replayed=$(csv_figure "$work/graph.$tier.csv" graphs_replayed)
+    verdict "cudagraph, $tier tier: $replayed of $graphs graph launches replayed (run once: $(csv_figure "$work/graph.$tier.csv" graph_reasons))" \
+      test "$graphs" -gt 0 -a "$replayed" = "$graphs"
+    row "INFO cudagraph, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/graph.$tier.log" | tail -1)"
+  done
+  row "INFO cudagraph --verify: launches whose passes differed, and their kernels: $(csv_figure "$work/graph.host.csv" differs)"
+  control=$(run_timeout=120 run "$work/graph.control.log" "$launcher" --passes 3 --debug-no-restore --progress 10 \
+            -o "$work/graph.control.csv" -- $cmd)
+  verdict "cudagraph: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
+    test -n "$control" -a "$control" != "$plain"
+  unset KREPLAY_PROG_STEPS
+fi
 
 if [[ ${KREPLAY_RUN_PERF:-1} != 0 ]]; then
   export KREPLAY_PROG_STEPS=2

@@ -3,6 +3,8 @@ one checksum over its final state (every parameter, buffer and optimizer state t
 
   python3 torch_prog.py resnet        torchvision ResNet-18, batch 32, 224 x 224, SGD with momentum
   python3 torch_prog.py transformer   a 4-layer transformer encoder (d_model 512, 8 heads), AdamW
+  python3 torch_prog.py cudagraph     a small CNN whose whole training step (forward, backward, SGD with momentum)
+                                      is captured once with torch.cuda.graph and replayed each step on new data
 
 KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>"."""
 import hashlib
@@ -33,6 +35,19 @@ if which == "resnet":
 
     def loss_of():
         return nn.functional.cross_entropy(model(x), y)
+elif which == "cudagraph":
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(4),
+        nn.Flatten(), nn.Linear(64 * 16, 256), nn.ReLU(), nn.Linear(256, 10)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn((64, 3, 32, 32), device="cuda", generator=generator)
+    y = torch.randint(0, 10, (64,), device="cuda", generator=generator)
+    batches = [(torch.randn((64, 3, 32, 32), device="cuda", generator=generator),
+                torch.randint(0, 10, (64,), device="cuda", generator=generator)) for _ in range(steps)]
+
+    def loss_of():
+        return nn.functional.cross_entropy(model(x), y)
 else:
     layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, dropout=0.0, batch_first=True)
     model = nn.Sequential(nn.TransformerEncoder(layer, num_layers=4), nn.Linear(512, 1000)).cuda()
@@ -51,11 +66,34 @@ def step():
 
 
 torch.cuda.synchronize()
-for i in range(steps):
-    start = time.perf_counter()
-    step()
-    torch.cuda.synchronize()
-    print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+if which == "cudagraph":
+    # Warm up on a side stream (the optimizer makes its state there), capture one whole step, then each step
+    # copies a new batch into the captured inputs and launches the graph: every kernel runs inside the graph.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss_of().backward()
+        optimizer.step()
+    step = graph.replay
+    for i in range(steps):
+        x.copy_(batches[i][0])
+        y.copy_(batches[i][1])
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+else:
+    for i in range(steps):
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
 
 h = hashlib.sha256()
 tensors = list(model.parameters()) + list(model.buffers())
