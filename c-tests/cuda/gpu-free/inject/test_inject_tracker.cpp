@@ -641,10 +641,16 @@ void a_context_reset_forgets_its_allocations_and_modules_on_its_device_only() {
   g_tracker->module_counts(0, &modules, &variables);
   CHECK_EQ(0, modules);
 
+  const uint64_t forgotten = g_tracker->counts().contexts_forgotten;
   g_tracker->context_destroyed(ctx1);
   CHECK_EQ(before1.regions, test_inventory(agent(1)).regions);
+  CHECK_EQ(forgotten + 1, g_tracker->counts().contexts_forgotten);
+  // cuCtxDestroy's entry, then CONTEXT_DESTROY_STARTING within it: one destruction, counted once.
+  g_tracker->context_destroyed(ctx1);
+  CHECK_EQ(forgotten + 1, g_tracker->counts().contexts_forgotten);
   g_tracker->context_destroyed(ctx0b);
   CHECK_EQ(before0.regions, test_inventory(agent(0)).regions);
+  CHECK_EQ(forgotten + 2, g_tracker->counts().contexts_forgotten);
   // The contexts come back (a reset primary context is retained again).
   g_tracker->context_device(ctx0, 0, true);
   g_tracker->context_device(ctx1, 1, true);

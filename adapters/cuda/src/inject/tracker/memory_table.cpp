@@ -145,9 +145,14 @@ void memory_table::context_destroyed(CUcontext context) {
       }
       it = allocations_.erase(it);
     }
-    contexts_.erase(context);
+    const bool known = contexts_.erase(context) != 0 || !addresses.empty() || !unknown.empty();
     for (auto it = primary_.begin(); it != primary_.end();) {
       it = it->second == context ? primary_.erase(it) : std::next(it);
+    }
+    if (!known) {
+      // The same destruction reported again (cuCtxDestroy's entry, then CONTEXT_DESTROY_STARTING within it),
+      // or a context never seen: nothing to forget, nothing to count.
+      return;
     }
     ++counts_.contexts_forgotten;
   }
