@@ -365,6 +365,10 @@ launch_selector::verdict launch_selector::classify(const char* name) {
   if (has_filter_ && !filter_.search(text)) {
     return verdict::not_matched;
   }
+  return count_match(has_exclude_ && exclude_.search(text));
+}
+
+launch_selector::verdict launch_selector::count_match(bool excluded) {
   const uint64_t index = matched_++;
   if (index < skip_) {
     return verdict::skipped;
@@ -372,10 +376,7 @@ launch_selector::verdict launch_selector::classify(const char* name) {
   if (count_ != 0 && index - skip_ >= count_) {
     return verdict::count_reached;
   }
-  if (has_exclude_ && exclude_.search(text)) {
-    return verdict::excluded;
-  }
-  return verdict::replay;
+  return excluded ? verdict::excluded : verdict::replay;
 }
 
 launch_selector::verdict launch_selector::classify_graph(const std::vector<std::string>& kernels) {
@@ -385,17 +386,7 @@ launch_selector::verdict launch_selector::classify_graph(const std::vector<std::
   if (has_filter_ && !any(filter_)) {
     return verdict::not_matched;
   }
-  const uint64_t index = matched_++;
-  if (index < skip_) {
-    return verdict::skipped;
-  }
-  if (count_ != 0 && index - skip_ >= count_) {
-    return verdict::count_reached;
-  }
-  if (has_exclude_ && any(exclude_)) {
-    return verdict::excluded;
-  }
-  return verdict::replay;
+  return count_match(has_exclude_ && any(exclude_));
 }
 
 const char* launch_selector::text(verdict v) {

@@ -168,6 +168,9 @@ class launch_selector {
   static const char* text(verdict v);
 
  private:
+  // A launch that matched the filter: counted against --launch-skip and --launch-count, then excluded or replayed.
+  verdict count_match(bool excluded);
+
   bool has_filter_;
   bool has_exclude_;
   name_pattern filter_;

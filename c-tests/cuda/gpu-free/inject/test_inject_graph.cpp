@@ -222,6 +222,15 @@ replayer make_replayer(std::map<std::string, std::string> values) {
   return replayer(*g_tracker, config, g_ops, graph_driver());
 }
 
+// A replay around `program`: started, the program's calls, finished (its report complete).
+void with_replayer(const std::map<std::string, std::string>& options, const std::function<void(replayer&)>& program) {
+  replayer r = make_replayer(options);
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  program(r);
+  r.finish();
+}
+
 // The report's data rows, after finish().
 std::vector<std::string> report_rows() {
   std::ifstream in(csv_path());
@@ -284,13 +293,7 @@ void a_graph_launch_is_one_window_and_the_program_sees_one_launch_s_result() {
   const CUgraph graph = training_step();
   const std::vector<int> expected = after_one_launch(graph);
   g_kernel_runs.clear();
-  {
-    replayer r = make_replayer({});
-    std::string why;
-    CHECK(r.start(nullptr, &why));
-    program_launch(r, instantiate(r, graph));
-    r.finish();
-  }
+  with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
   CHECK(g_kernel_runs[scale_kernel] == 3 && g_kernel_runs[sum_kernel] == 3);  // every pass, the child's too
   CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
   const std::vector<std::string> rows = report_rows();
@@ -303,13 +306,7 @@ void a_graph_launch_is_one_window_and_the_program_sees_one_launch_s_result() {
 void the_control_without_restore_ends_elsewhere() {
   const CUgraph graph = training_step();
   const std::vector<int> expected = after_one_launch(graph);
-  {
-    replayer r = make_replayer({{"KREPLAY_REPLAY_RESTORE", "0"}});
-    std::string why;
-    CHECK(r.start(nullptr, &why));
-    program_launch(r, instantiate(r, graph));
-    r.finish();
-  }
+  with_replayer({{"KREPLAY_REPLAY_RESTORE", "0"}}, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
   CHECK(!std::equal(expected.begin(), expected.end(), g_buffer));
   (void)report_rows();
   fill_buffer();
@@ -349,11 +346,7 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
     const CUgraph graph = c.make();
     g_kernel_runs.clear();
     g_host_node_runs = 0;
-    replayer r = make_replayer({});
-    std::string why;
-    CHECK(r.start(nullptr, &why));
-    program_launch(r, instantiate(r, graph, c.flags));
-    r.finish();
+    with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph, c.flags)); });
     CHECK(g_kernel_runs[scale_kernel] == 1);
     CHECK(g_host_node_runs <= 1);
     const std::vector<std::string> rows = report_rows();
@@ -373,11 +366,7 @@ void a_graph_that_frees_what_it_allocates_is_replayed() {
   add_memory(graph, CU_GRAPH_NODE_TYPE_MEM_FREE, address, 0);
   const std::vector<int> expected = after_one_launch(graph);
   g_kernel_runs.clear();
-  replayer r = make_replayer({});
-  std::string why;
-  CHECK(r.start(nullptr, &why));
-  program_launch(r, instantiate(r, graph));
-  r.finish();
+  with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
   CHECK(g_kernel_runs[scale_kernel] == 3);
   CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
   const std::vector<std::string> rows = report_rows();
@@ -396,18 +385,14 @@ void an_updated_executable_is_judged_by_its_new_graph() {
   const std::vector<int> expected = after_one_launch(replacement);
   g_kernel_runs.clear();
   g_host_node_runs = 0;
-  {
-    replayer r = make_replayer({});
-    std::string why;
-    CHECK(r.start(nullptr, &why));
+  with_replayer({}, [&](replayer& r) {
     const CUgraphExec exec = instantiate(r, training_step());
     update(r, exec, replacement);
     program_launch(r, exec);
     CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
     update(r, exec, with_host);
     program_launch(r, exec);
-    r.finish();
-  }
+  });
   CHECK(g_kernel_runs[other] == 3 && g_kernel_runs[scale_kernel] == 1 && g_host_node_runs == 1);
   const std::vector<std::string> rows = report_rows();
   CHECK(rows.size() == 2);
@@ -436,17 +421,14 @@ void selection_and_the_off_switch_apply_to_graph_launches() {
   };
   for (const selection_case& c : cases) {
     g_kernel_runs.clear();
-    replayer r = make_replayer(c.options);
-    std::string why;
-    CHECK(r.start(nullptr, &why));
-    CUgraphExec exec = instantiate(r, graph);
-    if (!c.instantiated) {
-      const CUgraphExec unseen = fake::handle<CUgraphExec>(g_next_handle++);
-      g_execs[unseen] = graph;
-      exec = unseen;
-    }
-    program_launch(r, exec);
-    r.finish();
+    with_replayer(c.options, [&](replayer& r) {
+      CUgraphExec exec = instantiate(r, graph);
+      if (!c.instantiated) {
+        exec = fake::handle<CUgraphExec>(g_next_handle++);
+        g_execs[exec] = graph;
+      }
+      program_launch(r, exec);
+    });
     CHECK(g_kernel_runs[scale_kernel] == c.scale_runs);
     const std::vector<std::string> rows = report_rows();
     CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos);
