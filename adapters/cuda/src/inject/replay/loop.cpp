@@ -27,14 +27,16 @@ thread_local uint64_t t_copy_token = 0;
 }  // namespace
 
 replayer::replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
-                   const driver_api_t& driver)
+                   const driver_api_t& driver, std::unique_ptr<counter_source> counters)
     : tracker_(tracker),
       config_(config),
       ops_(ops),
       driver_(driver),
       backend_(make_backend(config.backend, tracker)),
+      counters_(std::move(counters)),
       selector_(config),
-      report_(config, backend_->name()) {}
+      report_(config, backend_->name(),
+              counters_ != nullptr ? counters_->metrics() : std::vector<std::string>{}) {}
 
 replayer::~replayer() = default;
 
@@ -123,6 +125,10 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     run_once_fenced(*p, reason);
     return;
   }
+  if (!plan_passes(*p)) {
+    run_once_fenced(*p, p->row.reason);
+    return;
+  }
   copy_arguments(p->launch, driver_);
   // The window first: from here on other threads' launches, copies and memsets wait (the fence), so the
   // synchronise that follows drains everything the snapshot must see, and nothing slips in after it.
@@ -194,7 +200,7 @@ std::string replayer::why_run_once(pending_t& p) {
 bool replayer::open_window(pending_t& p) {
   kreplay_window_options_t options{};
   options.struct_size = sizeof(options);
-  options.passes = config_.passes;
+  options.passes = p.passes;
   // A graph: one window over its kernels (at least one, why_graph_runs_once checked).
   options.dispatches = p.launch.kind == launch_kind::graph ? static_cast<uint32_t>(p.graph.kernels.size()) : 1;
   for (int attempt = 0;; ++attempt) {
@@ -214,6 +220,24 @@ bool replayer::open_window(pending_t& p) {
       kreplay_copy_end(token);
     }
   }
+}
+
+bool replayer::plan_passes(pending_t& p) {
+  p.passes = config_.passes;
+  if (counters_ == nullptr) {
+    return true;
+  }
+  uint32_t needed = 0;
+  std::string why;
+  p.counting = counters_->open(p.context, &needed, &why);
+  if (p.counting == nullptr) {
+    p.row.reason = "counters: " + why + ", run once";
+    return false;
+  }
+  p.counted_passes = std::max<uint32_t>(needed, 1);
+  p.passes = std::max(p.passes, p.counted_passes);
+  p.row.passes_asked = p.passes;
+  return true;
 }
 
 bool replayer::drain(pending_t& p) {
@@ -285,10 +309,12 @@ void replayer::exit(const CUpti_CallbackData& data) {
     if (p->saved != nullptr) {
       p->saved->context_gone();
     }
+    stop_counting(*p, "the launch's context was destroyed");
     p->row.reason = "the launch's context was destroyed before its exit";
     close_window(*p);
   } else if (p->replaying) {
     finish_program_pass(*p, data);
+    stop_counting(*p, "the launch ended before its last counted pass");
     close_window(*p);
     if (!p->extra_ms.empty()) {
       p->row.extra_pass_ms = median(p->extra_ms);

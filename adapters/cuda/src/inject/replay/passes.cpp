@@ -14,24 +14,28 @@ void replayer::run_own_passes(pending_t& p) {
   own_call_scope own;  // the relaunches and their callbacks are kreplay's, not the program's
   p.timer.create();
   double restore_ms = 0;  // the restore that prepared the pass about to run
-  for (uint32_t pass = 1; pass < config_.passes; ++pass) {
+  for (uint32_t pass = 1; pass < p.passes; ++pass) {
     if (!run_pass(p, pass, &restore_ms)) {
       return;
     }
   }
   p.restore_before_program_ms = restore_ms;
+  begin_counted_pass(p, p.passes);  // the program's own launch, when it is the last counted pass
   p.timer.start(p.launch.stream);
   p.program_pass_begun = replay_clock::now();
 }
 
 bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
+  begin_counted_pass(p, pass);
   const auto begun = replay_clock::now();
   p.timer.start(p.launch.stream);
   const CUresult launched = relaunch(p.launch, driver_);
   p.timer.stop(p.launch.stream);
   const bool ran = launched == CUDA_SUCCESS && driver_.ctx_synchronize() == CUDA_SUCCESS;
   const auto done = replay_clock::now();
+  end_counted_pass(p, pass);
   if (!ran) {
+    stop_counting(p, "pass " + std::to_string(pass) + " did not run");
     p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
                    std::to_string(static_cast<int>(launched)) + "; the program's own launch runs from the snapshot";
     (void)driver_.ctx_synchronize();
@@ -47,7 +51,8 @@ bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
   }
   verify_pass(p, pass);
   const auto restoring = replay_clock::now();
-  if (!restore(p, pass + 1 == config_.passes)) {
+  if (!restore(p, pass + 1 == p.passes)) {
+    stop_counting(p, "the restore after pass " + std::to_string(pass) + " failed");
     p.row.reason = "restore failed: after pass " + std::to_string(pass) +
                    ", the program's own launch may see that pass's writes";
     return false;
@@ -93,6 +98,42 @@ void replayer::hint_arguments(pending_t& p) {
   }
 }
 
+void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
+  if (p.counting == nullptr || pass > p.counted_passes) {
+    return;
+  }
+  if (std::string why; !p.counting->begin_pass(&why)) {
+    stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
+  }
+}
+
+void replayer::end_counted_pass(pending_t& p, uint32_t pass) {
+  if (p.counting == nullptr || pass > p.counted_passes) {
+    return;
+  }
+  std::string why;
+  if (!p.counting->end_pass(&why)) {
+    stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
+    return;
+  }
+  if (pass == p.counted_passes) {
+    if (!p.counting->collect(&p.row.metrics, &why)) {
+      p.row.metrics.clear();
+      p.row.counters = "not collected: " + why;
+    }
+    p.counting.reset();
+  }
+}
+
+void replayer::stop_counting(pending_t& p, const std::string& why) {
+  if (p.counting == nullptr) {
+    return;
+  }
+  p.counting.reset();
+  p.row.metrics.clear();
+  p.row.counters = "stopped: " + why;
+}
+
 void replayer::verify_pass(pending_t& p, uint32_t pass) {
   if (config_.verify) {
     p.verifier.after_pass(ops_, p.agent, pass, p.row.verify);
@@ -106,12 +147,16 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
     if (p.row.reason.empty()) {
       p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
     }
+    stop_counting(p, "the program's launch failed");
     return;
   }
   own_call_scope own;
   p.timer.stop(p.launch.stream);
   if (driver_.ctx_synchronize() != CUDA_SUCCESS && p.row.reason.empty()) {
     p.row.reason = "the program's launch failed on the device";
+  }
+  if (p.row.reason.empty()) {
+    end_counted_pass(p, pass);
   }
   const float kernel_ms = p.timer.elapsed_ms();
   if (pass == 1) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "replay/backend.hpp"
+#include "replay/counters.hpp"
 #include "replay/graphs.hpp"
 #include "replay/launch.hpp"
 #include "replay/replay.hpp"
@@ -25,6 +26,9 @@ struct replayer::pending_t {
   kreplay_agent_t agent{0};
   bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
   uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
+  uint32_t passes = 0;             // the launch's passes: --passes, or more when its counters need more
+  uint32_t counted_passes = 0;     // passes 1 to counted_passes carry counters (0: none)
+  std::unique_ptr<counter_session> counting;  // its counters, while they are still being gathered
   uint64_t fence_token = 0;        // a launch run once: it waited for other threads' windows
   kreplay_window_t* window = nullptr;
   std::unique_ptr<saved_memory> saved;

@@ -41,6 +41,7 @@
 
 #include "driver.hpp"
 #include "kreplay.h"
+#include "replay/counters.hpp"
 #include "replay/graphs.hpp"
 #include "replay/report.hpp"
 #include "replay_config.hpp"
@@ -89,8 +90,9 @@ inline constexpr CUpti_CallbackId replay_graph_ids[] = {
 
 class replayer {
  public:
+  // `counters`: a source of hardware counters for every replayed launch (null: replay only).
   replayer(tracker& tracker, const replay_config_t& config, const kreplay_device_ops_t& ops,
-           const driver_api_t& driver);
+           const driver_api_t& driver, std::unique_ptr<counter_source> counters = nullptr);
   ~replayer();
   replayer(const replayer&) = delete;
   replayer& operator=(const replayer&) = delete;
@@ -125,6 +127,9 @@ class replayer {
   void describe(pending_t& p, CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   std::string why_run_once(pending_t& p);
   std::string why_graph_runs_once(pending_t& p);  // graph_launches.cpp
+  // This launch's pass count: --passes, or more when its counters need more (false, with the row's reason, when
+  // the counters cannot count it).
+  bool plan_passes(pending_t& p);
   graph_facts inspect(CUgraph graph, unsigned long long flags) const;
   tracked_memory_t tracked_memory() const;  // the tracker's allocations, for the graphs' memcpy nodes
   bool open_window(pending_t& p);
@@ -140,6 +145,10 @@ class replayer {
   // Only with a learned write set (kreplay's backend, restores, dirty-only, --write-set on).
   void hint_arguments(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
+  // Around a pass that carries counters (passes.cpp): nothing for the others, or when counting has stopped.
+  void begin_counted_pass(pending_t& p, uint32_t pass);
+  void end_counted_pass(pending_t& p, uint32_t pass);
+  void stop_counting(pending_t& p, const std::string& why);
   void exit(const CUpti_CallbackData& data);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
   void close_window(pending_t& p);
@@ -151,6 +160,7 @@ class replayer {
   kreplay_device_ops_t ops_;
   driver_api_t driver_;
   std::unique_ptr<snapshot_backend> backend_;
+  std::unique_ptr<counter_source> counters_;
   std::mutex selector_mutex_;
   launch_selector selector_;
   std::atomic<int> captures_{0};          // stream captures in progress, process-wide

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
@@ -30,18 +31,40 @@ std::string fixed4(double ms) {
   return text;
 }
 
+// A metric's value, as short as reads back exactly, whatever the program's locale.
+std::string shortest(double value) {
+  char text[32];
+  const std::to_chars_result written = std::to_chars(text, text + sizeof(text), value);
+  return written.ec == std::errc() ? std::string(text, written.ptr) : std::string();
+}
+
 }  // namespace
 
 double ms_between(replay_clock::time_point a, replay_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-std::string csv_header() {
-  return "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
-         "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses\n";
+std::string csv_header(const std::vector<std::string>& metrics) {
+  std::string header =
+      "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
+      "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses";
+  if (!metrics.empty()) {
+    header += ",counters";
+    for (const std::string& metric : metrics) {
+      header += "," + metric;  // metric names are letters, digits, '_', '.' and ':' (parse_metric_list)
+    }
+  }
+  return header + "\n";
 }
 
-std::string csv_row(const launch_row_t& r) {
+std::string csv_row(const launch_row_t& r, size_t metrics) {
+  std::string counted;
+  if (metrics != 0) {
+    counted = "," + quoted(r.counters);
+    for (size_t i = 0; i < metrics; ++i) {
+      counted += "," + (i < r.metrics.size() ? shortest(r.metrics[i]) : std::string());
+    }
+  }
   char shape[160];
   std::snprintf(shape, sizeof(shape), "%d,%ux%ux%u,%ux%ux%u,%" PRIu32 ",%" PRIu32 ",%zu,%zu,", r.device, r.grid[0],
                 r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2], r.passes_asked, r.passes_run,
@@ -49,7 +72,7 @@ std::string csv_row(const launch_row_t& r) {
   return std::to_string(r.index) + "," + quoted(r.kernel) + "," + shape + fixed4(r.snapshot_ms) + "," +
          fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
          (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "," +
-         std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + "\n";
+         std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + counted + "\n";
 }
 
 std::string decline_text(kreplay_decline_reason_t reason) {
@@ -80,8 +103,12 @@ std::string report_path(const std::string& output, uint64_t launcher_pid, uint64
              : output + suffix;
 }
 
-replay_report::replay_report(const replay_config_t& config, const char* backend)
-    : config_(config), backend_(backend), started_(replay_clock::now()), last_progress_(started_) {}
+replay_report::replay_report(const replay_config_t& config, const char* backend, std::vector<std::string> metrics)
+    : config_(config),
+      backend_(backend),
+      metrics_(std::move(metrics)),
+      started_(replay_clock::now()),
+      last_progress_(started_) {}
 
 bool replay_report::open(std::string* why) {
   config_.output = report_path(config_.output, config_.launcher_pid, static_cast<uint64_t>(getpid()));
@@ -93,13 +120,14 @@ bool replay_report::open(std::string* why) {
     *why = "cannot write the report " + config_.output + ": " + std::strerror(errno);
     return false;
   }
-  std::fputs(csv_header().c_str(), csv_);
+  std::fputs(csv_header(metrics_).c_str(), csv_);
   std::fflush(csv_);
   return true;
 }
 
 void replay_report::add(const launch_row_t& row, double replay_ms) {
   std::lock_guard<std::mutex> lock(mutex_);
+  counted_ += !row.metrics.empty() ? 1 : 0;
   if (row.replayed) {
     ++replayed_;
   } else {
@@ -112,7 +140,7 @@ void replay_report::add(const launch_row_t& row, double replay_ms) {
   }
   replay_ms_ += replay_ms;
   if (csv_ != nullptr && !finished_) {
-    std::fputs(csv_row(row).c_str(), csv_);
+    std::fputs(csv_row(row, metrics_.size()).c_str(), csv_);
     std::fflush(csv_);
   }
   progress_locked(replay_clock::now());
@@ -146,12 +174,16 @@ void replay_report::finish(int64_t in_flight) {
   const double total_ms = ms_between(started_, replay_clock::now());
   const uint64_t declined = declined_locked();
   std::fprintf(stderr,
-               "kreplay-cuda-replay: %" PRIu64 " launches: %" PRIu64 " replayed (%u passes, backend %s), %" PRIu64
+               "kreplay-cuda-replay: %" PRIu64 " launches: %" PRIu64 " replayed (%s%u passes, backend %s), %" PRIu64
                " run once; %.3f s replaying, %.3f s the program's own (of %.3f s)",
-               replayed_ + declined, replayed_, config_.passes, backend_, declined, replay_ms_ / 1e3,
+               replayed_ + declined, replayed_, metrics_.empty() ? "" : "at least ", config_.passes, backend_,
+               declined, replay_ms_ / 1e3,
                (total_ms - replay_ms_) / 1e3, total_ms / 1e3);
   if (config_.verify) {
     std::fprintf(stderr, "; verify: %" PRIu64 " launches whose passes differed", differed_);
+  }
+  if (!metrics_.empty()) {
+    std::fprintf(stderr, "; counters: %" PRIu64 " launches counted (%zu metrics)", counted_, metrics_.size());
   }
   if (write_set_missed_ > 0) {
     // Their results are exact (the full check restored the missed blocks); some of their passes may not be.

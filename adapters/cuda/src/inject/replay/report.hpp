@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kreplay.h"
 #include "replay_config.hpp"
@@ -39,6 +40,8 @@ struct launch_row_t {
   size_t digested_bytes = 0;     // device memory all restores of the launch digested
   size_t write_set_misses = 0;   // blocks the last full check found changed outside the learned write set
   uint32_t write_set_miss_pass = 0;  // the first pass that may have started from such a state
+  std::vector<double> metrics;   // one value per counted metric, empty when the launch was not counted
+  std::string counters;          // with counters: "" when counted, else why not
 };
 // A decline's C name and its text: "HOST_BUDGET (the snapshot would exceed ...)".
 std::string decline_text(kreplay_decline_reason_t reason);
@@ -46,8 +49,9 @@ std::string decline_text(kreplay_decline_reason_t reason);
 // pass P" (the passes from P on may have started from a state that was not the snapshot).
 std::string write_set_verdict(const launch_row_t& row);
 // The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
-std::string csv_header();
-std::string csv_row(const launch_row_t& row);
+// With counters, `metrics` adds a column per metric (its name) and a `counters` column (why a launch has no values).
+std::string csv_header(const std::vector<std::string>& metrics = {});
+std::string csv_row(const launch_row_t& row, size_t metrics = 0);
 
 // The report a process writes: `output` itself for the launcher's program, `output` with ".<pid>" before its
 // extension for a child of it (which inherited the launcher's environment), so that none overwrites another's.
@@ -55,7 +59,8 @@ std::string report_path(const std::string& output, uint64_t launcher_pid, uint64
 
 class replay_report {
  public:
-  replay_report(const replay_config_t& config, const char* backend);
+  // `metrics`: the counted metrics, one CSV column each (empty: replay only).
+  replay_report(const replay_config_t& config, const char* backend, std::vector<std::string> metrics = {});
   replay_report(const replay_report&) = delete;
   replay_report& operator=(const replay_report&) = delete;
 
@@ -73,6 +78,8 @@ class replay_report {
 
   replay_config_t config_;
   const char* backend_;
+  std::vector<std::string> metrics_;
+  uint64_t counted_ = 0;  // launches whose counters were collected
   std::mutex mutex_;
   FILE* csv_ = nullptr;
   std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'

@@ -1,0 +1,284 @@
+// GPU-free tests of counter collection in the replay loop (adapters/cuda/src/inject/replay/counters.hpp): a
+// fake source whose sessions need k passes, stream launches fabricated as CUPTI raises them, a fake driver whose
+// kernel is a host function over a tracked buffer, and kreplay restoring it between passes. The program's own
+// launch (the last pass) is run by the test between ENTER and EXIT, as the driver would.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fakes.hpp"
+#include "injection_ops.hpp"
+#include "replay/counters.hpp"
+#include "replay/replay.hpp"
+#include "replay_config.hpp"
+
+using namespace kreplay::cuda::inject;
+
+namespace {
+
+const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
+const CUfunction step_kernel = fake::handle<CUfunction>(0xC1);
+alignas(64) int g_buffer[1024];  // the tracked device memory
+int g_runs = 0;                  // the kernel's runs, relaunches and the program's own
+
+// buffer[i] = 3 buffer[i] + 1: a pass from anything but the snapshot ends elsewhere.
+void step() {
+  ++g_runs;
+  for (int& v : g_buffer) {
+    v = 3 * v + 1;
+  }
+}
+
+// ---- The fake source: what each session was asked, in order ----------------------------------------------
+std::vector<std::string> g_calls;  // "open", "begin", "end", "collect", "gone" (a session destroyed)
+struct fake_plan {
+  uint32_t passes = 4;
+  bool open_fails = false;
+  uint32_t failing_end = 0;  // the pass whose end_pass fails (0: none)
+};
+fake_plan g_plan;
+
+class fake_session final : public counter_session {
+ public:
+  ~fake_session() override { g_calls.push_back("gone"); }
+  bool begin_pass(std::string*) override {
+    g_calls.push_back("begin");
+    runs_at_begin_ = g_runs;
+    return true;
+  }
+  bool end_pass(std::string* why) override {
+    g_calls.push_back("end");
+    ++ended_;
+    if (ended_ == g_plan.failing_end) {
+      *why = "the fake's end_pass failed";
+      return false;
+    }
+    // The counted launch ran between begin and end: the loop bracketed exactly one pass.
+    CHECK(g_runs == runs_at_begin_ + 1);
+    return true;
+  }
+  bool collect(std::vector<double>* values, std::string*) override {
+    g_calls.push_back("collect");
+    *values = {static_cast<double>(ended_), 0.25};
+    return true;
+  }
+
+ private:
+  uint32_t ended_ = 0;
+  int runs_at_begin_ = 0;
+};
+
+class fake_source final : public counter_source {
+ public:
+  const std::vector<std::string>& metrics() const override { return metrics_; }
+  std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) override {
+    g_calls.push_back("open");
+    CHECK(context == ctx0);
+    if (g_plan.open_fails) {
+      *why = "the fake cannot count here";
+      return nullptr;
+    }
+    *passes = g_plan.passes;
+    return std::make_unique<fake_session>();
+  }
+
+ private:
+  std::vector<std::string> metrics_{"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"};
+};
+
+// ---- The fake driver and the program's launch ---------------------------------------------------------------
+CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
+                void**) {
+  CHECK(f == step_kernel);
+  step();
+  return CUDA_SUCCESS;
+}
+
+driver_api_t counter_driver() {
+  driver_api_t d = fake::driver();
+  d.ctx_synchronize = [] { return CUDA_SUCCESS; };
+  d.launch_kernel = launch;
+  d.launch_kernel_ex = [](const CUlaunchConfig*, CUfunction, void**, void**) { return CUDA_ERROR_NOT_SUPPORTED; };
+  d.launch_cooperative = [](CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                            void**) { return CUDA_ERROR_NOT_SUPPORTED; };
+  return d;
+}
+
+CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.functionName = "cuLaunchKernel";
+  data.functionParams = params;
+  data.functionReturnValue = result;
+  data.context = ctx0;
+  return data;
+}
+
+void program_launch(replayer& r) {
+  cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &ok));
+  step();
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &ok));
+}
+
+tracker* g_tracker = nullptr;
+kreplay_device_ops_t g_ops{};
+
+std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(getpid()) + ".csv"; }
+
+// One launch replayed with `passes` asked and the fake source; returns the report's lines (header, row).
+std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true) {
+  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},
+                                               {"KREPLAY_REPLAY_PROGRESS", "0"},
+                                               {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
+                                               {"KREPLAY_REPLAY_OUTPUT", csv_path()},
+                                               {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"}};
+  replay_config_t config;
+  std::string error;
+  CHECK(parse_replay_config(
+      [&](const char* name) -> const char* {
+        auto found = values.find(name);
+        return found != values.end() ? found->second.c_str() : nullptr;
+      },
+      &config, &error));
+  for (int& v : g_buffer) {
+    v = 7;
+  }
+  g_runs = 0;
+  g_calls.clear();
+  {
+    replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r);
+    r.finish();
+  }
+  std::ifstream in(csv_path());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    std::printf("csv: %s\n", line.c_str());
+    lines.push_back(line);
+  }
+  std::remove(csv_path().c_str());
+  CHECK(lines.size() == 2);
+  return lines;
+}
+
+bool one_run_s_result() {
+  for (int v : g_buffer) {
+    if (v != 22) {  // 3 * 7 + 1
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::vector<std::string> calls(std::initializer_list<const char*> names) { return {names.begin(), names.end()}; }
+
+// ---- Tests ----------------------------------------------------------------------------------------------------
+
+void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot() {
+  g_plan = fake_plan{};
+  g_plan.passes = 4;
+  const std::vector<std::string> lines = replay_one_launch(2);
+  CHECK(g_runs == 4);
+  CHECK(one_run_s_result());
+  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(lines[0].find(",write_set_misses,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
+        std::string::npos);
+  CHECK(lines[1].find(",4,4,") != std::string::npos);         // passes asked and run: the source's 4
+  CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
+  CHECK(ends_with(lines[1], ",\"\",4,0.25"));  // counted: no note, then the two values
+}
+
+void passes_beyond_the_counted_ones_run_without_counters() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  const std::vector<std::string> lines = replay_one_launch(5);
+  CHECK(g_runs == 5);
+  CHECK(one_run_s_result());
+  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(lines[1].find(",5,5,") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"\",2,0.25"));
+}
+
+void a_launch_the_source_cannot_count_runs_once_with_the_reason() {
+  g_plan = fake_plan{};
+  g_plan.open_fails = true;
+  const std::vector<std::string> lines = replay_one_launch(3);
+  CHECK(g_runs == 1);
+  CHECK(one_run_s_result());
+  CHECK(g_calls == calls({"open"}));
+  CHECK(lines[1].find("\"counters: the fake cannot count here, run once\"") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"\",,"));  // no note (the reason says it), no values
+}
+
+// A pass whose counting fails ends the counting, never the replay: the program's result is still one run's.
+void a_failed_pass_drops_the_counters_and_the_replay_goes_on() {
+  g_plan = fake_plan{};
+  g_plan.passes = 3;
+  g_plan.failing_end = 2;
+  const std::vector<std::string> lines = replay_one_launch(3);
+  CHECK(g_runs == 3);
+  CHECK(one_run_s_result());
+  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "gone"}));
+  CHECK(lines[1].find(",1,\"\",") != std::string::npos);  // still replayed
+  CHECK(lines[1].find("\"stopped: pass 2: the fake's end_pass failed\",,") != std::string::npos);
+}
+
+// The control: without restores the counted passes start from each other's results, and so does the program.
+void the_control_without_restores_ends_elsewhere() {
+  g_plan = fake_plan{};
+  g_plan.passes = 4;
+  (void)replay_one_launch(2, false);
+  CHECK(g_runs == 4);
+  CHECK(!one_run_s_result());
+}
+
+void metric_lists_are_split_and_checked() {
+  std::vector<std::string> names;
+  std::string why;
+  CHECK(parse_metric_list("sm__cycles_elapsed.avg,smsp__inst_executed.sum", &names, &why));
+  CHECK(names == calls({"sm__cycles_elapsed.avg", "smsp__inst_executed.sum"}));
+  CHECK(parse_metric_list("dram__bytes_read.sum.per_second", &names, &why) && names.size() == 1);
+  CHECK(!parse_metric_list("a,,b", &names, &why) && why.find("empty metric name") != std::string::npos);
+  CHECK(!parse_metric_list("", &names, &why));
+  CHECK(!parse_metric_list("a,", &names, &why));
+  CHECK(!parse_metric_list("sm__cycles elapsed", &names, &why) && why.find("' '") != std::string::npos);
+  CHECK(!parse_metric_list("x;y", &names, &why));
+}
+
+}  // namespace
+
+int main() {
+  static tracker owner(fake::driver());
+  g_tracker = &owner;
+  fake::g_functions[step_kernel] = {nullptr, "step_kernel"};
+  CHECK_OK(make_injection_ops(owner, fake::make_base, &g_ops));
+  CHECK_OK(kreplay_configure(&g_ops));
+  kreplay_policy_t policy{};
+  policy.struct_size = sizeof(policy);
+  CHECK_OK(kreplay_set_policy(&policy));
+  kreplay_tracking_enable(true);
+  fake::g_context_devices[ctx0] = 0;
+  owner.context_device(ctx0, 0, true);
+  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+
+  RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot);
+  RUN_TEST(passes_beyond_the_counted_ones_run_without_counters);
+  RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);
+  RUN_TEST(a_failed_pass_drops_the_counters_and_the_replay_goes_on);
+  RUN_TEST(the_control_without_restores_ends_elsewhere);
+  RUN_TEST(metric_lists_are_split_and_checked);
+  return 0;
+}
