@@ -18,6 +18,7 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "injection_ops.hpp"
+#include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
 #include "tracker.hpp"
@@ -134,6 +135,22 @@ replay_config_t read_replay_config() {
   return config;
 }
 
+// --metrics: CUPTI's Range Profiler as the replay's counter source. False, with one line on stderr, when the
+// list or the library will not do: nothing is replayed then (a profile without its counters is not what was asked).
+bool make_counters(const replay_config_t& config, std::unique_ptr<counter_source>* out) {
+  std::vector<std::string> metrics;
+  std::string why;
+  range_profiler_api_t api;
+  if (!parse_metric_list(config.metrics, &metrics, &why) || !resolve_range_profiler(api, &why)) {
+    std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s; nothing is replayed\n", why.c_str());
+    return false;
+  }
+  *out = make_range_profiler_source(api, std::move(metrics), [](CUcontext context) {
+    return g_injection.owner->device_of(context);
+  });
+  return *out != nullptr;
+}
+
 // The replay the launcher asked for, registered with the layer before it starts (which then enables the launch
 // callbacks). None, with one line on stderr, when the driver lacks what it needs or the replay cannot start:
 // the program then runs with tracking only.
@@ -142,7 +159,12 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
     std::fputs("kreplay-cuda-replay: the driver lacks the launch functions; nothing is replayed\n", stderr);
     return;
   }
-  g_injection.replay = new (std::nothrow) replayer(*g_injection.owner, config, ops, g_injection.driver);
+  std::unique_ptr<counter_source> counters;
+  if (!config.metrics.empty() && !make_counters(config, &counters)) {
+    return;
+  }
+  g_injection.replay =
+      new (std::nothrow) replayer(*g_injection.owner, config, ops, g_injection.driver, std::move(counters));
   std::string why;
   if (g_injection.replay != nullptr &&
       !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {

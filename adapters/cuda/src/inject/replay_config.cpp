@@ -90,6 +90,9 @@ constexpr replay_option_t options[] = {
    "CUDA graph launches: graph replays each selected one as one window (every pass launches the whole graph, "
    "one row per graph launch), off runs them once; each kernel node on its own (Nsight Compute's node) is not "
    "built yet"},
+  {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
+   "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
+   "Profiler in user replay: a launch gets at least the passes they need. Experimental: not yet run on a GPU"},
   {"exclude", 0, "KREPLAY_REPLAY_EXCLUDE", text<&c::exclude>(k::pattern_or_empty), default_exclude,
    "kernels never replayed, run once (communication kernels hang under replay; \"\" excludes nothing)"},
   {"progress", 0, "KREPLAY_REPLAY_PROGRESS", seconds<&c::progress_seconds>(86400), "5",
@@ -174,6 +177,7 @@ std::string wanted(const option_value_t& value) {
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "a valid regular expression";
     case option_kind::path: return "a file name";
+    case option_kind::name_list: return "metric names separated by commas";
     case option_kind::text: return "a text";
   }
   return "valid";
@@ -206,6 +210,10 @@ bool parse_value(const option_value_t& value, const char* text, parsed_value_t* 
       name_pattern check;
       return *text == '\0' || name_pattern::compile(text, &check, why);
     }
+    case option_kind::name_list: {
+      std::vector<std::string> names;
+      return *text == '\0' || parse_metric_list(text, &names, why);
+    }
     case option_kind::path:
     case option_kind::text: return true;
   }
@@ -213,6 +221,31 @@ bool parse_value(const option_value_t& value, const char* text, parsed_value_t* 
 }
 
 }  // namespace
+
+bool parse_metric_list(const std::string& text, std::vector<std::string>* out, std::string* why) {
+  out->clear();
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const size_t end = comma == std::string::npos ? text.size() : comma;
+    const std::string name = text.substr(start, end - start);
+    if (name.empty()) {
+      *why = "an empty metric name in \"" + text + "\"";
+      return false;
+    }
+    for (char c : name) {
+      const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                           c == '.' || c == ':';
+      if (!allowed) {
+        *why = "the metric name \"" + name + "\" has a character no metric name has ('" + std::string(1, c) + "')";
+        return false;
+      }
+    }
+    out->push_back(name);
+    start = end + 1;
+  }
+  return true;
+}
 
 option_table_t replay_options() { return {std::begin(options), std::end(options)}; }
 
@@ -232,6 +265,7 @@ const char* value_placeholder(const replay_option_t& option) {
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "REGEX";
     case option_kind::path: return "FILE";
+    case option_kind::name_list: return "NAME[,NAME...]";
     case option_kind::text: return "TEXT";
   }
   return "";

@@ -40,6 +40,7 @@ struct replay_config_t {
   bool verify = false;                       // compare every pass's footprint with pass 1's
   replay_backend backend = replay_backend::kreplay;
   graph_profiling graphs = graph_profiling::graph;  // what a graph launch gets
+  std::string metrics;                       // counted metrics, "a,b,c" ("" = replay only)
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
   bool restore = true;                       // false: debug, relaunch without restoring
@@ -64,6 +65,7 @@ enum class option_kind : uint8_t {
   pattern,           // a name_pattern; empty means unset (the default)
   pattern_or_empty,  // a name_pattern, where "" means none (the exclusion list)
   path,              // a file name; the launcher makes it absolute
+  name_list,         // names separated by commas (parse_metric_list); empty means unset
   text,              // any other text (a list of names, ...)
 };
 
@@ -97,6 +99,10 @@ struct option_table_t {
   const replay_option_t* begin() const { return first; }
   const replay_option_t* end() const { return last; }
 };
+
+// Splits "a,b,c" into metric names; false, with why, for an empty name or a character no metric name has
+// (letters, digits, '_', '.', ':').
+bool parse_metric_list(const std::string& text, std::vector<std::string>* out, std::string* why);
 
 // The table, in --help's order (also the order in which parse_replay_config checks the variables).
 option_table_t replay_options();

@@ -14,6 +14,7 @@
 #include "fakes.hpp"
 #include "injection_ops.hpp"
 #include "replay/counters.hpp"
+#include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
 
@@ -132,8 +133,102 @@ kreplay_device_ops_t g_ops{};
 
 std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(getpid()) + ".csv"; }
 
+// ---- A fake CUPTI Range Profiler, for the real source -----------------------------------------------------------
+std::vector<std::string> g_cupti;  // the calls, in order
+int g_stops = 0;                   // Stop calls of the current configuration
+CUpti_RangeProfiler_Object* const g_object = fake::handle<CUpti_RangeProfiler_Object*>(0x0B);
+CUpti_Profiler_Host_Object* const g_host = fake::handle<CUpti_Profiler_Host_Object*>(0x0C);
+constexpr size_t kFakePasses = 3;
+
+range_profiler_api_t fake_cupti() {
+  range_profiler_api_t a;
+  a.profiler_initialize = [](CUpti_Profiler_Initialize_Params*) { g_cupti.push_back("init"); return CUPTI_SUCCESS; };
+  a.device_get_chip_name = [](CUpti_Device_GetChipName_Params* p) {
+    g_cupti.push_back("chip");
+    CHECK(p->deviceIndex == 0);
+    p->pChipName = "GH100";
+    return CUPTI_SUCCESS;
+  };
+  a.host_initialize = [](CUpti_Profiler_Host_Initialize_Params* p) {
+    g_cupti.push_back("host_init");
+    CHECK(p->profilerType == CUPTI_PROFILER_TYPE_RANGE_PROFILER && std::string(p->pChipName) == "GH100");
+    p->pHostObject = g_host;
+    return CUPTI_SUCCESS;
+  };
+  a.host_deinitialize = [](CUpti_Profiler_Host_Deinitialize_Params*) { return CUPTI_SUCCESS; };
+  a.host_config_add_metrics = [](CUpti_Profiler_Host_ConfigAddMetrics_Params* p) {
+    g_cupti.push_back("add_metrics");
+    for (size_t i = 0; i < p->numMetrics; ++i) {
+      if (std::string(p->ppMetricNames[i]) == "bogus__metric.sum") {
+        return CUPTI_ERROR_INVALID_METRIC_NAME;
+      }
+    }
+    return CUPTI_SUCCESS;
+  };
+  a.host_get_config_image_size = [](CUpti_Profiler_Host_GetConfigImageSize_Params* p) {
+    p->configImageSize = 64;
+    return CUPTI_SUCCESS;
+  };
+  a.host_get_config_image = [](CUpti_Profiler_Host_GetConfigImage_Params* p) {
+    CHECK(p->configImageSize == 64 && p->pConfigImage != nullptr);
+    return CUPTI_SUCCESS;
+  };
+  a.host_get_num_of_passes = [](CUpti_Profiler_Host_GetNumOfPasses_Params* p) {
+    p->numOfPasses = kFakePasses;
+    return CUPTI_SUCCESS;
+  };
+  a.host_evaluate_to_gpu_values = [](CUpti_Profiler_Host_EvaluateToGpuValues_Params* p) {
+    g_cupti.push_back("evaluate");
+    CHECK(p->pHostObject == g_host && p->rangeIndex == 0 && p->numMetrics == 2);
+    p->pMetricValues[0] = 10.0 * g_stops;  // depends on the passes seen, so the test sees them
+    p->pMetricValues[1] = 0.5;
+    return CUPTI_SUCCESS;
+  };
+  a.enable = [](CUpti_RangeProfiler_Enable_Params* p) {
+    g_cupti.push_back("enable");
+    CHECK(p->ctx == ctx0);
+    p->pRangeProfilerObject = g_object;
+    return CUPTI_SUCCESS;
+  };
+  a.disable = [](CUpti_RangeProfiler_Disable_Params*) { return CUPTI_SUCCESS; };
+  a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
+    CHECK(p->pRangeProfilerObject == g_object && p->maxNumOfRanges == 1 && p->numMetrics == 2);
+    p->counterDataSize = 256;
+    return CUPTI_SUCCESS;
+  };
+  a.counter_data_image_initialize = [](CUpti_RangeProfiler_CounterDataImage_Initialize_Params* p) {
+    g_cupti.push_back("image");
+    CHECK(p->counterDataSize == 256 && p->pCounterData != nullptr);
+    return CUPTI_SUCCESS;
+  };
+  a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
+    g_cupti.push_back("set_config");
+    CHECK(p->range == CUPTI_AutoRange && p->replayMode == CUPTI_UserReplay && p->maxRangesPerPass == 1);
+    CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
+    g_stops = 0;
+    return CUPTI_SUCCESS;
+  };
+  a.start = [](CUpti_RangeProfiler_Start_Params* p) {
+    g_cupti.push_back("start");
+    CHECK(p->pRangeProfilerObject == g_object);
+    return CUPTI_SUCCESS;
+  };
+  a.stop = [](CUpti_RangeProfiler_Stop_Params* p) {
+    g_cupti.push_back("stop");
+    p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) ? 1 : 0;
+    return CUPTI_SUCCESS;
+  };
+  a.decode_data = [](CUpti_RangeProfiler_DecodeData_Params* p) {
+    g_cupti.push_back("decode");
+    p->numOfRangeDropped = 0;
+    return CUPTI_SUCCESS;
+  };
+  return a;
+}
+
 // One launch replayed with `passes` asked and the fake source; returns the report's lines (header, row).
-std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true) {
+std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
+                                           std::unique_ptr<counter_source> source = nullptr, int launches = 1) {
   std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},
                                                {"KREPLAY_REPLAY_PROGRESS", "0"},
                                                {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
@@ -153,10 +248,13 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true)
   g_runs = 0;
   g_calls.clear();
   {
-    replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+    replayer r(*g_tracker, config, g_ops, counter_driver(),
+               source != nullptr ? std::move(source) : std::make_unique<fake_source>());
     std::string why;
     CHECK(r.start(nullptr, &why));
-    program_launch(r);
+    for (int i = 0; i < launches; ++i) {
+      program_launch(r);
+    }
     r.finish();
   }
   std::ifstream in(csv_path());
@@ -166,7 +264,7 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true)
     lines.push_back(line);
   }
   std::remove(csv_path().c_str());
-  CHECK(lines.size() == 2);
+  CHECK(lines.size() == 1 + static_cast<size_t>(launches));
   return lines;
 }
 
@@ -245,6 +343,38 @@ void the_control_without_restores_ends_elsewhere() {
   CHECK(!one_run_s_result());
 }
 
+std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics) {
+  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; });
+}
+
+// The Range Profiler source on a fake CUPTI that asks for 3 passes: set up once, configured per launch for user
+// replay with automatic ranges, Start and Stop around each of the 3 passes (the program's own launch the last),
+// decoded and evaluated once.
+void the_range_profiler_source_brackets_every_pass_cupti_asks_for() {
+  g_cupti.clear();
+  const std::vector<std::string> lines =
+      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}));
+  CHECK(g_runs == 3);
+  CHECK(one_run_s_result());
+  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics", "enable", "image", "set_config", "start",
+                          "stop", "start", "stop", "start", "stop", "decode", "evaluate"}));
+  CHECK(lines[1].find(",3,3,") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"\",30,0.5"));
+}
+
+// A metric CUPTI does not know: one line on stderr, every launch of the context run once with the reason, and
+// the set-up is not tried again.
+void a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason() {
+  g_cupti.clear();
+  std::vector<std::string> metrics = {"bogus__metric.sum", "sm__cycles_elapsed.avg"};
+  const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler(metrics), 2);
+  CHECK(g_runs == 2);  // each launch once
+  for (size_t row = 1; row <= 2; ++row) {
+    CHECK(lines[row].find("counters: cuptiProfilerHostConfigAddMetrics failed") != std::string::npos);
+  }
+  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics"}));
+}
+
 void metric_lists_are_split_and_checked() {
   std::vector<std::string> names;
   std::string why;
@@ -279,6 +409,8 @@ int main() {
   RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);
   RUN_TEST(a_failed_pass_drops_the_counters_and_the_replay_goes_on);
   RUN_TEST(the_control_without_restores_ends_elsewhere);
+  RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
+  RUN_TEST(a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason);
   RUN_TEST(metric_lists_are_split_and_checked);
   return 0;
 }

@@ -50,6 +50,7 @@ const char* malformed(option_kind kind) {
     case option_kind::seconds: return "-1";
     case option_kind::pattern:
     case option_kind::pattern_or_empty: return "((";
+    case option_kind::name_list: return "sm__cycles_elapsed.avg,,x";
     case option_kind::path:
     case option_kind::text: return "";
   }
@@ -69,6 +70,8 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parsed.progress_seconds == plain.progress_seconds && parsed.launcher_pid == plain.launcher_pid);
   CHECK(parsed.write_set == plain.write_set && parsed.host_budget_percent == plain.host_budget_percent);
   CHECK(parsed.write_set && parsed.host_budget_percent == 50);
+  CHECK(parsed.graphs == plain.graphs && parsed.graphs == graph_profiling::graph);
+  CHECK(parsed.metrics == plain.metrics && parsed.metrics.empty());
   // They reach the policy: learn_write_set and host_budget_percent.
   const kreplay_policy_t policy = replay_policy(parsed, kreplay_policy_t{});
   CHECK(policy.learn_write_set && policy.host_budget_percent == 50);
@@ -131,7 +134,7 @@ void the_launcher_s_help_lists_every_row_with_a_flag() {
     }
     ++listed;
   }
-  CHECK(listed == 16);
+  CHECK(listed == 17);
   CHECK(help.find("-o, --output FILE") != std::string::npos);
   CHECK(help.find("--frobnicate") == std::string::npos);  // control: the search can fail
 }

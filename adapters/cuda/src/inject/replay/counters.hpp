@@ -39,11 +39,9 @@ class counter_source {
   // The counting of a launch in `context`; `*passes`: the passes the metrics need, at least 1. Null, with why,
   // when this launch cannot be counted.
   virtual std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) = 0;
+  // `context` was destroyed: whatever the source keeps for it goes, without a call into it.
+  virtual void context_gone(CUcontext context) { (void)context; }
 };
-
-// Splits "a,b,c" into metric names; false, with why, for an empty name or a character no metric name has
-// (letters, digits, '_', '.', ':').
-bool parse_metric_list(const std::string& text, std::vector<std::string>* out, std::string* why);
 
 }  // namespace kreplay::cuda::inject
 

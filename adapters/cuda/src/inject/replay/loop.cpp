@@ -268,6 +268,9 @@ void replayer::run_once_fenced(pending_t& p, const std::string& reason) {
 // ---- Contexts destroyed -------------------------------------------------------------------------------------
 
 void replayer::on_context_destroyed(CUcontext context) {
+  if (counters_ != nullptr) {
+    counters_->context_gone(context);
+  }
   std::lock_guard<std::mutex> lock(gone_mutex_);
   const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
   if (gone_.size() >= gone_kept) {

@@ -1,0 +1,349 @@
+// CUPTI's Range Profiler as the replay's counter source (range_profiler.hpp).
+#include "replay/range_profiler.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "symbols.hpp"
+
+namespace kreplay::cuda::inject {
+namespace {
+
+bool from(void* library, range_profiler_api_t& out) {
+  if (library == nullptr) {
+    return false;
+  }
+  find_symbol(library, "cuptiGetResultString", out.get_result_string);
+  return find_symbol(library, "cuptiProfilerInitialize", out.profiler_initialize) &&
+         find_symbol(library, "cuptiDeviceGetChipName", out.device_get_chip_name) &&
+         find_symbol(library, "cuptiProfilerHostInitialize", out.host_initialize) &&
+         find_symbol(library, "cuptiProfilerHostDeinitialize", out.host_deinitialize) &&
+         find_symbol(library, "cuptiProfilerHostConfigAddMetrics", out.host_config_add_metrics) &&
+         find_symbol(library, "cuptiProfilerHostGetConfigImageSize", out.host_get_config_image_size) &&
+         find_symbol(library, "cuptiProfilerHostGetConfigImage", out.host_get_config_image) &&
+         find_symbol(library, "cuptiProfilerHostGetNumOfPasses", out.host_get_num_of_passes) &&
+         find_symbol(library, "cuptiProfilerHostEvaluateToGpuValues", out.host_evaluate_to_gpu_values) &&
+         find_symbol(library, "cuptiRangeProfilerEnable", out.enable) &&
+         find_symbol(library, "cuptiRangeProfilerDisable", out.disable) &&
+         find_symbol(library, "cuptiRangeProfilerGetCounterDataSize", out.get_counter_data_size) &&
+         find_symbol(library, "cuptiRangeProfilerCounterDataImageInitialize", out.counter_data_image_initialize) &&
+         find_symbol(library, "cuptiRangeProfilerSetConfig", out.set_config) &&
+         find_symbol(library, "cuptiRangeProfilerStart", out.start) &&
+         find_symbol(library, "cuptiRangeProfilerStop", out.stop) &&
+         find_symbol(library, "cuptiRangeProfilerDecodeData", out.decode_data);
+}
+
+// maxNumRangeTreeNodes arrived in a later CUPTI than the first Range Profiler: set where the header has it.
+template <typename T, typename = void>
+struct has_tree_nodes : std::false_type {};
+template <typename T>
+struct has_tree_nodes<T, std::void_t<decltype(T::maxNumRangeTreeNodes)>> : std::true_type {};
+template <typename T>
+void set_tree_nodes(T& params, uint32_t nodes) {
+  if constexpr (has_tree_nodes<T>::value) {
+    params.maxNumRangeTreeNodes = nodes;
+  }
+}
+
+// True for CUPTI_SUCCESS; otherwise *why names the call and CUPTI's text for the result.
+bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why) {
+  if (result == CUPTI_SUCCESS) {
+    return true;
+  }
+  const char* text = nullptr;
+  if (api.get_result_string == nullptr || api.get_result_string(result, &text) != CUPTI_SUCCESS) {
+    text = nullptr;
+  }
+  *why = std::string(call) + " failed: " + (text != nullptr ? text : std::to_string(static_cast<int>(result)));
+  return false;
+}
+
+// What one context needs for every session on it, made at its first launch.
+struct context_setup {
+  std::string failure;  // non-empty: this context cannot be counted, and why
+  CUpti_Profiler_Host_Object* host = nullptr;
+  CUpti_RangeProfiler_Object* object = nullptr;
+  std::vector<uint8_t> config;
+  size_t counter_data_size = 0;
+  uint32_t passes = 0;
+};
+
+class range_session final : public counter_session {
+ public:
+  range_session(const range_profiler_api_t& api, const std::vector<const char*>& names, context_setup& setup)
+      : api_(api), names_(names), setup_(setup), image_(setup.counter_data_size) {}
+
+  // A fresh counter-data image and the configuration: user replay, automatic ranges, one range per pass.
+  bool configure(std::string* why) {
+    CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
+    init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
+    init.pRangeProfilerObject = setup_.object;
+    init.counterDataSize = image_.size();
+    init.pCounterData = image_.data();
+    if (!ok(api_.counter_data_image_initialize(&init), "cuptiRangeProfilerCounterDataImageInitialize", why)) {
+      return false;
+    }
+    CUpti_RangeProfiler_SetConfig_Params config{};
+    config.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
+    config.pRangeProfilerObject = setup_.object;
+    config.configSize = setup_.config.size();
+    config.pConfig = setup_.config.data();
+    config.counterDataImageSize = image_.size();
+    config.pCounterDataImage = image_.data();
+    config.range = CUPTI_AutoRange;
+    config.replayMode = CUPTI_UserReplay;
+    config.maxRangesPerPass = 1;
+    config.numNestingLevels = 1;
+    config.minNestingLevel = 1;
+    config.passIndex = 0;
+    config.targetNestingLevel = 1;
+    return ok(api_.set_config(&config), "cuptiRangeProfilerSetConfig", why);
+  }
+
+  bool begin_pass(std::string* why) override {
+    CUpti_RangeProfiler_Start_Params start{};
+    start.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
+    start.pRangeProfilerObject = setup_.object;
+    return ok(api_.start(&start), "cuptiRangeProfilerStart", why);
+  }
+
+  bool end_pass(std::string* why) override {
+    CUpti_RangeProfiler_Stop_Params stop{};
+    stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+    stop.pRangeProfilerObject = setup_.object;
+    if (!ok(api_.stop(&stop), "cuptiRangeProfilerStop", why)) {
+      return false;
+    }
+    all_submitted_ = stop.isAllPassSubmitted != 0;
+    return true;
+  }
+
+  bool collect(std::vector<double>* values, std::string* why) override {
+    if (!all_submitted_) {
+      *why = "CUPTI needs more passes than it said (" + std::to_string(setup_.passes) + ")";
+      return false;
+    }
+    CUpti_RangeProfiler_DecodeData_Params decode{};
+    decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+    decode.pRangeProfilerObject = setup_.object;
+    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why)) {
+      return false;
+    }
+    if (decode.numOfRangeDropped != 0) {
+      *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more than one kernel in the pass?)";
+      return false;
+    }
+    values->assign(names_.size(), 0.0);
+    CUpti_Profiler_Host_EvaluateToGpuValues_Params evaluate{};
+    evaluate.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
+    evaluate.pHostObject = setup_.host;
+    evaluate.pCounterDataImage = image_.data();
+    evaluate.counterDataImageSize = image_.size();
+    evaluate.rangeIndex = 0;
+    evaluate.ppMetricNames = const_cast<const char**>(names_.data());
+    evaluate.numMetrics = names_.size();
+    evaluate.pMetricValues = values->data();
+    return ok(api_.host_evaluate_to_gpu_values(&evaluate), "cuptiProfilerHostEvaluateToGpuValues", why);
+  }
+
+ private:
+  bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
+
+  const range_profiler_api_t& api_;
+  const std::vector<const char*>& names_;
+  context_setup& setup_;
+  std::vector<uint8_t> image_;
+  bool all_submitted_ = false;
+};
+
+class range_profiler_source final : public counter_source {
+ public:
+  range_profiler_source(const range_profiler_api_t& api, std::vector<std::string> metrics, device_of_t device_of)
+      : api_(api), metrics_(std::move(metrics)), device_of_(std::move(device_of)) {
+    for (const std::string& metric : metrics_) {
+      names_.push_back(metric.c_str());
+    }
+  }
+  range_profiler_source(const range_profiler_source&) = delete;
+  range_profiler_source& operator=(const range_profiler_source&) = delete;
+
+  ~range_profiler_source() override {
+    for (auto& [context, setup] : contexts_) {
+      release(setup);
+    }
+  }
+
+  const std::vector<std::string>& metrics() const override { return metrics_; }
+
+  // The profiler and its objects went with the context: forgotten without a CUPTI call.
+  void context_gone(CUcontext context) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    contexts_.erase(context);
+  }
+
+  std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = contexts_.find(context);
+    if (found == contexts_.end()) {
+      found = contexts_.emplace(context, context_setup{}).first;
+      set_up(context, found->second);
+      if (!found->second.failure.empty() && !warned_) {
+        warned_ = true;
+        std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s; launches there run once\n",
+                     found->second.failure.c_str());
+      }
+    }
+    context_setup& setup = found->second;
+    if (!setup.failure.empty()) {
+      *why = setup.failure;
+      return nullptr;
+    }
+    auto session = std::make_unique<range_session>(api_, names_, setup);
+    if (!session->configure(why)) {
+      return nullptr;
+    }
+    *passes = setup.passes;
+    return session;
+  }
+
+ private:
+  // The host side (config image, pass count) and the target side (the profiler on the context, the counter-data
+  // size); the first failure is kept in setup.failure.
+  void set_up(CUcontext context, context_setup& setup) {
+    if (!initialized_) {
+      CUpti_Profiler_Initialize_Params init{};
+      init.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
+      if (!ok(api_.profiler_initialize(&init), "cuptiProfilerInitialize", &setup.failure)) {
+        return;
+      }
+      initialized_ = true;
+    }
+    const int device = device_of_ ? device_of_(context) : -1;
+    if (device < 0) {
+      setup.failure = "the launch's device is unknown";
+      return;
+    }
+    CUpti_Device_GetChipName_Params chip{};
+    chip.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE;
+    chip.deviceIndex = static_cast<size_t>(device);
+    if (!ok(api_.device_get_chip_name(&chip), "cuptiDeviceGetChipName", &setup.failure) ||
+        !host_side(chip.pChipName, setup)) {
+      return;
+    }
+    CUpti_RangeProfiler_Enable_Params enable{};
+    enable.structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE;
+    enable.ctx = context;
+    if (!ok(api_.enable(&enable), "cuptiRangeProfilerEnable", &setup.failure)) {
+      return;
+    }
+    setup.object = enable.pRangeProfilerObject;
+    CUpti_RangeProfiler_GetCounterDataSize_Params size{};
+    size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+    size.pRangeProfilerObject = setup.object;
+    size.pMetricNames = const_cast<const char**>(names_.data());
+    size.numMetrics = names_.size();
+    size.maxNumOfRanges = 1;
+    set_tree_nodes(size, 1);
+    if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
+      setup.counter_data_size = size.counterDataSize;
+    }
+  }
+
+  bool host_side(const char* chip_name, context_setup& setup) {
+    CUpti_Profiler_Host_Initialize_Params init{};
+    init.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    init.pChipName = chip_name;
+    if (!ok(api_.host_initialize(&init), "cuptiProfilerHostInitialize", &setup.failure)) {
+      return false;
+    }
+    setup.host = init.pHostObject;
+    CUpti_Profiler_Host_ConfigAddMetrics_Params add{};
+    add.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
+    add.pHostObject = setup.host;
+    add.ppMetricNames = const_cast<const char**>(names_.data());
+    add.numMetrics = names_.size();
+    if (!ok(api_.host_config_add_metrics(&add), "cuptiProfilerHostConfigAddMetrics", &setup.failure)) {
+      setup.failure += " (a metric the device does not know? " + std::string(chip_name != nullptr ? chip_name : "?") +
+                       ")";
+      return false;
+    }
+    CUpti_Profiler_Host_GetConfigImageSize_Params size{};
+    size.structSize = CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE;
+    size.pHostObject = setup.host;
+    if (!ok(api_.host_get_config_image_size(&size), "cuptiProfilerHostGetConfigImageSize", &setup.failure)) {
+      return false;
+    }
+    setup.config.resize(size.configImageSize);
+    CUpti_Profiler_Host_GetConfigImage_Params image{};
+    image.structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE;
+    image.pHostObject = setup.host;
+    image.configImageSize = setup.config.size();
+    image.pConfigImage = setup.config.data();
+    if (!ok(api_.host_get_config_image(&image), "cuptiProfilerHostGetConfigImage", &setup.failure)) {
+      return false;
+    }
+    CUpti_Profiler_Host_GetNumOfPasses_Params passes{};
+    passes.structSize = CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE;
+    passes.configImageSize = setup.config.size();
+    passes.pConfigImage = setup.config.data();
+    if (!ok(api_.host_get_num_of_passes(&passes), "cuptiProfilerHostGetNumOfPasses", &setup.failure)) {
+      return false;
+    }
+    setup.passes = static_cast<uint32_t>(passes.numOfPasses);
+    return true;
+  }
+
+  void release(context_setup& setup) {
+    if (setup.object != nullptr) {
+      CUpti_RangeProfiler_Disable_Params disable{};
+      disable.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+      disable.pRangeProfilerObject = setup.object;
+      (void)api_.disable(&disable);
+    }
+    if (setup.host != nullptr) {
+      CUpti_Profiler_Host_Deinitialize_Params deinit{};
+      deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+      deinit.pHostObject = setup.host;
+      (void)api_.host_deinitialize(&deinit);
+    }
+  }
+
+  bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
+
+  range_profiler_api_t api_;
+  std::vector<std::string> metrics_;
+  std::vector<const char*> names_;  // metrics_'s, for CUPTI
+  device_of_t device_of_;
+  std::mutex mutex_;
+  std::map<CUcontext, context_setup> contexts_;
+  bool initialized_ = false;
+  bool warned_ = false;
+};
+
+}  // namespace
+
+bool resolve_range_profiler(range_profiler_api_t& out, std::string* why) {
+  if (from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD), out)) {
+    return true;
+  }
+  if (const char* path = std::getenv("KREPLAY_CUPTI_PATH"); path != nullptr && *path != '\0' &&
+                                                           from(dlopen(path, RTLD_NOW | RTLD_LOCAL), out)) {
+    return true;
+  }
+  *why = "the libcupti in the process has no Range Profiler (CUPTI 12.6 or later is needed)";
+  return false;
+}
+
+std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
+                                                           std::vector<std::string> metrics, device_of_t device_of) {
+  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of));
+}
+
+}  // namespace kreplay::cuda::inject

@@ -1,0 +1,62 @@
+// The counter source of --metrics: CUPTI's Range Profiler (CUDA 12.6 and later) in user replay with automatic
+// ranges, one range per launch. Per context, once: the host side turns the metric names into a config image and
+// says how many passes they need; the target side enables the profiler on the context and sizes a counter-data
+// image. Per launch (a session): a fresh counter-data image and SetConfig; Start and Stop around each pass (the
+// loop restores the memory between them); then DecodeData and the values of range 0.
+//
+// The functions come from the libcupti the injection subscribed with (range_profiler_api_t, so tests drive the
+// source with fakes). A failure at set-up is remembered per context: every launch there runs once with the same
+// reason, and the first says it on stderr.
+#ifndef KREPLAY_CUDA_INJECT_REPLAY_RANGE_PROFILER_HPP
+#define KREPLAY_CUDA_INJECT_REPLAY_RANGE_PROFILER_HPP
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <cupti.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_range_profiler.h>
+#include <cupti_target.h>
+
+#include "replay/counters.hpp"
+
+namespace kreplay::cuda::inject {
+
+struct range_profiler_api_t {
+  CUptiResult (*profiler_initialize)(CUpti_Profiler_Initialize_Params*) = nullptr;  // cuptiProfilerInitialize
+  CUptiResult (*device_get_chip_name)(CUpti_Device_GetChipName_Params*) = nullptr;  // cuptiDeviceGetChipName
+  CUptiResult (*host_initialize)(CUpti_Profiler_Host_Initialize_Params*) = nullptr;
+  CUptiResult (*host_deinitialize)(CUpti_Profiler_Host_Deinitialize_Params*) = nullptr;
+  CUptiResult (*host_config_add_metrics)(CUpti_Profiler_Host_ConfigAddMetrics_Params*) = nullptr;
+  CUptiResult (*host_get_config_image_size)(CUpti_Profiler_Host_GetConfigImageSize_Params*) = nullptr;
+  CUptiResult (*host_get_config_image)(CUpti_Profiler_Host_GetConfigImage_Params*) = nullptr;
+  CUptiResult (*host_get_num_of_passes)(CUpti_Profiler_Host_GetNumOfPasses_Params*) = nullptr;
+  CUptiResult (*host_evaluate_to_gpu_values)(CUpti_Profiler_Host_EvaluateToGpuValues_Params*) = nullptr;
+  CUptiResult (*enable)(CUpti_RangeProfiler_Enable_Params*) = nullptr;
+  CUptiResult (*disable)(CUpti_RangeProfiler_Disable_Params*) = nullptr;
+  CUptiResult (*get_counter_data_size)(CUpti_RangeProfiler_GetCounterDataSize_Params*) = nullptr;
+  CUptiResult (*counter_data_image_initialize)(CUpti_RangeProfiler_CounterDataImage_Initialize_Params*) = nullptr;
+  CUptiResult (*set_config)(CUpti_RangeProfiler_SetConfig_Params*) = nullptr;
+  CUptiResult (*start)(CUpti_RangeProfiler_Start_Params*) = nullptr;
+  CUptiResult (*stop)(CUpti_RangeProfiler_Stop_Params*) = nullptr;
+  CUptiResult (*decode_data)(CUpti_RangeProfiler_DecodeData_Params*) = nullptr;
+  CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;  // optional: for the messages
+};
+
+// The functions from the libcupti.so.13 already in the process (the one the injection subscribed with), else
+// KREPLAY_CUPTI_PATH. False, with why, when the library has no Range Profiler (CUPTI before 12.6).
+bool resolve_range_profiler(range_profiler_api_t& out, std::string* why);
+
+// The device ordinal of a context (the tracker's), for the chip name; -1 when unknown.
+using device_of_t = std::function<int(CUcontext)>;
+
+std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
+                                                           std::vector<std::string> metrics, device_of_t device_of);
+
+}  // namespace kreplay::cuda::inject
+
+#endif  // KREPLAY_CUDA_INJECT_REPLAY_RANGE_PROFILER_HPP
