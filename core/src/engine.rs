@@ -600,9 +600,10 @@ impl<O: DeviceOps> Engine<O> {
     }
 
     /// The gate of a host that replays multi-packet submissions as windows over their dispatches (see
-    /// [`gate::decide_range`]); graph launches are warned about as by [`Engine::replay_gate`].
+    /// [`gate::decide_range`]). No warning for graph launches: such a host may replay a graph itself once it has
+    /// checked the graph's memory.
     pub fn replay_gate_range(&self, packet_count: u32, dispatch_packet_count: u32, graph_launch_active: bool) -> Gate {
-        self.warn_graph(gate::decide_range(packet_count, dispatch_packet_count, graph_launch_active))
+        gate::decide_range(packet_count, dispatch_packet_count, graph_launch_active)
     }
 
     fn warn_graph(&self, verdict: Gate) -> Gate {

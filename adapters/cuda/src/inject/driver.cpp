@@ -46,6 +46,7 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuGraphKernelNodeGetParams_v2", out.graph_kernel_node_get_params);
   find_symbol(cuda, "cuGraphChildGraphNodeGetGraph", out.graph_child_get_graph);
   find_symbol(cuda, "cuGraphMemcpyNodeGetParams", out.graph_memcpy_node_get_params);
+  find_symbol(cuda, "cuGraphMemsetNodeGetParams", out.graph_memset_node_get_params);
   find_symbol(cuda, "cuGraphMemAllocNodeGetParams", out.graph_mem_alloc_node_get_params);
   find_symbol(cuda, "cuGraphMemFreeNodeGetParams", out.graph_mem_free_node_get_params);
   // The handle stays open for the life of the process, like the driver itself.

@@ -52,6 +52,7 @@ struct driver_api_t {
   CUresult (*graph_kernel_node_get_params)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2*) = nullptr;
   CUresult (*graph_child_get_graph)(CUgraphNode, CUgraph*) = nullptr;            // cuGraphChildGraphNodeGetGraph
   CUresult (*graph_memcpy_node_get_params)(CUgraphNode, CUDA_MEMCPY3D*) = nullptr;  // cuGraphMemcpyNodeGetParams
+  CUresult (*graph_memset_node_get_params)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS*) = nullptr;  // ...MemsetNode...
   // cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams
   CUresult (*graph_mem_alloc_node_get_params)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*) = nullptr;
   CUresult (*graph_mem_free_node_get_params)(CUgraphNode, CUdeviceptr*) = nullptr;

@@ -420,7 +420,9 @@ launch_selector::verdict launch_selector::classify_graph(const std::vector<std::
   if (has_filter_ && !any(filter_)) {
     return verdict::not_matched;
   }
-  return count_match(has_exclude_ && any(exclude_));
+  // A kernel without a name could be one the list excludes: while there is a list, the graph is excluded.
+  const bool unnamed = std::any_of(kernels.begin(), kernels.end(), [](const std::string& k) { return k == "(unnamed)"; });
+  return count_match(has_exclude_ && (unnamed || any(exclude_)));
 }
 
 const char* launch_selector::text(verdict v) {

@@ -169,7 +169,8 @@ class launch_selector {
   // Not thread-safe: the replayer calls it under its own lock.
   verdict classify(const char* name);
   // A graph launch, as one launch: it matches --kernel-name when one of its kernels does, and is excluded when
-  // one of its kernels is (a communication kernel replayed inside a graph hangs as it would on a stream).
+  // one of its kernels is (a communication kernel replayed inside a graph hangs as it would on a stream), or has
+  // no name while there is an exclusion list.
   verdict classify_graph(const std::vector<std::string>& kernels);
   static const char* text(verdict v);
 

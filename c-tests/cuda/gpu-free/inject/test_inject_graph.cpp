@@ -26,6 +26,7 @@ namespace {
 const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
 alignas(64) int g_buffer[1024];  // the tracked device memory
 int g_host_memory[16];           // host memory a memcpy node may write
+alignas(64) int g_pinned[256];   // page-locked host memory the tracker knows (untracked by snapshots)
 
 // ---- The fake graphs ------------------------------------------------------------------------------------------
 struct node_t {
@@ -34,6 +35,7 @@ struct node_t {
   CUfunction function = nullptr; // kernels
   CUgraph child = nullptr;       // child graphs
   CUDA_MEMCPY3D copy{};          // memcpys
+  CUDA_MEMSET_NODE_PARAMS set{}; // memsets
   CUdeviceptr address = 0;       // allocation and free nodes
   size_t bytes = 0;
 };
@@ -75,7 +77,9 @@ void add_child(CUgraph graph, CUgraph child) {
   node.child = child;
   add(graph, std::move(node));
 }
-void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src, size_t bytes) {
+// `bytes` is what the node says it copies; `runs`: whether running it copies them (not for a node that claims
+// more than its destination holds, which the test must never execute).
+void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src, size_t bytes, bool runs = true) {
   node_t node;
   node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
   node.copy.dstMemoryType = dst_type;
@@ -87,7 +91,19 @@ void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src
     node.copy.dstDevice = reinterpret_cast<CUdeviceptr>(dst);
   }
   node.copy.WidthInBytes = bytes;
-  node.body = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  if (runs) {
+    node.body = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  }
+  add(graph, std::move(node));
+}
+void add_memset(CUgraph graph, int* dst, size_t ints) {
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_MEMSET;
+  node.set.dst = reinterpret_cast<CUdeviceptr>(dst);
+  node.set.elementSize = sizeof(int);
+  node.set.width = ints;
+  node.set.height = 1;
+  node.body = [dst, ints] { std::memset(dst, 0, ints * sizeof(int)); };
   add(graph, std::move(node));
 }
 void add_memory(CUgraph graph, CUgraphNodeType type, CUdeviceptr address, size_t bytes) {
@@ -139,6 +155,10 @@ CUresult memcpy_params(CUgraphNode node, CUDA_MEMCPY3D* copy) {
   *copy = g_nodes.at(node).copy;
   return CUDA_SUCCESS;
 }
+CUresult memset_params(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS* set) {
+  *set = g_nodes.at(node).set;
+  return CUDA_SUCCESS;
+}
 CUresult alloc_params(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   *params = {};
   params->dptr = g_nodes.at(node).address;
@@ -159,6 +179,7 @@ driver_api_t graph_driver() {
   d.graph_kernel_node_get_params = kernel_params;
   d.graph_child_get_graph = child_graph;
   d.graph_memcpy_node_get_params = memcpy_params;
+  d.graph_memset_node_get_params = memset_params;
   d.graph_mem_alloc_node_get_params = alloc_params;
   d.graph_mem_free_node_get_params = free_params;
   return d;
@@ -260,10 +281,7 @@ CUgraph training_step() {
     }
   });
   add_type(graph, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
-  node_t memset_node;
-  memset_node.type = CU_GRAPH_NODE_TYPE_MEMSET;
-  memset_node.body = [] { std::memset(&g_buffer[700], 0, 16 * sizeof(int)); };
-  add(graph, memset_node);
+  add_memset(graph, &g_buffer[700], 16);
   CUgraph child = new_graph();
   add_kernel(child, sum_kernel, "sum_kernel", [] { g_buffer[0] += g_buffer[1]; });
   add_child(graph, child);
@@ -333,7 +351,15 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"memcpy to host", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_HOST, g_host_memory, g_buffer, 64); return g; }, 0,
        "writes host memory"},
       {"memcpy to untracked", [&scratch] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int)); return g; }, 0,
-       "does not track"},
+       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+      {"memcpy to pinned host memory", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, g_pinned, g_buffer, 64); return g; }, 0,
+       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+      {"memcpy past the buffer", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_DEVICE, &g_buffer[1020], g_buffer, 64, false); return g; }, 0,
+       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+      {"memset to untracked", [&scratch] { CUgraph g = training_step(); add_memset(g, &scratch, 1); return g; }, 0,
+       "memset node writes memory"},
+      {"conditional", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_CONDITIONAL); return g; }, 0,
+       "a conditional node"},
       {"semaphore", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT); return g; }, 0,
        "external semaphore"},
       {"unknown node", [] { CUgraph g = training_step(); add_type(g, static_cast<CUgraphNodeType>(99)); return g; }, 0,
@@ -348,7 +374,7 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
     g_host_node_runs = 0;
     with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph, c.flags)); });
     CHECK(g_kernel_runs[scale_kernel] == 1);
-    CHECK(g_host_node_runs <= 1);
+    CHECK(g_host_node_runs == (std::string(c.what) == "host node" ? 1 : 0));
     const std::vector<std::string> rows = report_rows();
     CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
   }
@@ -402,6 +428,83 @@ void an_updated_executable_is_judged_by_its_new_graph() {
   fill_buffer();
 }
 
+// A callback of the program's, at its exit, with its parameters.
+template <typename Params>
+void program_call(replayer& r, CUpti_CallbackId cbid, Params params) {
+  CUresult ok = CUDA_SUCCESS;
+  r.on_graph_built(cbid, callback_data(CUPTI_API_EXIT, &params, &ok));
+}
+
+// What the program does to an executable after instantiating it is followed: an update keeps the device-launch
+// flag, a memcpy or a child graph set anew is checked again, a kernel set into a node is seen by the exclusion
+// list, and a destroyed executable is forgotten.
+void changes_to_an_executable_after_instantiation_are_followed() {
+  const CUfunction nccl = fake::handle<CUfunction>(0xB4);
+  fake::g_functions[nccl] = {nullptr, "ncclDevKernel_AllReduce"};
+  struct change_case {
+    const char* what;
+    unsigned long long flags;
+    std::function<void(replayer&, CUgraphExec)> change;
+    const char* reason;
+  };
+  const std::vector<change_case> cases = {
+      {"update of a device-launch executable", CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
+       [](replayer& r, CUgraphExec exec) { update(r, exec, training_step()); }, "instantiated for device launch"},
+      {"memcpy set to host memory", 0,
+       [](replayer& r, CUgraphExec exec) {
+         CUDA_MEMCPY3D copy{};
+         copy.dstMemoryType = CU_MEMORYTYPE_HOST;
+         copy.dstHost = g_host_memory;
+         copy.WidthInBytes = 16;
+         program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams,
+                      cuGraphExecMemcpyNodeSetParams_params{exec, nullptr, &copy, ctx0});
+       },
+       "writes host memory"},
+      {"child graph set to one with a host node", 0,
+       [](replayer& r, CUgraphExec exec) {
+         CUgraph child = new_graph();
+         add_type(child, CU_GRAPH_NODE_TYPE_HOST);
+         CUgraphNodeParams node{};
+         node.type = CU_GRAPH_NODE_TYPE_GRAPH;
+         node.graph.graph = child;
+         program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams,
+                      cuGraphExecNodeSetParams_params{exec, nullptr, &node});
+       },
+       "a host node"},
+      {"kernel set to a communication kernel", 0,
+       [nccl](replayer& r, CUgraphExec exec) {
+         CUDA_KERNEL_NODE_PARAMS_v2 kernel{};
+         kernel.func = nccl;
+         program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
+                      cuGraphExecKernelNodeSetParams_v2_params{exec, nullptr, &kernel});
+       },
+       "excluded"},
+      {"destroyed", 0,
+       [](replayer& r, CUgraphExec exec) {
+         program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, cuGraphExecDestroy_params{exec});
+       },
+       "not seen instantiated"},
+  };
+  for (const change_case& c : cases) {
+    std::printf("case: %s\n", c.what);
+    g_kernel_runs.clear();
+    with_replayer({}, [&](replayer& r) {
+      const CUgraphExec exec = instantiate(r, training_step(), c.flags);
+      c.change(r, exec);
+      program_launch(r, exec);
+    });
+    CHECK(g_kernel_runs[scale_kernel] == 1);
+    const std::vector<std::string> rows = report_rows();
+    CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
+  }
+  // The control: the same executable, unchanged, is replayed.
+  g_kernel_runs.clear();
+  with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, training_step())); });
+  CHECK(g_kernel_runs[scale_kernel] == 3);
+  (void)report_rows();
+  fill_buffer();
+}
+
 // Selection treats a graph launch as one launch, by its kernels' names; an executable never seen instantiated,
 // and every graph with --graph-profiling off, run once.
 void selection_and_the_off_switch_apply_to_graph_launches() {
@@ -413,7 +516,7 @@ void selection_and_the_off_switch_apply_to_graph_launches() {
     const char* reason;
   };
   const std::vector<selection_case> cases = {
-      {{{"KREPLAY_REPLAY_KERNEL_NAME", "sum_k"}}, true, 3, ""},
+      {{{"KREPLAY_REPLAY_KERNEL_NAME", "sum_k"}}, true, 3, ",1,\"\","},  // replayed, no reason
       {{{"KREPLAY_REPLAY_KERNEL_NAME", "nothing_here"}}, true, 1, "not selected"},
       {{{"KREPLAY_REPLAY_EXCLUDE", "sum"}}, true, 1, "excluded"},
       {{{"KREPLAY_REPLAY_GRAPH_PROFILING", "off"}}, true, 1, "--graph-profiling off"},
@@ -450,6 +553,7 @@ int main() {
   fake::g_context_devices[ctx0] = 0;
   owner.context_device(ctx0, 0, true);
   owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_pinned), sizeof(g_pinned), memory_kind::host_pinned);
   fill_buffer();
 
   RUN_TEST(a_graph_launch_is_one_window_and_the_program_sees_one_launch_s_result);
@@ -458,5 +562,6 @@ int main() {
   RUN_TEST(a_graph_that_frees_what_it_allocates_is_replayed);
   RUN_TEST(an_updated_executable_is_judged_by_its_new_graph);
   RUN_TEST(selection_and_the_off_switch_apply_to_graph_launches);
+  RUN_TEST(changes_to_an_executable_after_instantiation_are_followed);
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include "callback_data.hpp"
 #include "guard.hpp"
+#include "kreplay/cuda.hpp"
 #include "replay/pending.hpp"
 
 namespace kreplay::cuda::inject {
@@ -43,18 +44,24 @@ bool is_instantiate(CUpti_CallbackId cbid) {
 
 }  // namespace
 
-tracked_memory_t replayer::tracked_memory() const {
-  return [this](CUdeviceptr address) {
+tracked_memory_t replayer::tracked_memory(CUcontext context) const {
+  const int device = tracker_.device_of(context);
+  const kreplay_agent_t agent = agent_of_device(device < 0 ? 0 : device);
+  return [this, agent](CUdeviceptr start, size_t bytes) {
     kreplay_pointer_info_t info{};
-    return tracker_.pointer_info(reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), &info) ==
-               KREPLAY_STATUS_SUCCESS &&
-           info.size != 0;
+    if (tracker_.pointer_info(reinterpret_cast<const void*>(static_cast<uintptr_t>(start)), &info) !=
+            KREPLAY_STATUS_SUCCESS ||
+        info.size == 0 || info.type != KREPLAY_POINTER_DEVICE || info.owner.handle != agent.handle) {
+      return false;  // host, managed, a peer's or untracked memory: no snapshot of this device holds it
+    }
+    const auto base = reinterpret_cast<uintptr_t>(info.base);
+    return start >= base && start - base <= info.size && bytes <= info.size - (start - base);
   };
 }
 
-graph_facts replayer::inspect(CUgraph graph, unsigned long long flags) const {
+graph_facts replayer::inspect(CUgraph graph, unsigned long long flags, CUcontext context) const {
   own_call_scope own;  // the graph queries are kreplay's
-  return inspect_graph(graph, flags, driver_, tracked_memory());
+  return inspect_graph(graph, flags, context, driver_, tracked_memory(context));
 }
 
 void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
@@ -64,40 +71,103 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
   if (is_instantiate(cbid)) {
     const auto& made = params<instantiate_prefix>(data);
     if (made.exec != nullptr) {
-      graphs_.instantiated(*made.exec, inspect(made.graph, instantiate_flags(cbid, data)));
+      graphs_.instantiated(*made.exec, inspect(made.graph, instantiate_flags(cbid, data), data.context));
     }
     return;
   }
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2: {
-      // The executable now follows another graph of the same shape: its kernels (and memcpys) may differ.
+      // The executable now follows another graph of the same shape: its kernels (and copies) may differ; its
+      // instantiation flags stay.
       const auto& update = params<cuGraphExecUpdate_v2_params>(data);
-      graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, 0));
-      return;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams: {
-      const auto& set = params<cuGraphExecMemcpyNodeSetParams_params>(data);
-      if (set.copyParams != nullptr) {
-        graphs_.changed(set.hGraphExec, memcpy_node_problem(*set.copyParams, tracked_memory()));
-      }
-      return;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams: {
-      const auto& set = params<cuGraphExecNodeSetParams_params>(data);
-      if (set.nodeParams != nullptr && set.nodeParams->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
-        graphs_.changed(set.hGraphExec, "a memcpy node's parameters were set (cuGraphExecNodeSetParams)");
-      }
-      return;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams: {
-      const auto& set = params<cuGraphExecChildGraphNodeSetParams_params>(data);
-      graphs_.changed(set.hGraphExec, inspect(set.childGraph, 0).why_not);
+      const std::optional<graph_facts> before = graphs_.find(update.hGraphExec);
+      graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, before ? before->flags : 0, data.context));
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
       graphs_.destroyed(params<cuGraphExecDestroy_params>(data).hGraphExec);
       return;
+    default: return node_changed(cbid, data);
+  }
+}
+
+// One node of an executable set anew: a copy or memset checked as at instantiation, a child graph read again, a
+// kernel's name added for selection.
+void replayer::node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  const tracked_memory_t tracked = tracked_memory(data.context);
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams: {
+      const auto& set = params<cuGraphExecMemcpyNodeSetParams_params>(data);
+      if (set.copyParams != nullptr) {
+        graphs_.changed(set.hGraphExec, memcpy_node_problem(*set.copyParams, tracked));
+      }
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemsetNodeSetParams: {
+      const auto& set = params<cuGraphExecMemsetNodeSetParams_params>(data);
+      if (const CUDA_MEMSET_NODE_PARAMS* m = set.memsetParams; m != nullptr) {
+        graphs_.changed(set.hGraphExec,
+                        memset_node_problem(m->dst, m->pitch, m->elementSize, m->width, m->height, tracked));
+      }
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2: {
+      const auto& set = params<cuGraphExecKernelNodeSetParams_v2_params>(data);
+      if (set.nodeParams != nullptr) {
+        graphs_.kernel_set(set.hGraphExec, kernel_node_name(*set.nodeParams, driver_));
+      }
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams: {
+      const auto& set = params<cuGraphExecKernelNodeSetParams_params>(data);
+      if (set.nodeParams != nullptr) {
+        CUDA_KERNEL_NODE_PARAMS_v2 named{};
+        named.func = set.nodeParams->func;
+        graphs_.kernel_set(set.hGraphExec, kernel_node_name(named, driver_));
+      }
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams: {
+      const auto& set = params<cuGraphExecChildGraphNodeSetParams_params>(data);
+      child_changed(set.hGraphExec, set.childGraph, data.context);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams: {
+      const auto& set = params<cuGraphExecNodeSetParams_params>(data);
+      if (set.nodeParams != nullptr) {
+        generic_node_changed(set.hGraphExec, *set.nodeParams, data.context, tracked);
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+void replayer::child_changed(CUgraphExec exec, CUgraph child, CUcontext context) {
+  const graph_facts facts = inspect(child, 0, context);
+  graphs_.changed(exec, facts.why_not);
+  for (const std::string& kernel : facts.kernels) {
+    graphs_.kernel_set(exec, kernel);
+  }
+}
+
+void replayer::generic_node_changed(CUgraphExec exec, const CUgraphNodeParams& node, CUcontext context,
+                                    const tracked_memory_t& tracked) {
+  switch (node.type) {
+    case CU_GRAPH_NODE_TYPE_MEMCPY: graphs_.changed(exec, memcpy_node_problem(node.memcpy.copyParams, tracked)); return;
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      graphs_.changed(exec, memset_node_problem(node.memset.dst, node.memset.pitch, node.memset.elementSize,
+                                                node.memset.width, node.memset.height, tracked));
+      return;
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      CUDA_KERNEL_NODE_PARAMS_v2 named{};
+      named.func = node.kernel.func;
+      named.kern = node.kernel.kern;
+      graphs_.kernel_set(exec, kernel_node_name(named, driver_));
+      return;
+    }
+    case CU_GRAPH_NODE_TYPE_GRAPH: return child_changed(exec, node.graph.graph, context);
     default: return;
   }
 }

@@ -23,7 +23,8 @@ std::string hex(CUdeviceptr address) {
 // One walk over a graph and its children: counts, names, and what may make it unreplayable.
 class graph_walk {
  public:
-  graph_walk(const driver_api_t& driver, const tracked_memory_t& tracked) : driver_(driver), tracked_(tracked) {}
+  graph_walk(CUcontext context, const driver_api_t& driver, const tracked_memory_t& tracked)
+      : context_(context), driver_(driver), tracked_(tracked) {}
 
   void visit(CUgraph graph, int depth) {
     if (!why_not_.empty()) {
@@ -45,19 +46,20 @@ class graph_walk {
     }
   }
 
-  // After the walk: memcpy destinations and graph allocations checked against each other.
+  // After the walk: memcpy and memset destinations checked, the graph's own allocations counting as captured.
   graph_facts finish() {
     check_allocations();
+    const tracked_memory_t own_or_tracked = [this](CUdeviceptr start, size_t bytes) {
+      return in_graph_allocation(start, bytes) || (tracked_ && tracked_(start, bytes));
+    };
     for (const CUDA_MEMCPY3D& copy : copies_) {
-      if (!why_not_.empty()) {
-        break;
+      if (why_not_.empty()) {
+        why_not_ = memcpy_node_problem(copy, own_or_tracked);
       }
-      const CUdeviceptr dst = copy.dstDevice + copy.dstXInBytes;
-      const bool graph_memory = (copy.dstMemoryType == CU_MEMORYTYPE_DEVICE ||
-                                 copy.dstMemoryType == CU_MEMORYTYPE_UNIFIED) &&
-                                in_graph_allocation(dst);
-      if (!graph_memory) {
-        why_not_ = memcpy_node_problem(copy, tracked_);
+    }
+    for (const CUDA_MEMSET_NODE_PARAMS& set : memsets_) {
+      if (why_not_.empty()) {
+        why_not_ = memset_node_problem(set.dst, set.pitch, set.elementSize, set.width, set.height, own_or_tracked);
       }
     }
     facts_.why_not = why_not_;
@@ -90,16 +92,18 @@ class graph_walk {
     }
     ++facts_.nodes;
     switch (type) {
-      case CU_GRAPH_NODE_TYPE_KERNEL: facts_.kernels.push_back(kernel_name(node)); return;
+      case CU_GRAPH_NODE_TYPE_KERNEL: return read_kernel(node);
       case CU_GRAPH_NODE_TYPE_MEMCPY: return read_memcpy(node);
+      case CU_GRAPH_NODE_TYPE_MEMSET: return read_memset(node);
       case CU_GRAPH_NODE_TYPE_GRAPH: return visit_child(node, depth);
       case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return read_allocation(node);
       case CU_GRAPH_NODE_TYPE_MEM_FREE: return read_free(node);
-      case CU_GRAPH_NODE_TYPE_MEMSET:
       case CU_GRAPH_NODE_TYPE_EMPTY:
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return;
+      case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        why_not_ = "a conditional node: its handle may keep a value across launches, so passes could branch apart";
+        return;
       case CU_GRAPH_NODE_TYPE_HOST:
         why_not_ = "a host node: the program's host function would run on every pass";
         return;
@@ -114,22 +118,28 @@ class graph_walk {
     }
   }
 
-  std::string kernel_name(CUgraphNode node) const {
+  // Its name, and a kernel bound to a context other than the instantiating one makes the graph unreplayable.
+  void read_kernel(CUgraphNode node) {
     CUDA_KERNEL_NODE_PARAMS_v2 params{};
-    const char* name = nullptr;
     if (driver_.graph_kernel_node_get_params == nullptr ||
         driver_.graph_kernel_node_get_params(node, &params) != CUDA_SUCCESS) {
-      return "(unnamed)";
+      facts_.kernels.push_back(kernel_node_name(params, driver_));  // "(unnamed)"
+      return;
     }
-    if (params.func != nullptr && driver_.func_get_name != nullptr &&
-        driver_.func_get_name(&name, params.func) == CUDA_SUCCESS && name != nullptr) {
-      return name;
+    facts_.kernels.push_back(kernel_node_name(params, driver_));
+    if (params.func == nullptr && params.ctx != nullptr && params.ctx != context_) {
+      why_not_ = "a kernel node runs in another context (" + facts_.kernels.back().substr(0, 80) + ")";
     }
-    if (params.kern != nullptr && driver_.kernel_get_name != nullptr &&
-        driver_.kernel_get_name(&name, params.kern) == CUDA_SUCCESS && name != nullptr) {
-      return name;
+  }
+
+  void read_memset(CUgraphNode node) {
+    CUDA_MEMSET_NODE_PARAMS set{};
+    if (driver_.graph_memset_node_get_params == nullptr ||
+        driver_.graph_memset_node_get_params(node, &set) != CUDA_SUCCESS) {
+      why_not_ = "a memset node's parameters could not be read (cuGraphMemsetNodeGetParams)";
+      return;
     }
-    return "(unnamed)";
+    memsets_.push_back(set);
   }
 
   void read_memcpy(CUgraphNode node) {
@@ -193,22 +203,48 @@ class graph_walk {
     }
   }
 
-  bool in_graph_allocation(CUdeviceptr address) const {
-    return std::any_of(allocations_.begin(), allocations_.end(), [address](const graph_allocation& a) {
-      return address >= a.base && address - a.base < a.bytes;
+  bool in_graph_allocation(CUdeviceptr start, size_t bytes) const {
+    return std::any_of(allocations_.begin(), allocations_.end(), [start, bytes](const graph_allocation& a) {
+      return start >= a.base && start - a.base <= a.bytes && bytes <= a.bytes - (start - a.base);
     });
   }
 
+  CUcontext context_;
   const driver_api_t& driver_;
   const tracked_memory_t& tracked_;
   graph_facts facts_;
   std::string why_not_;
   std::vector<CUDA_MEMCPY3D> copies_;
+  std::vector<CUDA_MEMSET_NODE_PARAMS> memsets_;
   std::vector<graph_allocation> allocations_;
   std::vector<CUdeviceptr> frees_;
 };
 
 }  // namespace
+
+std::string kernel_node_name(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver) {
+  const char* name = nullptr;
+  if (params.func != nullptr && driver.func_get_name != nullptr &&
+      driver.func_get_name(&name, params.func) == CUDA_SUCCESS && name != nullptr) {
+    return name;
+  }
+  if (params.kern != nullptr && driver.kernel_get_name != nullptr &&
+      driver.kernel_get_name(&name, params.kern) == CUDA_SUCCESS && name != nullptr) {
+    return name;
+  }
+  return "(unnamed)";
+}
+
+std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_size, size_t width, size_t height,
+                                const tracked_memory_t& tracked) {
+  const size_t row = width * element_size;
+  const size_t bytes = height <= 1 ? row : (height - 1) * pitch + row;
+  if (tracked && tracked(dst, bytes)) {
+    return "";
+  }
+  return "a memset node writes memory kreplay's snapshots of this device do not hold (" + hex(dst) + ", " +
+         std::to_string(bytes) + " bytes)";
+}
 
 std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_t& tracked) {
   switch (copy.dstMemoryType) {
@@ -216,21 +252,29 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
     case CU_MEMORYTYPE_ARRAY: return "a memcpy node writes a CUDA array, which no snapshot holds";
     case CU_MEMORYTYPE_DEVICE:
     case CU_MEMORYTYPE_UNIFIED: {
-      const CUdeviceptr dst = copy.dstDevice + copy.dstXInBytes;
-      if (tracked && tracked(dst)) {
+      // The whole destination box: its first byte, then rows of dstPitch and slices of dstHeight rows.
+      const size_t pitch = copy.dstPitch != 0 ? copy.dstPitch : copy.WidthInBytes;
+      const size_t rows = copy.dstHeight != 0 ? copy.dstHeight : copy.Height;
+      const CUdeviceptr start = copy.dstDevice + copy.dstXInBytes + copy.dstY * pitch + copy.dstZ * rows * pitch;
+      const size_t height = copy.Height != 0 ? copy.Height : 1;
+      const size_t depth = copy.Depth != 0 ? copy.Depth : 1;
+      const size_t bytes = (depth - 1) * rows * pitch + (height - 1) * pitch + copy.WidthInBytes;
+      if (tracked && tracked(start, bytes)) {
         return "";
       }
-      return "a memcpy node writes memory kreplay does not track (" + hex(dst) + ")";
+      return "a memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(start) + ", " +
+             std::to_string(bytes) + " bytes)";
     }
   }
   return "a memcpy node writes memory of an unknown type";
 }
 
-graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, const driver_api_t& driver,
-                          const tracked_memory_t& tracked) {
-  graph_walk walk(driver, tracked);
+graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
+                          const driver_api_t& driver, const tracked_memory_t& tracked) {
+  graph_walk walk(context, driver, tracked);
   walk.visit(graph, 0);
   graph_facts facts = walk.finish();
+  facts.flags = instantiate_flags;
   if (facts.why_not.empty() && (instantiate_flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) != 0) {
     facts.why_not = "instantiated for device launch: its kernels may launch graphs kreplay never sees";
   }
@@ -250,6 +294,14 @@ void graph_registry::changed(CUgraphExec exec, const std::string& why) {
   auto found = execs_.find(exec);
   if (found != execs_.end() && found->second.why_not.empty()) {
     found->second.why_not = why + " (changed after instantiation)";
+  }
+}
+
+void graph_registry::kernel_set(CUgraphExec exec, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = execs_.find(exec);
+  if (found != execs_.end()) {
+    found->second.kernels.push_back(name);
   }
 }
 

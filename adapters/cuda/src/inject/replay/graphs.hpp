@@ -4,18 +4,21 @@
 // cuGraphLaunch; what is inside comes from the graph the executable was made from, read with the driver's graph
 // queries while that graph still exists (the program may destroy it once instantiated).
 //
-// Whole-graph replay is faithful when everything a launch reads and writes is device memory a snapshot holds. It
-// is not, and the launch runs once with the reason, when the graph has:
+// Whole-graph replay is faithful when everything a launch reads and writes is device memory a snapshot holds, on
+// the launching context's device. It is not, and the launch runs once with the reason, when the graph has:
 //   - a host node (the program's host function would run on every pass);
 //   - memory allocation or free nodes that do not pair up inside the graph (memory that outlives the launch, or
 //     memory the graph frees that it did not allocate: a second pass would free it twice);
-//   - a memcpy node that writes host memory, a CUDA array, or memory kreplay does not track (not captured, so a
-//     pass after the first would read what the one before wrote);
+//   - a memcpy or memset node whose whole destination is not inside one tracked device allocation of the
+//     launching device (or memory the graph allocates and frees itself): host, managed or a peer's memory, an
+//     array, untracked memory are not captured, so a pass after the first would read what the one before wrote;
+//   - a kernel node bound to another context (its writes are neither drained nor captured);
+//   - a conditional node (its handle can keep a value in the executable across launches, outside device memory,
+//     so later passes could take other branches; its body is not read either);
 //   - external semaphore or batch memory-operation nodes (they signal or wait on things outside the device
 //     memory), or a node type this build does not know;
-//   - flags of device launch (its kernels may launch graphs kreplay never sees).
-// Event record and wait nodes, memsets, empty nodes, child graphs (inspected as their parent) and conditional
-// nodes (their bodies run from restored memory, so every pass takes the same branches) are replayed.
+//   - flags of device launch (its kernels may launch graphs kreplay never sees), kept across updates.
+// Event record and wait nodes, empty nodes and child graphs (inspected as their parent) are replayed.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 
@@ -36,20 +39,30 @@ namespace kreplay::cuda::inject {
 // What an executable graph holds, as far as the replay needs to know.
 struct graph_facts {
   size_t nodes = 0;                  // every node, those of child graphs included
-  std::vector<std::string> kernels;  // the kernel nodes' function names, in the driver's node order
+  std::vector<std::string> kernels;  // the kernel nodes' function names, in the driver's node order, then any
+                                     // kernel set into a node since ("(unnamed)" where the driver has no name)
   std::string why_not;               // empty: replayable whole; else why a whole-graph replay would be unfaithful
+  unsigned long long flags = 0;      // the executable's instantiation flags (an update keeps them)
 };
 
-// Whether a device address is memory kreplay's snapshots hold (a tracked allocation).
-using tracked_memory_t = std::function<bool(CUdeviceptr)>;
+// Whether [start, start + bytes) lies inside one tracked device allocation of the launching device: memory
+// kreplay's snapshots of that device hold.
+using tracked_memory_t = std::function<bool(CUdeviceptr start, size_t bytes)>;
 
 // Reads `graph` (and its child graphs) with the driver's graph queries. `instantiate_flags`: the flags the
-// executable was instantiated with. A query that fails makes the graph unreplayable, with the query named.
-graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, const driver_api_t& driver,
-                          const tracked_memory_t& tracked);
+// executable was instantiated with; `context`: the instantiating context. A query that fails makes the graph
+// unreplayable, with the query named.
+graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
+                          const driver_api_t& driver, const tracked_memory_t& tracked);
 
-// Why a memcpy with these parameters would make a whole-graph replay unfaithful; empty when it would not.
+// A kernel node's function name, "(unnamed)" where the driver has none.
+std::string kernel_node_name(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver);
+
+// Why a memcpy or a memset with these parameters would make a whole-graph replay unfaithful; empty when it would
+// not.
 std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_t& tracked);
+std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_size, size_t width, size_t height,
+                                const tracked_memory_t& tracked);
 
 // A graph launch's name in the report: "graph: 9 kernels, 12 nodes (first, second, third, ...)".
 std::string graph_row_name(const graph_facts& graph);
@@ -60,6 +73,8 @@ class graph_registry {
   void instantiated(CUgraphExec exec, graph_facts facts);
   // A change made to one node of `exec` after instantiation that makes it unreplayable (`why` non-empty).
   void changed(CUgraphExec exec, const std::string& why);
+  // A kernel set into a node of `exec` after instantiation: selection sees its name too.
+  void kernel_set(CUgraphExec exec, const std::string& name);
   void destroyed(CUgraphExec exec);
   // A copy of the facts; nothing when the executable was never seen instantiated.
   std::optional<graph_facts> find(CUgraphExec exec) const;

@@ -83,6 +83,9 @@ inline constexpr CUpti_CallbackId replay_graph_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemsetNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
@@ -130,8 +133,13 @@ class replayer {
   // This launch's pass count: --passes, or more when its counters need more (false, with the row's reason, when
   // the counters cannot count it).
   bool plan_passes(pending_t& p);
-  graph_facts inspect(CUgraph graph, unsigned long long flags) const;
-  tracked_memory_t tracked_memory() const;  // the tracker's allocations, for the graphs' memcpy nodes
+  graph_facts inspect(CUgraph graph, unsigned long long flags, CUcontext context) const;
+  // Tracked device memory of `context`'s device, for the graphs' memcpy and memset nodes.
+  tracked_memory_t tracked_memory(CUcontext context) const;
+  void node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void child_changed(CUgraphExec exec, CUgraph child, CUcontext context);
+  void generic_node_changed(CUgraphExec exec, const CUgraphNodeParams& node, CUcontext context,
+                            const tracked_memory_t& tracked);
   bool open_window(pending_t& p);
   bool drain(pending_t& p);
   bool take_snapshot(pending_t& p);
