@@ -496,7 +496,9 @@ typedef struct kreplay_window_outcome_t {
   size_t write_set_misses;
   // Version 4: the first pass that may have started from such a state; 0 without misses.
   uint32_t write_set_miss_pass;
-  // Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1).
+  // Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1). It lies
+  // in what was the struct's tail padding, so `struct_size` cannot tell whether a library filled it: zero the
+  // struct before the call, and read 0 as "not filled" (a library before this field).
   uint32_t dispatches;
 } kreplay_window_outcome_t;
 

@@ -375,14 +375,17 @@ class window_t {
   window_t() noexcept : outcome_() {}
 
   /// Opens a window on `agent` for `passes` passes (0: open-ended, checked per pass as restores run), waiting
-  /// up to `copy_timeout_ms` (0: 1000) for async copies in flight. A decline or an error gives an object that
-  /// is not open; `reason()` and `status()` say why.
-  static window_t open(kreplay_agent_t agent, std::uint32_t passes, std::uint32_t copy_timeout_ms = 0) noexcept {
+  /// up to `copy_timeout_ms` (0: 1000) for async copies in flight, over `dispatches` dispatches run in order on
+  /// every pass (version 4; 0 and 1: one). A decline or an error gives an object that is not open; `reason()`
+  /// and `status()` say why.
+  static window_t open(kreplay_agent_t agent, std::uint32_t passes, std::uint32_t copy_timeout_ms = 0,
+                       std::uint32_t dispatches = 0) noexcept {
     window_t window;
     kreplay_window_options_t options{};
     options.struct_size = sizeof options;
     options.passes = passes;
     options.copy_timeout_ms = copy_timeout_ms;
+    options.dispatches = dispatches;
     window.status_ = kreplay_window_open(agent, &options, &window.window_, &window.reason_);
     window.outcome_.agent = agent;
     window.outcome_.reason = window.reason_;

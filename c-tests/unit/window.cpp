@@ -22,6 +22,12 @@ void test_the_destructor_closes_the_window_and_a_new_one_opens() {
   }
   kreplay::window_t again = kreplay::window_t::open(agent, 1);
   CHECK(again.is_open());
+  CHECK_EQ(KREPLAY_STATUS_SUCCESS, again.close());
+  // A window over a range of four dispatches says so in its outcome.
+  kreplay::window_t range = kreplay::window_t::open(agent, 2, 0, 4);
+  CHECK(range.is_open());
+  CHECK_EQ(KREPLAY_STATUS_SUCCESS, range.close());
+  CHECK_EQ(4, range.outcome().dispatches);
 }
 
 void test_close_keeps_the_outcome_of_the_windows_snapshot_and_restores() {
@@ -38,6 +44,7 @@ void test_close_keeps_the_outcome_of_the_windows_snapshot_and_restores() {
   CHECK_EQ(KREPLAY_STATUS_SUCCESS, window.close());  // nothing left to close
   CHECK_EQ(agent.handle, window.outcome().agent.handle);
   CHECK_EQ(2, window.outcome().passes_run);
+  CHECK_EQ(1, window.outcome().dispatches);  // one dispatch unless the host names a range
   CHECK_EQ(8192, window.outcome().footprint_bytes);
   CHECK_EQ(2 * 8192, window.outcome().bytes_moved);
   test_free(region);

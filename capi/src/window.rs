@@ -124,7 +124,9 @@ pub struct kreplay_window_outcome_t {
     pub write_set_misses: usize,
     /// Version 4: the first pass that may have started from such a state; 0 without misses.
     pub write_set_miss_pass: u32,
-    /// Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1).
+    /// Version 4: the dispatches the window covered (`kreplay_window_options_t::dispatches`, at least 1). It lies
+    /// in what was the struct's tail padding, so `struct_size` cannot tell whether a library filled it: zero the
+    /// struct before the call, and read 0 as "not filled" (a library before this field).
     pub dispatches: u32,
 }
 
@@ -159,6 +161,12 @@ impl From<Outcome> for kreplay_window_outcome_t {
 unsafe impl Versioned for kreplay_window_options_t {
     const MIN_SIZE: usize = offset_of!(kreplay_window_options_t, copy_timeout_ms) + size_of::<u32>();
     const REQUIRED: &'static str = "the version-3 fields";
+    // Version 4's `dispatches` ends at 20, inside the struct's 24 bytes: a later `u32` would start in that tail
+    // padding, which a version-4 caller's struct_size of 24 covers without setting.
+    const VERSION_ENDS: &'static [usize] = &[
+        offset_of!(kreplay_window_options_t, copy_timeout_ms) + size_of::<u32>(),
+        offset_of!(kreplay_window_options_t, dispatches) + size_of::<u32>(),
+    ];
 
     fn defaults() -> Self {
         kreplay_window_options_t {
