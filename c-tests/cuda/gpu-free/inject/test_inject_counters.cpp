@@ -26,6 +26,8 @@ const CUcontext ctx0 = fake::handle<CUcontext>(0x100);
 const CUfunction step_kernel = fake::handle<CUfunction>(0xC1);
 alignas(64) int g_buffer[1024];  // the tracked device memory
 int g_runs = 0;                  // the kernel's runs, relaunches and the program's own
+int g_fail_run = 0;              // the relaunch that fails instead of running (its run's number; 0: none)
+int g_failed_runs = 0;
 
 // buffer[i] = 3 buffer[i] + 1: a pass from anything but the snapshot ends elsewhere.
 void step() {
@@ -36,7 +38,7 @@ void step() {
 }
 
 // ---- The fake source: what each session was asked, in order ----------------------------------------------
-std::vector<std::string> g_calls;  // "open", "begin", "end", "collect", "gone" (a session destroyed)
+std::vector<std::string> g_calls;  // "open", "configure", "begin", "end", "collect", "gone" (a session destroyed)
 struct fake_plan {
   uint32_t passes = 4;
   bool open_fails = false;
@@ -47,6 +49,10 @@ fake_plan g_plan;
 class fake_session final : public counter_session {
  public:
   ~fake_session() override { g_calls.push_back("gone"); }
+  bool configure(std::string*) override {
+    g_calls.push_back("configure");
+    return true;
+  }
   bool begin_pass(std::string*) override {
     g_calls.push_back("begin");
     runs_at_begin_ = g_runs;
@@ -59,8 +65,8 @@ class fake_session final : public counter_session {
       *why = "the fake's end_pass failed";
       return false;
     }
-    // The counted launch ran between begin and end: the loop bracketed exactly one pass.
-    CHECK(g_runs == runs_at_begin_ + 1);
+    // The counted launch ran between begin and end (or failed there): the loop bracketed exactly one pass.
+    CHECK(g_runs == runs_at_begin_ + 1 || g_failed_runs > 0);
     return true;
   }
   bool collect(std::vector<double>* values, std::string*) override {
@@ -96,6 +102,11 @@ class fake_source final : public counter_source {
 CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**,
                 void**) {
   CHECK(f == step_kernel);
+  if (g_runs + 1 == g_fail_run) {
+    ++g_failed_runs;
+    g_fail_run = 0;
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
   step();
   return CUDA_SUCCESS;
 }
@@ -136,6 +147,7 @@ std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(g
 // ---- A fake CUPTI Range Profiler, for the real source -----------------------------------------------------------
 std::vector<std::string> g_cupti;  // the calls, in order
 int g_stops = 0;                   // Stop calls of the current configuration
+bool g_started = false;            // a range begun and not yet ended
 CUpti_RangeProfiler_Object* const g_object = fake::handle<CUpti_RangeProfiler_Object*>(0x0B);
 CUpti_Profiler_Host_Object* const g_host = fake::handle<CUpti_Profiler_Host_Object*>(0x0C);
 constexpr size_t kFakePasses = 3;
@@ -151,6 +163,7 @@ range_profiler_api_t fake_cupti() {
   };
   a.host_initialize = [](CUpti_Profiler_Host_Initialize_Params* p) {
     g_cupti.push_back("host_init");
+    CHECK(p->structSize == CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject));
     CHECK(p->profilerType == CUPTI_PROFILER_TYPE_RANGE_PROFILER && std::string(p->pChipName) == "GH100");
     p->pHostObject = g_host;
     return CUPTI_SUCCESS;
@@ -186,11 +199,16 @@ range_profiler_api_t fake_cupti() {
   };
   a.enable = [](CUpti_RangeProfiler_Enable_Params* p) {
     g_cupti.push_back("enable");
+    // The size CUPTI 13.0 knows: the field 13.4 added (cacheControlMode) is left out.
+    CHECK(p->structSize == CUPTI_PROFILER_STRUCT_SIZE(CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject));
     CHECK(p->ctx == ctx0);
     p->pRangeProfilerObject = g_object;
     return CUPTI_SUCCESS;
   };
-  a.disable = [](CUpti_RangeProfiler_Disable_Params*) { return CUPTI_SUCCESS; };
+  a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
+    g_cupti.push_back("disable");
+    return CUPTI_SUCCESS;
+  };
   a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
     CHECK(p->pRangeProfilerObject == g_object && p->maxNumOfRanges == 1 && p->numMetrics == 2);
     p->counterDataSize = 256;
@@ -198,11 +216,12 @@ range_profiler_api_t fake_cupti() {
   };
   a.counter_data_image_initialize = [](CUpti_RangeProfiler_CounterDataImage_Initialize_Params* p) {
     g_cupti.push_back("image");
-    CHECK(p->counterDataSize == 256 && p->pCounterData != nullptr);
+    CHECK(!g_started && p->counterDataSize == 256 && p->pCounterData != nullptr);
     return CUPTI_SUCCESS;
   };
   a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
     g_cupti.push_back("set_config");
+    CHECK(!g_started);
     CHECK(p->range == CUPTI_AutoRange && p->replayMode == CUPTI_UserReplay && p->maxRangesPerPass == 1);
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -210,11 +229,14 @@ range_profiler_api_t fake_cupti() {
   };
   a.start = [](CUpti_RangeProfiler_Start_Params* p) {
     g_cupti.push_back("start");
-    CHECK(p->pRangeProfilerObject == g_object);
+    CHECK(p->pRangeProfilerObject == g_object && !g_started);
+    g_started = true;
     return CUPTI_SUCCESS;
   };
   a.stop = [](CUpti_RangeProfiler_Stop_Params* p) {
     g_cupti.push_back("stop");
+    CHECK(g_started);
+    g_started = false;
     p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) ? 1 : 0;
     return CUPTI_SUCCESS;
   };
@@ -246,6 +268,7 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
     v = 7;
   }
   g_runs = 0;
+  g_failed_runs = 0;
   g_calls.clear();
   {
     replayer r(*g_tracker, config, g_ops, counter_driver(),
@@ -285,16 +308,18 @@ std::vector<std::string> calls(std::initializer_list<const char*> names) { retur
 
 // ---- Tests ----------------------------------------------------------------------------------------------------
 
+// The source's 4 counted passes, then the program's own launch, uncounted: 5 passes for 2 asked.
 void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot() {
   g_plan = fake_plan{};
   g_plan.passes = 4;
   const std::vector<std::string> lines = replay_one_launch(2);
-  CHECK(g_runs == 4);
+  CHECK(g_runs == 5);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "end",
+                          "collect", "gone"}));
   CHECK(lines[0].find(",write_set_misses,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
         std::string::npos);
-  CHECK(lines[1].find(",4,4,") != std::string::npos);         // passes asked and run: the source's 4
+  CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
   CHECK(ends_with(lines[1], ",\"\",4,0.25"));  // counted: no note, then the two values
 }
@@ -305,9 +330,23 @@ void passes_beyond_the_counted_ones_run_without_counters() {
   const std::vector<std::string> lines = replay_one_launch(5);
   CHECK(g_runs == 5);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "collect", "gone"}));
   CHECK(lines[1].find(",5,5,") != std::string::npos);
   CHECK(ends_with(lines[1], ",\"\",2,0.25"));
+}
+
+// A relaunch that fails on the last counted pass: the pass is ended, its values dropped, and the program's own
+// launch runs from the snapshot.
+void a_relaunch_that_fails_on_a_counted_pass_reports_no_values() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  g_fail_run = 2;  // the relaunch of pass 2
+  const std::vector<std::string> lines = replay_one_launch(2);
+  CHECK(g_failed_runs == 1 && g_runs == 2);  // pass 1, then the program's own launch
+  CHECK(one_run_s_result());
+  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "gone"}));
+  CHECK(lines[1].find("relaunch failed: pass 2") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"stopped: pass 2 did not run\",,"));
 }
 
 void a_launch_the_source_cannot_count_runs_once_with_the_reason() {
@@ -327,9 +366,9 @@ void a_failed_pass_drops_the_counters_and_the_replay_goes_on() {
   g_plan.passes = 3;
   g_plan.failing_end = 2;
   const std::vector<std::string> lines = replay_one_launch(3);
-  CHECK(g_runs == 3);
+  CHECK(g_runs == 4);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "begin", "end", "begin", "end", "gone"}));
+  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "gone"}));
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);  // still replayed
   CHECK(lines[1].find("\"stopped: pass 2: the fake's end_pass failed\",,") != std::string::npos);
 }
@@ -339,7 +378,7 @@ void the_control_without_restores_ends_elsewhere() {
   g_plan = fake_plan{};
   g_plan.passes = 4;
   (void)replay_one_launch(2, false);
-  CHECK(g_runs == 4);
+  CHECK(g_runs == 5);
   CHECK(!one_run_s_result());
 }
 
@@ -353,13 +392,38 @@ std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics)
 void the_range_profiler_source_brackets_every_pass_cupti_asks_for() {
   g_cupti.clear();
   const std::vector<std::string> lines =
-      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}));
-  CHECK(g_runs == 3);
-  CHECK(one_run_s_result());
-  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics", "enable", "image", "set_config", "start",
-                          "stop", "start", "stop", "start", "stop", "decode", "evaluate"}));
-  CHECK(lines[1].find(",3,3,") != std::string::npos);
-  CHECK(ends_with(lines[1], ",\"\",30,0.5"));
+      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}), 2);
+  CHECK(g_runs == 8);  // 3 counted passes and the program's own, twice
+  CHECK(!g_started);
+  const std::vector<std::string> one_launch = {"image", "set_config", "start", "stop", "start", "stop",
+                                               "start", "stop", "decode", "evaluate"};
+  std::vector<std::string> expected = {"init", "chip", "host_init", "add_metrics", "enable"};  // once
+  expected.insert(expected.end(), one_launch.begin(), one_launch.end());
+  expected.insert(expected.end(), one_launch.begin(), one_launch.end());
+  expected.push_back("disable");  // the source goes with the replay: the profiler is disabled on the context
+  CHECK(g_cupti == expected);
+  for (size_t row = 1; row <= 2; ++row) {
+    CHECK(lines[row].find(",4,4,") != std::string::npos);
+    CHECK(ends_with(lines[row], ",\"\",30,0.5"));
+  }
+}
+
+// A session given up between Start and Stop (an exception on the way, say) stops its range: the next launch's
+// configuration must not find the profiler started.
+void a_session_dropped_inside_a_pass_stops_its_range() {
+  g_cupti.clear();
+  std::unique_ptr<counter_source> source = range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"});
+  uint32_t passes = 0;
+  std::string why;
+  std::unique_ptr<counter_session> session = source->open(ctx0, &passes, &why);
+  CHECK(session != nullptr && passes == kFakePasses);
+  CHECK(session->configure(&why) && session->begin_pass(&why));
+  CHECK(g_started);
+  session.reset();
+  CHECK(!g_started && g_cupti.back() == "stop");
+  // The context goes: the profiler is disabled on it while it is still valid.
+  source->context_gone(ctx0);
+  CHECK(g_cupti.back() == "disable");
 }
 
 // A metric CUPTI does not know: one line on stderr, every launch of the context run once with the reason, and
@@ -372,7 +436,7 @@ void a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason() {
   for (size_t row = 1; row <= 2; ++row) {
     CHECK(lines[row].find("counters: cuptiProfilerHostConfigAddMetrics failed") != std::string::npos);
   }
-  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics"}));
+  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics"}));  // set up once, never enabled
 }
 
 void metric_lists_are_split_and_checked() {
@@ -409,7 +473,9 @@ int main() {
   RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);
   RUN_TEST(a_failed_pass_drops_the_counters_and_the_replay_goes_on);
   RUN_TEST(the_control_without_restores_ends_elsewhere);
+  RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
+  RUN_TEST(a_session_dropped_inside_a_pass_stops_its_range);
   RUN_TEST(a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason);
   RUN_TEST(metric_lists_are_split_and_checked);
   return 0;

@@ -362,8 +362,8 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
        "a conditional node"},
       {"semaphore", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT); return g; }, 0,
        "external semaphore"},
-      {"unknown node", [] { CUgraph g = training_step(); add_type(g, static_cast<CUgraphNodeType>(99)); return g; }, 0,
-       "a node of type 99"},
+      {"unknown node", [] { CUgraph g = training_step(); add_type(g, static_cast<CUgraphNodeType>(30)); return g; }, 0,
+       "a node of type 30"},
       {"device launch", [] { return training_step(); }, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
        "instantiated for device launch"},
   };
@@ -428,6 +428,30 @@ void an_updated_executable_is_judged_by_its_new_graph() {
   fill_buffer();
 }
 
+// A kernel the driver names nothing could be one the exclusion list names: with a list, its graph runs once; with
+// `--exclude ''` (no list) it is replayed.
+void a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list() {
+  const CUfunction nameless = fake::handle<CUfunction>(0xB5);
+  CUgraph graph = training_step();
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  node.function = nameless;  // not in fake::g_functions: cuFuncGetName fails
+  add(graph, std::move(node));
+  for (const bool with_list : {true, false}) {
+    g_kernel_runs.clear();
+    std::map<std::string, std::string> options;
+    if (!with_list) {
+      options["KREPLAY_REPLAY_EXCLUDE"] = "";
+    }
+    with_replayer(options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+    CHECK(g_kernel_runs[scale_kernel] == (with_list ? 1 : 3));
+    const std::vector<std::string> rows = report_rows();
+    CHECK(rows.size() == 1 && rows[0].find("(unnamed)") != std::string::npos);
+    CHECK((rows[0].find("excluded") != std::string::npos) == with_list);
+  }
+  fill_buffer();
+}
+
 // A callback of the program's, at its exit, with its parameters.
 template <typename Params>
 void program_call(replayer& r, CUpti_CallbackId cbid, Params params) {
@@ -479,6 +503,12 @@ void changes_to_an_executable_after_instantiation_are_followed() {
                       cuGraphExecKernelNodeSetParams_v2_params{exec, nullptr, &kernel});
        },
        "excluded"},
+      {"an update of an executable never seen instantiated", 0,
+       [](replayer& r, CUgraphExec exec) {
+         program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, cuGraphExecDestroy_params{exec});
+         update(r, exec, training_step());
+       },
+       "not seen instantiated"},
       {"destroyed", 0,
        [](replayer& r, CUgraphExec exec) {
          program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, cuGraphExecDestroy_params{exec});
@@ -497,11 +527,22 @@ void changes_to_an_executable_after_instantiation_are_followed() {
     const std::vector<std::string> rows = report_rows();
     CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
   }
-  // The control: the same executable, unchanged, is replayed.
+  // The control: the same executable, its kernel set again and again to one it already has (a program updating
+  // arguments per step), is replayed, and named as instantiated.
   g_kernel_runs.clear();
-  with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, training_step())); });
+  with_replayer({}, [&](replayer& r) {
+    const CUgraphExec exec = instantiate(r, training_step());
+    CUDA_KERNEL_NODE_PARAMS_v2 kernel{};
+    kernel.func = sum_kernel;
+    for (int i = 0; i < 1000; ++i) {
+      program_call(r, CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
+                   cuGraphExecKernelNodeSetParams_v2_params{exec, nullptr, &kernel});
+    }
+    program_launch(r, exec);
+  });
   CHECK(g_kernel_runs[scale_kernel] == 3);
-  (void)report_rows();
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 1 && rows[0].find("graph: 2 kernels, 7 nodes") != std::string::npos);
   fill_buffer();
 }
 
@@ -563,5 +604,6 @@ int main() {
   RUN_TEST(an_updated_executable_is_judged_by_its_new_graph);
   RUN_TEST(selection_and_the_off_switch_apply_to_graph_launches);
   RUN_TEST(changes_to_an_executable_after_instantiation_are_followed);
+  RUN_TEST(a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list);
   return 0;
 }

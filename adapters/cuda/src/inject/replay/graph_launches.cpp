@@ -80,9 +80,11 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2: {
       // The executable now follows another graph of the same shape: its kernels (and copies) may differ; its
       // instantiation flags stay.
+      // An executable never seen instantiated stays unknown: its flags (device launch?) are not known.
       const auto& update = params<cuGraphExecUpdate_v2_params>(data);
-      const std::optional<graph_facts> before = graphs_.find(update.hGraphExec);
-      graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, before ? before->flags : 0, data.context));
+      if (const std::optional<graph_facts> before = graphs_.find(update.hGraphExec); before) {
+        graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, before->flags, data.context));
+      }
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
@@ -189,7 +191,9 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   p.row.kernel = graph_row_name(p.graph);
   {
     std::lock_guard<std::mutex> lock(selector_mutex_);
-    const launch_selector::verdict verdict = selector_.classify_graph(p.graph.kernels);
+    std::vector<std::string> names = p.graph.kernels;
+    names.insert(names.end(), p.graph.set_later.begin(), p.graph.set_later.end());
+    const launch_selector::verdict verdict = selector_.classify_graph(names);
     if (verdict != launch_selector::verdict::replay) {
       return launch_selector::text(verdict);
     }

@@ -301,7 +301,7 @@ void graph_registry::kernel_set(CUgraphExec exec, const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = execs_.find(exec);
   if (found != execs_.end()) {
-    found->second.kernels.push_back(name);
+    found->second.set_later.insert(name);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -39,8 +40,9 @@ namespace kreplay::cuda::inject {
 // What an executable graph holds, as far as the replay needs to know.
 struct graph_facts {
   size_t nodes = 0;                  // every node, those of child graphs included
-  std::vector<std::string> kernels;  // the kernel nodes' function names, in the driver's node order, then any
-                                     // kernel set into a node since ("(unnamed)" where the driver has no name)
+  std::vector<std::string> kernels;  // the kernel nodes' function names, in the driver's node order ("(unnamed)"
+                                     // where the driver has no name)
+  std::set<std::string> set_later;   // kernels set into nodes since (cuGraphExec*SetParams): for selection only
   std::string why_not;               // empty: replayable whole; else why a whole-graph replay would be unfaithful
   unsigned long long flags = 0;      // the executable's instantiation flags (an update keeps them)
 };
@@ -73,7 +75,7 @@ class graph_registry {
   void instantiated(CUgraphExec exec, graph_facts facts);
   // A change made to one node of `exec` after instantiation that makes it unreplayable (`why` non-empty).
   void changed(CUgraphExec exec, const std::string& why);
-  // A kernel set into a node of `exec` after instantiation: selection sees its name too.
+  // A kernel set into a node of `exec` after instantiation: selection sees its name too (each name once).
   void kernel_set(CUgraphExec exec, const std::string& name);
   void destroyed(CUgraphExec exec);
   // A copy of the facts; nothing when the executable was never seen instantiated.

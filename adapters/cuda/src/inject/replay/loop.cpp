@@ -143,6 +143,7 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     return;
   }
   p->replaying = true;
+  configure_counting(*p);
   run_own_passes(*p);
 }
 
@@ -227,6 +228,10 @@ bool replayer::plan_passes(pending_t& p) {
   if (counters_ == nullptr) {
     return true;
   }
+  if (p.launch.kind == launch_kind::graph) {
+    p.row.counters = "not counted: a graph launch (each of its kernels would be a range of its own)";
+    return true;
+  }
   uint32_t needed = 0;
   std::string why;
   p.counting = counters_->open(p.context, &needed, &why);
@@ -234,10 +239,17 @@ bool replayer::plan_passes(pending_t& p) {
     p.row.reason = "counters: " + why + ", run once";
     return false;
   }
+  // Passes 1 to k are counted; the program's own launch, one more, is not.
   p.counted_passes = std::max<uint32_t>(needed, 1);
-  p.passes = std::max(p.passes, p.counted_passes);
+  p.passes = std::max(p.passes, p.counted_passes + 1);
   p.row.passes_asked = p.passes;
   return true;
+}
+
+void replayer::configure_counting(pending_t& p) {
+  if (std::string why; p.counting != nullptr && !p.counting->configure(&why)) {
+    stop_counting(p, "not configured: " + why);
+  }
 }
 
 bool replayer::drain(pending_t& p) {

@@ -20,7 +20,6 @@ void replayer::run_own_passes(pending_t& p) {
     }
   }
   p.restore_before_program_ms = restore_ms;
-  begin_counted_pass(p, p.passes);  // the program's own launch, when it is the last counted pass
   p.timer.start(p.launch.stream);
   p.program_pass_begun = replay_clock::now();
 }
@@ -33,9 +32,8 @@ bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
   p.timer.stop(p.launch.stream);
   const bool ran = launched == CUDA_SUCCESS && driver_.ctx_synchronize() == CUDA_SUCCESS;
   const auto done = replay_clock::now();
-  end_counted_pass(p, pass);
+  end_counted_pass(p, pass, ran);
   if (!ran) {
-    stop_counting(p, "pass " + std::to_string(pass) + " did not run");
     p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
                    std::to_string(static_cast<int>(launched)) + "; the program's own launch runs from the snapshot";
     (void)driver_.ctx_synchronize();
@@ -107,13 +105,17 @@ void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   }
 }
 
-void replayer::end_counted_pass(pending_t& p, uint32_t pass) {
+void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
   if (p.counting == nullptr || pass > p.counted_passes) {
     return;
   }
   std::string why;
   if (!p.counting->end_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
+    return;
+  }
+  if (!ran) {
+    stop_counting(p, "pass " + std::to_string(pass) + " did not run");
     return;
   }
   if (pass == p.counted_passes) {
@@ -147,7 +149,6 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
     if (p.row.reason.empty()) {
       p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
     }
-    stop_counting(p, "the program's launch failed");
     return;
   }
   own_call_scope own;
@@ -155,9 +156,7 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
   if (driver_.ctx_synchronize() != CUDA_SUCCESS && p.row.reason.empty()) {
     p.row.reason = "the program's launch failed on the device";
   }
-  if (p.row.reason.empty()) {
-    end_counted_pass(p, pass);
-  }
+
   const float kernel_ms = p.timer.elapsed_ms();
   if (pass == 1) {
     p.row.kernel_ms = kernel_ms;

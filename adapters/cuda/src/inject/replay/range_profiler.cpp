@@ -15,6 +15,11 @@
 namespace kreplay::cuda::inject {
 namespace {
 
+bool optional_symbols(void* library, range_profiler_api_t& out) {
+  find_symbol(library, "cuptiRangeProfilerGetCounterDataInfo", out.get_counter_data_info);
+  return true;
+}
+
 bool from(void* library, range_profiler_api_t& out) {
   if (library == nullptr) {
     return false;
@@ -36,7 +41,8 @@ bool from(void* library, range_profiler_api_t& out) {
          find_symbol(library, "cuptiRangeProfilerSetConfig", out.set_config) &&
          find_symbol(library, "cuptiRangeProfilerStart", out.start) &&
          find_symbol(library, "cuptiRangeProfilerStop", out.stop) &&
-         find_symbol(library, "cuptiRangeProfilerDecodeData", out.decode_data);
+         find_symbol(library, "cuptiRangeProfilerDecodeData", out.decode_data) &&
+         optional_symbols(library, out);
 }
 
 // maxNumRangeTreeNodes arrived in a later CUPTI than the first Range Profiler: set where the header has it.
@@ -50,6 +56,12 @@ void set_tree_nodes(T& params, uint32_t nodes) {
     params.maxNumRangeTreeNodes = nodes;
   }
 }
+
+// Struct sizes of the oldest layout that holds the fields used: a CUPTI older than these headers (the H200's is
+// 13.0, the PyPI headers newer) may refuse a size it does not know. Enable gained cacheControlMode in 13.4, host
+// Initialize pSinglePassMetricSetName (PM sampling) later than the Range Profiler.
+constexpr size_t kEnableSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject);
+constexpr size_t kHostInitializeSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject);
 
 // True for CUPTI_SUCCESS; otherwise *why names the call and CUPTI's text for the result.
 bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why) {
@@ -74,16 +86,35 @@ struct context_setup {
   uint32_t passes = 0;
 };
 
+// What a session needs of its context's set-up, copied, so that a context forgotten meanwhile leaves it whole.
+struct session_inputs {
+  CUpti_Profiler_Host_Object* host;
+  CUpti_RangeProfiler_Object* object;
+  std::vector<uint8_t> config;
+  size_t counter_data_size;
+  uint32_t passes;
+};
+
 class range_session final : public counter_session {
  public:
-  range_session(const range_profiler_api_t& api, const std::vector<const char*>& names, context_setup& setup)
-      : api_(api), names_(names), setup_(setup), image_(setup.counter_data_size) {}
+  range_session(const range_profiler_api_t& api, const std::vector<const char*>& names, session_inputs inputs)
+      : api_(api), names_(names), in_(std::move(inputs)), image_(in_.counter_data_size) {}
+  range_session(const range_session&) = delete;
+  range_session& operator=(const range_session&) = delete;
+
+  // A range begun and never ended would leave the profiler started: every later configuration would fail.
+  ~range_session() override {
+    if (started_) {
+      std::string ignored;
+      (void)stop(&ignored);
+    }
+  }
 
   // A fresh counter-data image and the configuration: user replay, automatic ranges, one range per pass.
-  bool configure(std::string* why) {
+  bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
-    init.pRangeProfilerObject = setup_.object;
+    init.pRangeProfilerObject = in_.object;
     init.counterDataSize = image_.size();
     init.pCounterData = image_.data();
     if (!ok(api_.counter_data_image_initialize(&init), "cuptiRangeProfilerCounterDataImageInitialize", why)) {
@@ -91,9 +122,9 @@ class range_session final : public counter_session {
     }
     CUpti_RangeProfiler_SetConfig_Params config{};
     config.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
-    config.pRangeProfilerObject = setup_.object;
-    config.configSize = setup_.config.size();
-    config.pConfig = setup_.config.data();
+    config.pRangeProfilerObject = in_.object;
+    config.configSize = in_.config.size();
+    config.pConfig = in_.config.data();
     config.counterDataImageSize = image_.size();
     config.pCounterDataImage = image_.data();
     config.range = CUPTI_AutoRange;
@@ -109,30 +140,22 @@ class range_session final : public counter_session {
   bool begin_pass(std::string* why) override {
     CUpti_RangeProfiler_Start_Params start{};
     start.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
-    start.pRangeProfilerObject = setup_.object;
-    return ok(api_.start(&start), "cuptiRangeProfilerStart", why);
+    start.pRangeProfilerObject = in_.object;
+    started_ = ok(api_.start(&start), "cuptiRangeProfilerStart", why);
+    return started_;
   }
 
-  bool end_pass(std::string* why) override {
-    CUpti_RangeProfiler_Stop_Params stop{};
-    stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
-    stop.pRangeProfilerObject = setup_.object;
-    if (!ok(api_.stop(&stop), "cuptiRangeProfilerStop", why)) {
-      return false;
-    }
-    all_submitted_ = stop.isAllPassSubmitted != 0;
-    return true;
-  }
+  bool end_pass(std::string* why) override { return stop(why); }
 
   bool collect(std::vector<double>* values, std::string* why) override {
     if (!all_submitted_) {
-      *why = "CUPTI needs more passes than it said (" + std::to_string(setup_.passes) + ")";
+      *why = "CUPTI needs more passes than it said (" + std::to_string(in_.passes) + ")";
       return false;
     }
     CUpti_RangeProfiler_DecodeData_Params decode{};
     decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
-    decode.pRangeProfilerObject = setup_.object;
-    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why)) {
+    decode.pRangeProfilerObject = in_.object;
+    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why) || !one_range(why)) {
       return false;
     }
     if (decode.numOfRangeDropped != 0) {
@@ -142,7 +165,7 @@ class range_session final : public counter_session {
     values->assign(names_.size(), 0.0);
     CUpti_Profiler_Host_EvaluateToGpuValues_Params evaluate{};
     evaluate.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
-    evaluate.pHostObject = setup_.host;
+    evaluate.pHostObject = in_.host;
     evaluate.pCounterDataImage = image_.data();
     evaluate.counterDataImageSize = image_.size();
     evaluate.rangeIndex = 0;
@@ -153,12 +176,44 @@ class range_session final : public counter_session {
   }
 
  private:
+  bool stop(std::string* why) {
+    CUpti_RangeProfiler_Stop_Params stop{};
+    stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+    stop.pRangeProfilerObject = in_.object;
+    started_ = false;
+    if (!ok(api_.stop(&stop), "cuptiRangeProfilerStop", why)) {
+      return false;
+    }
+    all_submitted_ = stop.isAllPassSubmitted != 0;
+    return true;
+  }
+
+  // Exactly one range was recorded: the launch's (where the library can say).
+  bool one_range(std::string* why) const {
+    if (api_.get_counter_data_info == nullptr) {
+      return true;
+    }
+    CUpti_RangeProfiler_GetCounterDataInfo_Params info{};
+    info.structSize = CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE;
+    info.pCounterDataImage = image_.data();
+    info.counterDataImageSize = image_.size();
+    if (!ok(api_.get_counter_data_info(&info), "cuptiRangeProfilerGetCounterDataInfo", why)) {
+      return false;
+    }
+    if (info.numTotalRanges != 1) {
+      *why = std::to_string(info.numTotalRanges) + " ranges recorded where the launch is one";
+      return false;
+    }
+    return true;
+  }
+
   bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
 
   const range_profiler_api_t& api_;
   const std::vector<const char*>& names_;
-  context_setup& setup_;
+  session_inputs in_;
   std::vector<uint8_t> image_;
+  bool started_ = false;
   bool all_submitted_ = false;
 };
 
@@ -181,10 +236,20 @@ class range_profiler_source final : public counter_source {
 
   const std::vector<std::string>& metrics() const override { return metrics_; }
 
-  // The profiler and its objects went with the context: forgotten without a CUPTI call.
+  // CONTEXT_DESTROY_STARTING: the context is still valid, so the profiler is disabled on it and its host object
+  // released, outside the lock; a session still running there keeps copies and fails its next call cleanly.
   void context_gone(CUcontext context) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    contexts_.erase(context);
+    context_setup gone;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto found = contexts_.find(context);
+      if (found == contexts_.end()) {
+        return;
+      }
+      gone = std::move(found->second);
+      contexts_.erase(found);
+    }
+    release(gone);
   }
 
   std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) override {
@@ -199,17 +264,14 @@ class range_profiler_source final : public counter_source {
                      found->second.failure.c_str());
       }
     }
-    context_setup& setup = found->second;
+    const context_setup& setup = found->second;
     if (!setup.failure.empty()) {
       *why = setup.failure;
       return nullptr;
     }
-    auto session = std::make_unique<range_session>(api_, names_, setup);
-    if (!session->configure(why)) {
-      return nullptr;
-    }
     *passes = setup.passes;
-    return session;
+    return std::make_unique<range_session>(
+        api_, names_, session_inputs{setup.host, setup.object, setup.config, setup.counter_data_size, setup.passes});
   }
 
  private:
@@ -237,7 +299,7 @@ class range_profiler_source final : public counter_source {
       return;
     }
     CUpti_RangeProfiler_Enable_Params enable{};
-    enable.structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE;
+    enable.structSize = kEnableSize;
     enable.ctx = context;
     if (!ok(api_.enable(&enable), "cuptiRangeProfilerEnable", &setup.failure)) {
       return;
@@ -257,7 +319,7 @@ class range_profiler_source final : public counter_source {
 
   bool host_side(const char* chip_name, context_setup& setup) {
     CUpti_Profiler_Host_Initialize_Params init{};
-    init.structSize = CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+    init.structSize = kHostInitializeSize;
     init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
     init.pChipName = chip_name;
     if (!ok(api_.host_initialize(&init), "cuptiProfilerHostInitialize", &setup.failure)) {

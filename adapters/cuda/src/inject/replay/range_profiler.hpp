@@ -1,8 +1,9 @@
 // The counter source of --metrics: CUPTI's Range Profiler (CUDA 12.6 and later) in user replay with automatic
 // ranges, one range per launch. Per context, once: the host side turns the metric names into a config image and
 // says how many passes they need; the target side enables the profiler on the context and sizes a counter-data
-// image. Per launch (a session): a fresh counter-data image and SetConfig; Start and Stop around each pass (the
-// loop restores the memory between them); then DecodeData and the values of range 0.
+// image. Per launch (a session, configured inside the launch's window): a fresh counter-data image and SetConfig;
+// Start and Stop around each counted pass (the loop restores the memory between them); then DecodeData and the
+// values of range 0. A session destroyed between Start and Stop stops the range.
 //
 // The functions come from the libcupti the injection subscribed with (range_profiler_api_t, so tests drive the
 // source with fakes). A failure at set-up is remembered per context: every launch there runs once with the same
@@ -45,6 +46,8 @@ struct range_profiler_api_t {
   CUptiResult (*stop)(CUpti_RangeProfiler_Stop_Params*) = nullptr;
   CUptiResult (*decode_data)(CUpti_RangeProfiler_DecodeData_Params*) = nullptr;
   CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;  // optional: for the messages
+  // Optional: checks that a decoded image holds the launch's one range.
+  CUptiResult (*get_counter_data_info)(CUpti_RangeProfiler_GetCounterDataInfo_Params*) = nullptr;
 };
 
 // The functions from the libcupti.so.13 already in the process (the one the injection subscribed with), else

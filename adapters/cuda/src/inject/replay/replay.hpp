@@ -154,8 +154,9 @@ class replayer {
   void hint_arguments(pending_t& p);
   void verify_pass(pending_t& p, uint32_t pass);
   // Around a pass that carries counters (passes.cpp): nothing for the others, or when counting has stopped.
+  void configure_counting(pending_t& p);
   void begin_counted_pass(pending_t& p, uint32_t pass);
-  void end_counted_pass(pending_t& p, uint32_t pass);
+  void end_counted_pass(pending_t& p, uint32_t pass, bool ran);
   void stop_counting(pending_t& p, const std::string& why);
   void exit(const CUpti_CallbackData& data);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
