@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <cupti.h>
+
 #include "../../../unit/test_util.h"
 #include "driver.hpp"
 #include "kreplay.h"
@@ -186,6 +188,18 @@ inline kreplay_status_t make_base(kreplay_device_ops_t* out) {
 template <typename T>
 T handle(uintptr_t value) {
   return reinterpret_cast<T>(value);
+}
+
+// A driver callback as CUPTI raises it: its site, the call's parameters and result, the calling context.
+inline CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result, CUcontext context,
+                                        const char* function) {
+  CUpti_CallbackData data{};
+  data.callbackSite = site;
+  data.functionName = function;
+  data.functionParams = params;
+  data.functionReturnValue = result;
+  data.context = context;
+  return data;
 }
 
 }  // namespace fake

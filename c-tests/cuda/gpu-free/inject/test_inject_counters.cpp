@@ -122,13 +122,7 @@ driver_api_t counter_driver() {
 }
 
 CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
-  CUpti_CallbackData data{};
-  data.callbackSite = site;
-  data.functionName = "cuLaunchKernel";
-  data.functionParams = params;
-  data.functionReturnValue = result;
-  data.context = ctx0;
-  return data;
+  return fake::callback_data(site, params, result, ctx0, "cuLaunchKernel");
 }
 
 void program_launch(replayer& r) {

@@ -187,13 +187,7 @@ driver_api_t graph_driver() {
 
 // ---- Fabricated callbacks -------------------------------------------------------------------------------------
 CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
-  CUpti_CallbackData data{};
-  data.callbackSite = site;
-  data.functionName = "cuGraphLaunch";
-  data.functionParams = params;
-  data.functionReturnValue = result;
-  data.context = ctx0;
-  return data;
+  return fake::callback_data(site, params, result, ctx0, "cuGraphLaunch");
 }
 
 // The program instantiates `graph` (cuGraphInstantiateWithFlags) and gets a new executable.

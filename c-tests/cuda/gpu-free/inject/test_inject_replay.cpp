@@ -243,13 +243,7 @@ kreplay_status_t make_base(kreplay_device_ops_t* out) {
 
 // ---- Fabricated launches ----------------------------------------------------------------------------------------
 CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUresult* result) {
-  CUpti_CallbackData data{};
-  data.callbackSite = site;
-  data.functionName = "cuLaunchKernel";
-  data.functionParams = params;
-  data.functionReturnValue = result;
-  data.context = g_live_context;
-  return data;
+  return fake::callback_data(site, params, result, g_live_context, "cuLaunchKernel");
 }
 
 // The program launches `f` with `argument`: ENTER (kreplay's passes 1 to N - 1), the launch itself (pass N, run
