@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "fakes.hpp"
-#include "injection_ops.hpp"
+#include "injection_fixture.hpp"
 #include "replay/counters.hpp"
 #include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
@@ -452,15 +451,7 @@ int main() {
   static tracker owner(fake::driver());
   g_tracker = &owner;
   fake::g_functions[step_kernel] = {nullptr, "step_kernel"};
-  CHECK_OK(make_injection_ops(owner, fake::make_base, &g_ops));
-  CHECK_OK(kreplay_configure(&g_ops));
-  kreplay_policy_t policy{};
-  policy.struct_size = sizeof(policy);
-  CHECK_OK(kreplay_set_policy(&policy));
-  kreplay_tracking_enable(true);
-  fake::g_context_devices[ctx0] = 0;
-  owner.context_device(ctx0, 0, true);
-  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+  fake::set_up_injection(owner, &g_ops, ctx0, g_buffer, sizeof(g_buffer));
 
   RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot);
   RUN_TEST(passes_beyond_the_counted_ones_run_without_counters);

@@ -14,8 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fakes.hpp"
-#include "injection_ops.hpp"
+#include "injection_fixture.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
 
@@ -579,15 +578,7 @@ void selection_and_the_off_switch_apply_to_graph_launches() {
 int main() {
   static tracker owner(fake::driver());
   g_tracker = &owner;
-  CHECK_OK(make_injection_ops(owner, fake::make_base, &g_ops));
-  CHECK_OK(kreplay_configure(&g_ops));
-  kreplay_policy_t policy{};
-  policy.struct_size = sizeof(policy);
-  CHECK_OK(kreplay_set_policy(&policy));
-  kreplay_tracking_enable(true);
-  fake::g_context_devices[ctx0] = 0;
-  owner.context_device(ctx0, 0, true);
-  owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_buffer), sizeof(g_buffer), memory_kind::device);
+  fake::set_up_injection(owner, &g_ops, ctx0, g_buffer, sizeof(g_buffer));
   owner.allocated(ctx0, reinterpret_cast<uint64_t>(g_pinned), sizeof(g_pinned), memory_kind::host_pinned);
   fill_buffer();
 
