@@ -79,8 +79,7 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2: {
       // The executable now follows another graph of the same shape: its kernels (and copies) may differ; its
-      // instantiation flags stay.
-      // An executable never seen instantiated stays unknown: its flags (device launch?) are not known.
+      // instantiation flags stay. One never seen instantiated stays unknown: its flags are not known.
       const auto& update = params<cuGraphExecUpdate_v2_params>(data);
       if (const std::optional<graph_facts> before = graphs_.find(update.hGraphExec); before) {
         graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, before->flags, data.context));
