@@ -432,6 +432,8 @@ enum Op {
 struct WindowModel {
     handle: *mut kreplay_window_t,
     passes: u32,
+    /// The dispatches it was opened over (0: one).
+    dispatches: u32,
     /// The window's snapshot: `Some(true)` when it succeeded.
     snapshot: Option<bool>,
     /// Restores attempted while it was open (those that succeed count in `passes_run`).
@@ -1609,11 +1611,14 @@ impl Model {
 
 fn window_open(model: &mut Model, agent: usize, passes: u32) {
     use kreplay_decline_reason_t::*;
+    // Version 4: a window over a range of dispatches for some of them (0 and 1 mean one).
+    let dispatches = passes % 3;
     let options = kreplay_window_options_t {
         struct_size: size_of::<kreplay_window_options_t>(),
         passes,
         // This thread's own copies in flight are waited for like any other: keep the decline quick.
         copy_timeout_ms: 1,
+        dispatches,
     };
     let mut window: *mut kreplay_window_t = std::ptr::NonNull::dangling().as_ptr();
     let mut reason = KREPLAY_DECLINE_HOST_BUDGET;
@@ -1642,7 +1647,7 @@ fn window_open(model: &mut Model, agent: usize, passes: u32) {
     assert_eq!(status, KREPLAY_STATUS_SUCCESS);
     assert!(!window.is_null());
     bump(&STATS.windows, 1);
-    model.windows[agent] = Some(WindowModel { handle: window, passes, snapshot: None, restores: 0 });
+    model.windows[agent] = Some(WindowModel { handle: window, passes, dispatches, snapshot: None, restores: 0 });
 }
 
 fn window_close(model: &mut Model, agent: usize, stale: bool) {
@@ -1662,6 +1667,7 @@ fn window_close(model: &mut Model, agent: usize, stale: bool) {
     assert_eq!(unsafe { kreplay_window_close(window.handle, &mut outcome) }, KREPLAY_STATUS_SUCCESS);
     assert_eq!(outcome.agent, agents()[agent]);
     assert_eq!(outcome.passes_requested, window.passes);
+    assert_eq!(outcome.dispatches, window.dispatches.max(1));
     assert!(outcome.passes_run >= 1 && outcome.passes_run <= 1 + window.restores, "{outcome:?}");
     match window.snapshot {
         Some(true) | None => assert_eq!(outcome.reason, KREPLAY_DECLINE_NONE),
