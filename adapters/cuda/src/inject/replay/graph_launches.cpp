@@ -116,16 +116,14 @@ void replayer::node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2: {
       const auto& set = params<cuGraphExecKernelNodeSetParams_v2_params>(data);
       if (set.nodeParams != nullptr) {
-        graphs_.kernel_set(set.hGraphExec, kernel_node_name(*set.nodeParams, driver_));
+        graphs_.kernel_set(set.hGraphExec, kernel_node_name(set.nodeParams->func, set.nodeParams->kern, driver_));
       }
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams: {
       const auto& set = params<cuGraphExecKernelNodeSetParams_params>(data);
       if (set.nodeParams != nullptr) {
-        CUDA_KERNEL_NODE_PARAMS_v2 named{};
-        named.func = set.nodeParams->func;
-        graphs_.kernel_set(set.hGraphExec, kernel_node_name(named, driver_));
+        graphs_.kernel_set(set.hGraphExec, kernel_node_name(set.nodeParams->func, nullptr, driver_));
       }
       return;
     }
@@ -161,13 +159,9 @@ void replayer::generic_node_changed(CUgraphExec exec, const CUgraphNodeParams& n
       graphs_.changed(exec, memset_node_problem(node.memset.dst, node.memset.pitch, node.memset.elementSize,
                                                 node.memset.width, node.memset.height, tracked));
       return;
-    case CU_GRAPH_NODE_TYPE_KERNEL: {
-      CUDA_KERNEL_NODE_PARAMS_v2 named{};
-      named.func = node.kernel.func;
-      named.kern = node.kernel.kern;
-      graphs_.kernel_set(exec, kernel_node_name(named, driver_));
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      graphs_.kernel_set(exec, kernel_node_name(node.kernel.func, node.kernel.kern, driver_));
       return;
-    }
     case CU_GRAPH_NODE_TYPE_GRAPH: return child_changed(exec, node.graph.graph, context);
     default: return;
   }

@@ -123,10 +123,10 @@ class graph_walk {
     CUDA_KERNEL_NODE_PARAMS_v2 params{};
     if (driver_.graph_kernel_node_get_params == nullptr ||
         driver_.graph_kernel_node_get_params(node, &params) != CUDA_SUCCESS) {
-      facts_.kernels.push_back(kernel_node_name(params, driver_));  // "(unnamed)"
+      facts_.kernels.push_back("(unnamed)");
       return;
     }
-    facts_.kernels.push_back(kernel_node_name(params, driver_));
+    facts_.kernels.push_back(kernel_node_name(params.func, params.kern, driver_));
     if (params.func == nullptr && params.ctx != nullptr && params.ctx != context_) {
       why_not_ = "a kernel node runs in another context (" + facts_.kernels.back().substr(0, 80) + ")";
     }
@@ -222,14 +222,14 @@ class graph_walk {
 
 }  // namespace
 
-std::string kernel_node_name(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver) {
+std::string kernel_node_name(CUfunction function, CUkernel kernel, const driver_api_t& driver) {
   const char* name = nullptr;
-  if (params.func != nullptr && driver.func_get_name != nullptr &&
-      driver.func_get_name(&name, params.func) == CUDA_SUCCESS && name != nullptr) {
+  if (function != nullptr && driver.func_get_name != nullptr && driver.func_get_name(&name, function) == CUDA_SUCCESS &&
+      name != nullptr) {
     return name;
   }
-  if (params.kern != nullptr && driver.kernel_get_name != nullptr &&
-      driver.kernel_get_name(&name, params.kern) == CUDA_SUCCESS && name != nullptr) {
+  if (kernel != nullptr && driver.kernel_get_name != nullptr && driver.kernel_get_name(&name, kernel) == CUDA_SUCCESS &&
+      name != nullptr) {
     return name;
   }
   return "(unnamed)";

@@ -58,7 +58,7 @@ graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, C
                           const driver_api_t& driver, const tracked_memory_t& tracked);
 
 // A kernel node's function name, "(unnamed)" where the driver has none.
-std::string kernel_node_name(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver);
+std::string kernel_node_name(CUfunction function, CUkernel kernel, const driver_api_t& driver);
 
 // Why a memcpy or a memset with these parameters would make a whole-graph replay unfaithful; empty when it would
 // not.

@@ -324,12 +324,10 @@ void replayer::exit(const CUpti_CallbackData& data) {
     if (p->saved != nullptr) {
       p->saved->context_gone();
     }
-    stop_counting(*p, "the launch's context was destroyed");
     p->row.reason = "the launch's context was destroyed before its exit";
     close_window(*p);
   } else if (p->replaying) {
     finish_program_pass(*p, data);
-    stop_counting(*p, "the launch ended before its last counted pass");
     close_window(*p);
     if (!p->extra_ms.empty()) {
       p->row.extra_pass_ms = median(p->extra_ms);

@@ -156,7 +156,6 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
   if (driver_.ctx_synchronize() != CUDA_SUCCESS && p.row.reason.empty()) {
     p.row.reason = "the program's launch failed on the device";
   }
-
   const float kernel_ms = p.timer.elapsed_ms();
   if (pass == 1) {
     p.row.kernel_ms = kernel_ms;
