@@ -241,6 +241,15 @@ static inline kreplay_device_ops_t test_configure_sim_with(const kreplay_sim_opt
   return ops;
 }
 
+/* The simulated device with batched copies and digests: what dirty-only restores and learned write sets need. */
+static inline void test_configure_sim_digesting(void) {
+  kreplay_sim_options_t options;
+  memset(&options, 0, sizeof options);
+  options.copy_batch = true;
+  options.digest = true;
+  (void)test_configure_sim_with(&options);
+}
+
 /* The simulated device with its default options. */
 static inline void test_configure_sim(void) {
   (void)test_configure_sim_with(NULL);

@@ -185,11 +185,7 @@ static void test_the_range_gate_replays_multi_packet_submissions_that_dispatch(v
 }
 
 int main(void) {
-  kreplay_sim_options_t options;
-  memset(&options, 0, sizeof options);
-  options.copy_batch = true;
-  options.digest = true;
-  (void)test_configure_sim_with(&options);
+  test_configure_sim_digesting();
   RUN_TEST(test_every_repetition_of_a_range_computes_what_one_run_does);
   RUN_TEST(test_a_control_without_restores_computes_something_else);
   RUN_TEST(test_a_version_3_caller_gets_one_dispatch);

@@ -279,11 +279,7 @@ static void bad_input_is_invalid_argument_and_restores_nothing(void) {
 }
 
 int main(void) {
-  kreplay_sim_options_t options;
-  memset(&options, 0, sizeof options);
-  options.copy_batch = true;
-  options.digest = true;
-  (void)test_configure_sim_with(&options);
+  test_configure_sim_digesting();
   set_policy(true);
 
   RUN_TEST(later_passes_that_write_pass_ones_blocks_are_restored_exactly_by_partial_digests);

@@ -77,11 +77,7 @@ static void a_hinting_thread_and_a_restoring_thread_leave_the_footprint_exact(vo
 }
 
 int main(void) {
-  kreplay_sim_options_t options;
-  memset(&options, 0, sizeof options);
-  options.copy_batch = true;
-  options.digest = true;
-  (void)test_configure_sim_with(&options);
+  test_configure_sim_digesting();
   RUN_TEST(a_hinting_thread_and_a_restoring_thread_leave_the_footprint_exact);
   return 0;
 }
