@@ -5,6 +5,8 @@ one checksum over its final state (every parameter, buffer and optimizer state t
   python3 torch_prog.py transformer   a 4-layer transformer encoder (d_model 512, 8 heads), AdamW
   python3 torch_prog.py cudagraph     a small CNN whose whole training step (forward, backward, SGD with momentum)
                                       is captured once with torch.cuda.graph and replayed each step on new data
+  python3 torch_prog.py compiled      the same CNN under torch.compile(mode="reduce-overhead"): Inductor's
+                                      forward and backward run as CUDA graphs (CUDA graph trees), SGD eagerly
 
 KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>"."""
 import hashlib
@@ -35,7 +37,7 @@ if which == "resnet":
 
     def loss_of():
         return nn.functional.cross_entropy(model(x), y)
-elif which == "cudagraph":
+elif which in ("cudagraph", "compiled"):
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(4),
@@ -46,8 +48,10 @@ elif which == "cudagraph":
     batches = [(torch.randn((64, 3, 32, 32), device="cuda", generator=generator),
                 torch.randint(0, 10, (64,), device="cuda", generator=generator)) for _ in range(steps)]
 
+    forward = torch.compile(model, mode="reduce-overhead") if which == "compiled" else model
+
     def loss_of():
-        return nn.functional.cross_entropy(model(x), y)
+        return nn.functional.cross_entropy(forward(x), y)
 else:
     layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, dropout=0.0, batch_first=True)
     model = nn.Sequential(nn.TransformerEncoder(layer, num_layers=4), nn.Linear(512, 1000)).cuda()
@@ -60,6 +64,8 @@ else:
 
 
 def step():
+    if which == "compiled":
+        torch.compiler.cudagraph_mark_step_begin()  # a new training step: the previous graphs' outputs are done
     optimizer.zero_grad(set_to_none=True)
     loss_of().backward()
     optimizer.step()

@@ -1,0 +1,105 @@
+"""Compares kreplay-cuda-replay's --metrics columns with Nsight Compute's values for the same launches.
+
+  python3 counters_compare.py KREPLAY_CSV NCU_RAW_CSV
+
+KREPLAY_CSV: the launcher's report; NCU_RAW_CSV: `ncu --csv --page raw --log-file` of the same program, metrics
+and launches. Launches pair in order (the n-th counted launch of each); a pair whose kernel names disagree is
+counted and left out. A metric agrees on a launch when the values are equal (instruction and warp counts) or
+within 1 % (the others). Prints one line per metric and exits 1 unless every metric agrees on at least 95 % of
+the paired launches."""
+import csv
+import re
+import sys
+
+EXACT = ("smsp__inst_executed.sum", "sm__warps_launched.sum", "smsp__sass_inst_executed_op_global_ld.sum",
+         "smsp__sass_inst_executed_op_global_st.sum", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
+
+
+def number(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def kreplay_rows(path, metrics_from):
+    rows = list(csv.DictReader(open(path)))
+    header = list(rows[0].keys()) if rows else []
+    metrics = header[header.index(metrics_from) + 1:] if metrics_from in header else []
+    counted = [r for r in rows if r["replayed"] == "1" and all(r[m] != "" for m in metrics)]
+    return metrics, rows, counted
+
+
+def ncu_rows(path):
+    lines = open(path, errors="replace").read().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    table = list(csv.DictReader(lines[start:]))
+    return [r for r in table if number(r.get("ID", "")) is not None]  # the units row has no ID
+
+
+def short_name(ncu_name):
+    """The kernel's own name: the last component before template or parameter lists."""
+    base = re.split(r"[<(]", ncu_name, maxsplit=1)[0].strip()
+    return base.split("::")[-1].split()[-1] if base else ""
+
+
+def pair_in_order(mine, theirs, lookahead=8):
+    """Pairs launches in order by kernel name; a launch one side has and the other lacks (a decline, a launch
+    the other counted differently) is skipped, looking at most `lookahead` launches ahead."""
+    pairs = []
+    i = j = 0
+    while i < len(mine) and j < len(theirs):
+        same = lambda a, b: short_name(b["Kernel Name"]) in a["kernel"]  # noqa: E731
+        if same(mine[i], theirs[j]):
+            pairs.append((mine[i], theirs[j]))
+            i, j = i + 1, j + 1
+            continue
+        ahead = next((k for k in range(1, lookahead) if j + k < len(theirs) and same(mine[i], theirs[j + k])), None)
+        if ahead is not None:
+            j += ahead
+        else:
+            i += 1
+    return pairs
+
+
+def main():
+    metrics, rows, counted = kreplay_rows(sys.argv[1], "counters")
+    ncu = ncu_rows(sys.argv[2])
+    print(f"kreplay: {len(rows)} rows, {len(counted)} counted, {len(metrics)} metrics; ncu: {len(ncu)} launches")
+    not_counted = sorted({r["counters"][:100] for r in rows if r not in counted})
+    if not_counted:
+        print("kreplay rows not counted:", "; ".join(not_counted)[:600])
+    if not metrics or not counted or not ncu:
+        print("FAIL nothing to compare")
+        return 1
+    pairs = pair_in_order(counted, ncu)
+    print(f"paired {len(pairs)} launches in order by kernel name ({len(counted)} counted by kreplay, {len(ncu)} "
+          "by ncu)")
+    ok = bool(pairs)
+    for metric in metrics:
+        if metric not in ncu[0]:
+            print(f"FAIL {metric}: not in ncu's output")
+            ok = False
+            continue
+        agree = 0
+        worst = 0.0
+        for mine, theirs in pairs:
+            a, b = number(mine[metric]), number(theirs[metric])
+            if a is None or b is None:
+                continue
+            diff = abs(a - b) / max(abs(b), 1.0)
+            worst = max(worst, diff)
+            agree += (a == b) if metric in EXACT else (diff <= 0.01)
+        share = agree / len(pairs) if pairs else 0.0
+        rule = "equal" if metric in EXACT else "within 1 %"
+        verdict = "PASS" if share >= 0.95 else "FAIL"
+        ok &= share >= 0.95
+        print(f"{verdict} {metric}: {rule} on {agree} of {len(pairs)} launches ({share:.1%}); largest difference "
+              f"{worst:.2%}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# kreplay-cuda-replay on graph-based programs (issue 29) and with hardware counters (issue 30), built and run in
+# one go on a machine with an NVIDIA GPU, from the repository root:
+#
+#   c-tests/cuda/gpu/replay/run_graphs_counters.sh PREBUILT_DIR OUT_DIR
+#
+# Same requirements as run_replay.sh (and Nsight Compute's ncu for the counters). Sections, each skipped when its
+# variable is 0:
+#   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
+#                         backward are CUDA graphs), 6 steps
+#   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
+#   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
+#   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
+#   no-restore control differs.
+#   KREPLAY_RUN_COUNTERS  ResNet-18, 1 step, the first KREPLAY_COUNTER_LAUNCHES (default 60) launches: kreplay's
+#                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
+#                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
+#                         run's; then the same launches with a list that needs more passes.
+# OUT_DIR receives graphs_counters.tar.gz and summary.txt; the exit status is 1 when a check failed.
+set -u -o pipefail
+
+src=$(cd "$(dirname "$0")" && pwd)
+source "$src/../setup.sh"
+kreplay_gpu_args "run_graphs_counters.sh PREBUILT_DIR OUT_DIR" "$@"
+build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
+timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
+work="$out/graphs_counters"
+mkdir -p "$work"
+kreplay_gpu_archive
+summary="$out/summary.txt"
+: >"$summary"
+failures=0
+row() { echo "$*" | tee -a "$summary"; }
+verdict() {  # verdict WHAT CONDITION...
+  local what=$1
+  shift
+  if "$@"; then row "PASS $what"; else row "FAIL $what"; failures=$((failures + 1)); fi
+}
+run() {  # run LOG cmd...: the command under the timeout, its output in LOG; prints the checksum
+  local log=$1
+  shift
+  local start=$SECONDS
+  timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
+  echo "== exit $? after $((SECONDS - start)) s" >>"$log"
+  sed -n 's/^CHECKSUM //p' "$log" | tail -1
+}
+figure() {  # figure REPORT WHAT: counts from the launcher's CSV
+  python3 - "$@" <<'PY'
+import csv, sys
+try:
+    rows = list(csv.DictReader(open(sys.argv[1])))
+except OSError:
+    rows = []
+graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
+what = sys.argv[2]
+if what == "rows":
+    print(len(rows))
+elif what == "replayed":
+    print(sum(r["replayed"] == "1" for r in rows))
+elif what == "graphs":
+    print(len(graph))
+elif what == "graphs_replayed":
+    print(sum(r["replayed"] == "1" for r in graph))
+elif what == "graph_reasons":
+    print("; ".join(sorted({r["reason"] for r in graph if r["replayed"] != "1"})) or "none")
+elif what == "reasons":
+    print("; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none")
+elif what == "first_graph":
+    print(min([int(r["launch"]) for r in graph] or [0]))
+elif what == "differs":
+    names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
+    print(len(names), "; ".join(sorted(set(names))[:5]))
+PY
+}
+
+{
+  kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
+  python3 -c 'import torch, jax; print("torch", torch.__version__, "jax", jax.__version__)' 2>&1
+  command -v ncu && ncu --version | tail -1
+} >"$work/env.log" 2>&1
+kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay" >>"$work/env.log" 2>&1
+build_rc=$?
+launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
+if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
+  tail -40 "$work/env.log"
+  row "FAIL build ($build_rc)"
+  tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
+  exit 1
+fi
+
+# graph_program NAME CMD...: plain, host + --verify, device, control; every graph launch replayed.
+graph_program() {
+  local name=$1
+  shift
+  local plain sum tier graphs replayed control
+  plain=$(run "$work/$name.plain.log" "$@")
+  verdict "$name: the plain run gives a checksum (${plain:-none})" test -n "$plain"
+  for tier in host device; do
+    local verify=()
+    [[ $tier == host ]] && verify=(--verify)
+    sum=$(run "$work/$name.$tier.log" "$launcher" --passes 3 --tier "$tier" "${verify[@]}" --progress 10 \
+          -o "$work/$name.$tier.csv" -- "$@")
+    verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+    graphs=$(figure "$work/$name.$tier.csv" graphs)
+    replayed=$(figure "$work/$name.$tier.csv" graphs_replayed)
+    verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(figure "$work/$name.$tier.csv" graph_reasons))" \
+      test "$graphs" -gt 0 -a "$replayed" = "$graphs"
+    row "INFO $name, $tier tier: $(figure "$work/$name.$tier.csv" replayed) of $(figure "$work/$name.$tier.csv" rows) launches replayed; not: $(figure "$work/$name.$tier.csv" reasons)"
+    row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
+  done
+  row "INFO $name --verify: launches whose passes differed: $(figure "$work/$name.host.csv" differs)"
+  control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --passes 3 --debug-no-restore --progress 10 \
+            --launch-skip "$(figure "$work/$name.host.csv" first_graph)" -o "$work/$name.control.csv" -- "$@")
+  verdict "$name: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
+    test -n "$control" -a "$control" != "$plain"
+}
+
+if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
+  # One compile worker: no pool of processes under the injection. The plain run fills Inductor's caches (code
+  # and autotuning choices), so the replayed runs compile the same kernels.
+  KREPLAY_PROG_STEPS=6 TORCHINDUCTOR_COMPILE_THREADS=1 graph_program compiled python3 "$src/torch_prog.py" compiled
+fi
+
+if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
+  # Command buffers at XLA's default (on); autotuning off so that every run computes with the same algorithms;
+  # preallocation off so that the snapshots fit the host budget.
+  XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_PROG_STEPS=5 \
+    graph_program xla python3 "$src/jax_prealloc.py"
+fi
+
+if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then
+  launches=${KREPLAY_COUNTER_LAUNCHES:-60}
+  counts="smsp__inst_executed.sum,sm__warps_launched.sum,smsp__sass_inst_executed_op_global_ld.sum,l1tex__t_bytes.sum"
+  more="$counts,smsp__sass_inst_executed_op_global_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+  more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum"
+  more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
+  more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+  export KREPLAY_PROG_STEPS=1
+  cmd=(python3 "$src/torch_prog.py" resnet)
+  plain=$(run "$work/counters.plain.log" "${cmd[@]}")
+  start=$SECONDS
+  sum=$(run "$work/counters.kreplay.log" "$launcher" --metrics "$counts" --launch-count "$launches" --progress 10 \
+        -o "$work/counters.kreplay.csv" -- "${cmd[@]}")
+  row "INFO counters: kreplay, 4 metrics, $launches launches: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/counters.kreplay.log" | tail -1)"
+  verdict "counters: kreplay --metrics: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  start=$SECONDS
+  timeout -k 10 "$timeout_s" ncu --metrics "$counts" --replay-mode kernel --cache-control all --clock-control none \
+    --launch-count "$launches" --csv --page raw --log-file "$work/counters.ncu.csv" "${cmd[@]}" \
+    >"$work/counters.ncu.log" 2>&1
+  row "INFO counters: ncu, 4 metrics, $launches launches: exit $?, $((SECONDS - start)) s"
+  python3 "$src/counters_compare.py" "$work/counters.kreplay.csv" "$work/counters.ncu.csv" >"$work/counters.compare.txt" 2>&1
+  compare_rc=$?
+  tee -a "$summary" <"$work/counters.compare.txt"
+  verdict "counters: kreplay and ncu agree (counters_compare.py)" test "$compare_rc" = 0
+  start=$SECONDS
+  sum=$(run "$work/counters.more.log" "$launcher" --metrics "$more" --launch-count "$launches" --progress 10 \
+        -o "$work/counters.more.csv" -- "${cmd[@]}")
+  row "INFO counters: kreplay, 15 metrics, $launches launches: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/counters.more.log" | tail -1)"
+  verdict "counters: kreplay with 15 metrics: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  unset KREPLAY_PROG_STEPS
+fi
+
+tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
+row "failures: $failures"
+exit $((failures != 0))
