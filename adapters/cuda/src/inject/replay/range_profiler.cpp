@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -77,28 +78,35 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
 }
 
 // What one context needs for every session on it, made at its first launch.
+// The images CUPTI is handed by address: the configuration and the counter data. One pair per context, alive
+// while its set-up or any session holds it, and never copied: the profiler keeps the addresses from one
+// SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's BeginPass within
+// 20 launches on the H200, CUPTI 13.0.)
+struct profiler_images {
+  std::vector<uint8_t> config;
+  std::vector<uint8_t> counter_data;
+};
+
 struct context_setup {
   std::string failure;  // non-empty: this context cannot be counted, and why
   CUpti_Profiler_Host_Object* host = nullptr;
   CUpti_RangeProfiler_Object* object = nullptr;
-  std::vector<uint8_t> config;
-  size_t counter_data_size = 0;
+  std::shared_ptr<profiler_images> images = std::make_shared<profiler_images>();
   uint32_t passes = 0;
 };
 
-// What a session needs of its context's set-up, copied, so that a context forgotten meanwhile leaves it whole.
+// What a session needs of its context's set-up, so that a context forgotten meanwhile leaves it whole.
 struct session_inputs {
   CUpti_Profiler_Host_Object* host;
   CUpti_RangeProfiler_Object* object;
-  std::vector<uint8_t> config;
-  size_t counter_data_size;
+  std::shared_ptr<profiler_images> images;
   uint32_t passes;
 };
 
 class range_session final : public counter_session {
  public:
   range_session(const range_profiler_api_t& api, const std::vector<const char*>& names, session_inputs inputs)
-      : api_(api), names_(names), in_(std::move(inputs)), image_(in_.counter_data_size) {}
+      : api_(api), names_(names), in_(std::move(inputs)), image_(in_.images->counter_data) {}
   range_session(const range_session&) = delete;
   range_session& operator=(const range_session&) = delete;
 
@@ -110,7 +118,7 @@ class range_session final : public counter_session {
     }
   }
 
-  // A fresh counter-data image and the configuration: user replay, automatic ranges, one range per pass.
+  // The counter-data image initialized afresh, and the configuration: user replay, automatic ranges, one range per pass.
   bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
@@ -123,8 +131,8 @@ class range_session final : public counter_session {
     CUpti_RangeProfiler_SetConfig_Params config{};
     config.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
     config.pRangeProfilerObject = in_.object;
-    config.configSize = in_.config.size();
-    config.pConfig = in_.config.data();
+    config.configSize = in_.images->config.size();
+    config.pConfig = in_.images->config.data();
     config.counterDataImageSize = image_.size();
     config.pCounterDataImage = image_.data();
     config.range = CUPTI_AutoRange;
@@ -212,7 +220,7 @@ class range_session final : public counter_session {
   const range_profiler_api_t& api_;
   const std::vector<const char*>& names_;
   session_inputs in_;
-  std::vector<uint8_t> image_;
+  std::vector<uint8_t>& image_;  // in_.images's counter data
   bool started_ = false;
   bool all_submitted_ = false;
 };
@@ -271,7 +279,7 @@ class range_profiler_source final : public counter_source {
     }
     *passes = setup.passes;
     return std::make_unique<range_session>(
-        api_, names_, session_inputs{setup.host, setup.object, setup.config, setup.counter_data_size, setup.passes});
+        api_, names_, session_inputs{setup.host, setup.object, setup.images, setup.passes});
   }
 
  private:
@@ -313,7 +321,7 @@ class range_profiler_source final : public counter_source {
     size.maxNumOfRanges = 1;
     set_tree_nodes(size, 1);
     if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
-      setup.counter_data_size = size.counterDataSize;
+      setup.images->counter_data.resize(size.counterDataSize);
     }
   }
 
@@ -342,19 +350,20 @@ class range_profiler_source final : public counter_source {
     if (!ok(api_.host_get_config_image_size(&size), "cuptiProfilerHostGetConfigImageSize", &setup.failure)) {
       return false;
     }
-    setup.config.resize(size.configImageSize);
+    std::vector<uint8_t>& config = setup.images->config;
+    config.resize(size.configImageSize);
     CUpti_Profiler_Host_GetConfigImage_Params image{};
     image.structSize = CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE;
     image.pHostObject = setup.host;
-    image.configImageSize = setup.config.size();
-    image.pConfigImage = setup.config.data();
+    image.configImageSize = config.size();
+    image.pConfigImage = config.data();
     if (!ok(api_.host_get_config_image(&image), "cuptiProfilerHostGetConfigImage", &setup.failure)) {
       return false;
     }
     CUpti_Profiler_Host_GetNumOfPasses_Params passes{};
     passes.structSize = CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE;
-    passes.configImageSize = setup.config.size();
-    passes.pConfigImage = setup.config.data();
+    passes.configImageSize = config.size();
+    passes.pConfigImage = config.data();
     if (!ok(api_.host_get_num_of_passes(&passes), "cuptiProfilerHostGetNumOfPasses", &setup.failure)) {
       return false;
     }
