@@ -393,6 +393,30 @@ void a_graph_that_frees_what_it_allocates_is_replayed() {
   fill_buffer();
 }
 
+// A memcpy node may write across tracked regions that lie end to end (an allocator that maps a range in pieces):
+// every byte is in a snapshot, so the graph is replayed; one byte past them and it runs once.
+void a_memcpy_across_adjacent_regions_is_replayed() {
+  alignas(4096) static int pieces[2][1024];
+  for (const auto& piece : pieces) {
+    g_tracker->allocated(ctx0, reinterpret_cast<uint64_t>(piece), sizeof(piece), memory_kind::device);
+  }
+  for (const size_t ints : {size_t{64}, sizeof(pieces) / sizeof(int) - 1000 + 1}) {
+    CUgraph graph = training_step();
+    add_memcpy(graph, CU_MEMORYTYPE_DEVICE, &pieces[0][1000], g_buffer, ints * sizeof(int), ints == 64);
+    with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+    const std::vector<std::string> rows = report_rows();
+    const bool within = ints == 64;
+    std::printf("memcpy of %zu ints from pieces[0][1000]: %s\n", ints, within ? "replayed" : "runs once");
+    CHECK(rows.size() == 1);
+    CHECK(within ? rows[0].find(",1,\"\",") != std::string::npos
+                 : rows[0].find("memcpy node writes memory kreplay's snapshots") != std::string::npos);
+    fill_buffer();
+  }
+  for (const auto& piece : pieces) {
+    g_tracker->freeing(reinterpret_cast<uint64_t>(piece));
+  }
+}
+
 // An executable updated in place follows its new graph: its new kernels are replayed and named, and an update to a
 // graph that cannot be replayed whole makes its launches run once.
 void an_updated_executable_is_judged_by_its_new_graph() {
@@ -586,6 +610,7 @@ int main() {
   RUN_TEST(the_control_without_restore_ends_elsewhere);
   RUN_TEST(graphs_that_cannot_be_replayed_whole_run_once_with_their_reason);
   RUN_TEST(a_graph_that_frees_what_it_allocates_is_replayed);
+  RUN_TEST(a_memcpy_across_adjacent_regions_is_replayed);
   RUN_TEST(an_updated_executable_is_judged_by_its_new_graph);
   RUN_TEST(selection_and_the_off_switch_apply_to_graph_launches);
   RUN_TEST(changes_to_an_executable_after_instantiation_are_followed);

@@ -47,15 +47,27 @@ bool is_instantiate(CUpti_CallbackId cbid) {
 tracked_memory_t replayer::tracked_memory(CUcontext context) const {
   const int device = tracker_.device_of(context);
   const kreplay_agent_t agent = agent_of_device(device < 0 ? 0 : device);
+  // Region by region: a copy may span regions that lie end to end (a virtual-memory range mapped in pieces, as
+  // XLA's allocator grows one), and every byte must be in one of this device's tracked regions.
   return [this, agent](CUdeviceptr start, size_t bytes) {
-    kreplay_pointer_info_t info{};
-    if (tracker_.pointer_info(reinterpret_cast<const void*>(static_cast<uintptr_t>(start)), &info) !=
-            KREPLAY_STATUS_SUCCESS ||
-        info.size == 0 || info.type != KREPLAY_POINTER_DEVICE || info.owner.handle != agent.handle) {
-      return false;  // host, managed, a peer's or untracked memory: no snapshot of this device holds it
+    uintptr_t at = static_cast<uintptr_t>(start);
+    const uintptr_t end = at + bytes;
+    if (end < at) {
+      return false;
     }
-    const auto base = reinterpret_cast<uintptr_t>(info.base);
-    return start >= base && start - base <= info.size && bytes <= info.size - (start - base);
+    do {
+      kreplay_pointer_info_t info{};
+      if (tracker_.pointer_info(reinterpret_cast<const void*>(at), &info) != KREPLAY_STATUS_SUCCESS ||
+          info.size == 0 || info.type != KREPLAY_POINTER_DEVICE || info.owner.handle != agent.handle) {
+        return false;  // host, managed, a peer's or untracked memory: no snapshot of this device holds it
+      }
+      const auto base = reinterpret_cast<uintptr_t>(info.base);
+      if (at < base || at - base >= info.size) {
+        return false;
+      }
+      at = base + info.size;
+    } while (at < end);
+    return true;
   };
 }
 
