@@ -92,7 +92,7 @@ constexpr replay_option_t options[] = {
    "built yet"},
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
-   "Profiler in user replay: a launch gets at least the passes they need. Experimental: not yet run on a GPU"},
+   "Profiler in user replay: a launch gets at least the passes they need; graph launches are not counted"},
   {"exclude", 0, "KREPLAY_REPLAY_EXCLUDE", text<&c::exclude>(k::pattern_or_empty), default_exclude,
    "kernels never replayed, run once (communication kernels hang under replay; \"\" excludes nothing)"},
   {"progress", 0, "KREPLAY_REPLAY_PROGRESS", seconds<&c::progress_seconds>(86400), "5",

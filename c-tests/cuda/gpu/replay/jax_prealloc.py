@@ -1,7 +1,10 @@
 """Issue 28's JAX program for run_replay.sh: a small MLP trained with JAX's default preallocation (XLA takes
 75 % of the GPU as one allocation at start), so every launch's footprint is that allocation. Under
 kreplay-cuda-replay the live host budget must decline those snapshots (HOST_BUDGET) and the program finish.
+run_graphs_counters.sh runs it with preallocation off and command buffers on (issue 29). The parameters are
+donated, so XLA updates them in place: a pass that does not start from the snapshot changes the result.
 Prints "STEP_MS <i> <ms>" per step and "CHECKSUM <hex>" over the final parameters."""
+import functools
 import hashlib
 import os
 import time
@@ -27,7 +30,7 @@ def loss(p):
     return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(256), y])
 
 
-@jax.jit
+@functools.partial(jax.jit, donate_argnums=0)
 def step(p):
     g = jax.grad(loss)(p)
     return jax.tree_util.tree_map(lambda a, b: a - 0.1 * b, p, g)
