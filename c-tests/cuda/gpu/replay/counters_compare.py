@@ -6,11 +6,13 @@ KREPLAY_CSV: the launcher's report; NCU_RAW_CSV: `ncu --csv --page raw --log-fil
 and launches. Launches pair in order (the n-th counted launch of each); a pair whose kernel names disagree is
 counted and left out. A metric agrees on a launch when the values are equal (instruction and warp counts) or
 within 1 % (the others). Prints one line per metric and exits 1 unless every metric agrees on at least 95 % of
-the paired launches."""
+the paired launches for the four count metrics of issue 30's bar (BAR); the others are reported as INFO."""
 import csv
 import re
 import sys
 
+BAR = ("smsp__inst_executed.sum", "sm__warps_launched.sum", "smsp__sass_inst_executed_op_global_ld.sum",
+       "l1tex__t_bytes.sum")
 EXACT = ("smsp__inst_executed.sum", "sm__warps_launched.sum", "smsp__sass_inst_executed_op_global_ld.sum",
          "smsp__sass_inst_executed_op_global_st.sum", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum")
 
@@ -80,8 +82,8 @@ def main():
     ok = bool(pairs)
     for metric in metrics:
         if metric not in ncu[0]:
-            print(f"FAIL {metric}: not in ncu's output")
-            ok = False
+            print(f"{'FAIL' if metric in BAR else 'INFO'} {metric}: not in ncu's output")
+            ok &= metric not in BAR
             continue
         agree = 0
         worst = 0.0
@@ -94,8 +96,8 @@ def main():
             agree += (a == b) if metric in EXACT else (diff <= 0.01)
         share = agree / len(pairs) if pairs else 0.0
         rule = "equal" if metric in EXACT else "within 1 %"
-        verdict = "PASS" if share >= 0.95 else "FAIL"
-        ok &= share >= 0.95
+        verdict = ("PASS" if share >= 0.95 else "FAIL") if metric in BAR else "INFO"
+        ok &= share >= 0.95 or metric not in BAR
         print(f"{verdict} {metric}: {rule} on {agree} of {len(pairs)} launches ({share:.1%}); largest difference "
               f"{worst:.2%}")
     return 0 if ok else 1
