@@ -44,7 +44,8 @@ def ncu_rows(path):
 def short_name(ncu_name):
     """The kernel's own name: the last component before template or parameter lists."""
     base = re.split(r"[<(]", ncu_name, maxsplit=1)[0].strip()
-    return base.split("::")[-1].split()[-1] if base else ""
+    words = base.split("::")[-1].split()
+    return words[-1] if words else ncu_name
 
 
 def pair_in_order(mine, theirs, lookahead=8):
