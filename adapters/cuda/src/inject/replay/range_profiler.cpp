@@ -80,8 +80,9 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
 // What one context needs for every session on it, made at its first launch.
 // The images CUPTI is handed by address: the configuration and the counter data. One pair per context, alive
 // while its set-up or any session holds it, and never copied: the profiler keeps the addresses from one
-// SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's BeginPass within
-// 20 launches on the H200, CUPTI 13.0.)
+// SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's BeginPass after
+// 14 to 49 launches on the H200, CUPTI 13.0.) A context's sessions use the pair one at a time: each only inside
+// its launch's window, which the context's other launches wait for.
 struct profiler_images {
   std::vector<uint8_t> config;
   std::vector<uint8_t> counter_data;
