@@ -7,6 +7,7 @@
 #   kreplay_gpu_archive                        # sets archive: libkreplay.a, unpacked first if only .gz is there
 #   kreplay_gpu_describe FIELDS >log           # date, kernel, nvidia-smi --query-gpu=FIELDS, nvcc, CMake
 #   kreplay_gpu_build SRC BUILD "TARGETS" [CMAKE_ARGS...] >>log 2>&1   # status: configure's, else build's
+#   row TEXT; verdict WHAT CONDITION...; run LOG CMD...   # the replay scripts' checks (below)
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   echo "setup.sh is sourced by the GPU run scripts, not run" >&2
   exit 2
@@ -57,4 +58,23 @@ kreplay_gpu_build() {
   fi
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKREPLAY_PREBUILT_LIB="$archive" "$@" &&
     cmake --build "$build" "${target_args[@]}" -j "$(nproc)"
+}
+
+# The replay scripts' checks (replay/run_replay.sh, replay/run_graphs_counters.sh), which set summary, failures
+# and timeout_s first. row: a line on stdout and in $summary. verdict: PASS or FAIL by the condition's status,
+# a failure counted in $failures. run: the command under ${run_timeout:-$timeout_s} seconds, its output in LOG,
+# its exit status and time appended; prints the program's checksum (its last "CHECKSUM" line), or nothing.
+row() { echo "$*" | tee -a "$summary"; }
+verdict() {
+  local what=$1
+  shift
+  if "$@"; then row "PASS $what"; else row "FAIL $what"; failures=$((failures + 1)); fi
+}
+run() {
+  local log=$1
+  shift
+  local start=$SECONDS
+  timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
+  echo "== exit $? after $((SECONDS - start)) s" >>"$log"
+  sed -n 's/^CHECKSUM //p' "$log" | tail -1
 }

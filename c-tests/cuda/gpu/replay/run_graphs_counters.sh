@@ -30,20 +30,6 @@ kreplay_gpu_archive
 summary="$out/summary.txt"
 : >"$summary"
 failures=0
-row() { echo "$*" | tee -a "$summary"; }
-verdict() {  # verdict WHAT CONDITION...
-  local what=$1
-  shift
-  if "$@"; then row "PASS $what"; else row "FAIL $what"; failures=$((failures + 1)); fi
-}
-run() {  # run LOG cmd...: the command under the timeout, its output in LOG; prints the checksum
-  local log=$1
-  shift
-  local start=$SECONDS
-  timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
-  echo "== exit $? after $((SECONDS - start)) s" >>"$log"
-  sed -n 's/^CHECKSUM //p' "$log" | tail -1
-}
 figure() {  # figure REPORT WHAT: counts from the launcher's CSV
   python3 - "$@" <<'PY'
 import csv, sys

@@ -39,12 +39,6 @@ kreplay_gpu_archive
 summary="$out/summary.txt"
 : >"$summary"
 failures=0
-row() { echo "$*" | tee -a "$summary"; }
-verdict() {  # verdict WHAT CONDITION...
-  local what=$1
-  shift
-  if "$@"; then row "PASS $what"; else row "FAIL $what"; failures=$((failures + 1)); fi
-}
 
 {
   kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
@@ -67,15 +61,6 @@ declare -A command=(
   [transformer]="python3 $src/torch_prog.py transformer"
   [reset]="$build/replay_reset"
 )
-run() {  # run LOG cmd...: the command under the timeout, its output in LOG; prints the checksum
-  local log=$1
-  shift
-  local start=$SECONDS
-  timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
-  local rc=$?
-  echo "== exit $rc after $((SECONDS - start)) s" >>"$log"
-  sed -n 's/^CHECKSUM //p' "$log" | tail -1
-}
 csv_figure() {  # csv_figure REPORT max_footprint|replayed|rows|declined|declined_other|differs: from the launcher's CSV (names have commas)
   python3 - "$@" <<'PY'
 import csv, sys
