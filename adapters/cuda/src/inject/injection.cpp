@@ -135,13 +135,13 @@ replay_config_t read_replay_config() {
   return config;
 }
 
-// --metrics: CUPTI's Range Profiler as the replay's counter source. False, with one line on stderr, when the
-// list or the library will not do: nothing is replayed then (a profile without its counters is not what was asked).
-bool make_counters(const replay_config_t& config, std::unique_ptr<counter_source>* out) {
-  std::vector<std::string> metrics;
+// --set and --metrics: CUPTI's Range Profiler as the replay's counter source. False, with one line on stderr, when
+// the list or the library will not do: nothing is replayed then (a profile without its counters is not what was
+// asked).
+bool make_counters(std::vector<std::string> metrics, std::unique_ptr<counter_source>* out) {
   std::string why;
   range_profiler_api_t api;
-  if (!parse_metric_list(config.metrics, &metrics, &why) || !resolve_range_profiler(api, &why)) {
+  if (!resolve_range_profiler(api, &why)) {
     std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s; nothing is replayed\n", why.c_str());
     return false;
   }
@@ -160,12 +160,17 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
     return;
   }
   std::unique_ptr<counter_source> counters;
-  if (!config.metrics.empty() && !make_counters(config, &counters)) {
+  std::vector<std::string> metrics;
+  std::string why;
+  if (!counted_metrics(config, &metrics, &why)) {
+    std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s; nothing is replayed\n", why.c_str());
+    return;
+  }
+  if (!metrics.empty() && !make_counters(std::move(metrics), &counters)) {
     return;
   }
   g_injection.replay =
       new (std::nothrow) replayer(*g_injection.owner, config, ops, g_injection.driver, std::move(counters));
-  std::string why;
   if (g_injection.replay != nullptr &&
       !g_injection.replay->start(reinterpret_cast<const void*>(cupti.subscribe), &why)) {
     std::fprintf(stderr, "kreplay-cuda-replay: %s; nothing is replayed\n", why.c_str());

@@ -90,6 +90,10 @@ constexpr replay_option_t options[] = {
    "CUDA graph launches: graph replays each selected one as one window (every pass launches the whole graph, "
    "one row per graph launch), off runs them once; each kernel node on its own (Nsight Compute's node) is not "
    "built yet"},
+  {"set", 0, "KREPLAY_REPLAY_SET", choice<&c::set>("none|counts|speed|full"), "none",
+   "a named list of metrics, counted as --metrics' are (and before them): counts (instructions, warps, loads and "
+   "stores: exact counts), speed (time, cycles and the speed of light of the SMs, L1, L2 and DRAM), full (both, "
+   "with bytes and hit rates at each memory level, IPC, occupancy and pipes)"},
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
    "Profiler in user replay: a launch gets at least the passes they need; graph launches are not counted"},
@@ -243,6 +247,64 @@ bool parse_metric_list(const std::string& text, std::vector<std::string>* out, s
     }
     out->push_back(name);
     start = end + 1;
+  }
+  return true;
+}
+
+namespace {
+
+// The sets' metrics (Nsight Compute's names), the speed of light first where a set has it.
+constexpr const char* counts_set[] = {
+    "smsp__inst_executed.sum", "sm__warps_launched.sum", "smsp__sass_inst_executed_op_global_ld.sum",
+    "smsp__sass_inst_executed_op_global_st.sum", "l1tex__t_bytes.sum",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+};
+constexpr const char* speed_set[] = {
+    "gpu__time_duration.sum", "sm__cycles_elapsed.avg", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+};
+constexpr const char* full_extra[] = {
+    "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "lts__t_sector_hit_rate.pct",
+    "l1tex__t_sector_hit_rate.pct", "smsp__sass_inst_executed_op_shared_ld.sum",
+    "smsp__sass_inst_executed_op_shared_st.sum", "smsp__inst_executed.avg.per_cycle_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__inst_executed_pipe_tensor.sum",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+};
+
+void add_new(std::vector<std::string>* out, const std::string& name) {
+  if (std::find(out->begin(), out->end(), name) == out->end()) {
+    out->push_back(name);
+  }
+}
+
+template <size_t N>
+void add_new(std::vector<std::string>* out, const char* const (&names)[N]) {
+  for (const char* name : names) {
+    add_new(out, name);
+  }
+}
+
+}  // namespace
+
+bool counted_metrics(const replay_config_t& config, std::vector<std::string>* out, std::string* why) {
+  out->clear();
+  if (config.set == metric_set::speed || config.set == metric_set::full) {
+    add_new(out, speed_set);
+  }
+  if (config.set == metric_set::counts || config.set == metric_set::full) {
+    add_new(out, counts_set);
+  }
+  if (config.set == metric_set::full) {
+    add_new(out, full_extra);
+  }
+  std::vector<std::string> listed;
+  if (!config.metrics.empty() && !parse_metric_list(config.metrics, &listed, why)) {
+    return false;
+  }
+  for (const std::string& name : listed) {
+    add_new(out, name);
   }
   return true;
 }

@@ -20,6 +20,8 @@ enum class replay_tier : uint8_t { host, device, automatic };
 enum class replay_backend : uint8_t { kreplay, cupti };
 // CUDA graph launches: each replayed as one window (every pass launches the whole graph), or run once.
 enum class graph_profiling : uint8_t { graph, off };
+// A named list of metrics (--set), counted before --metrics' own.
+enum class metric_set : uint8_t { none, counts, speed, full };
 
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
 inline constexpr const char* default_exclude = "nccl|nvshmem";
@@ -40,6 +42,7 @@ struct replay_config_t {
   bool verify = false;                       // compare every pass's footprint with pass 1's
   replay_backend backend = replay_backend::kreplay;
   graph_profiling graphs = graph_profiling::graph;  // what a graph launch gets
+  metric_set set = metric_set::none;         // counted metrics by name
   std::string metrics;                       // counted metrics, "a,b,c" ("" = replay only)
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
@@ -103,6 +106,10 @@ struct option_table_t {
 // Splits "a,b,c" into metric names; false, with why, for an empty name or a character no metric name has
 // (letters, digits, '_', '.', ':').
 bool parse_metric_list(const std::string& text, std::vector<std::string>* out, std::string* why);
+
+// The metrics a replay counts: those of --set, then those of --metrics not in it, in order. Empty when neither
+// is given; false, with why, for a --metrics list parse_metric_list refuses.
+bool counted_metrics(const replay_config_t& config, std::vector<std::string>* out, std::string* why);
 
 // The table, in --help's order (also the order in which parse_replay_config checks the variables).
 option_table_t replay_options();

@@ -4,14 +4,17 @@
 // launch (the last pass) is run by the test between ENTER and EXIT, as the driver would.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "injection_fixture.hpp"
+#include "replay/counter_summary.hpp"
 #include "replay/counters.hpp"
 #include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
@@ -185,9 +188,11 @@ range_profiler_api_t fake_cupti() {
   };
   a.host_evaluate_to_gpu_values = [](CUpti_Profiler_Host_EvaluateToGpuValues_Params* p) {
     g_cupti.push_back("evaluate");
-    CHECK(p->pHostObject == g_host && p->rangeIndex == 0 && p->numMetrics == 2);
+    CHECK(p->pHostObject == g_host && p->rangeIndex == 0 && p->numMetrics >= 1);
     p->pMetricValues[0] = 10.0 * g_stops;  // depends on the passes seen, so the test sees them
-    p->pMetricValues[1] = 0.5;
+    for (size_t i = 1; i < p->numMetrics; ++i) {
+      p->pMetricValues[i] = 0.5;
+    }
     return CUPTI_SUCCESS;
   };
   a.enable = [](CUpti_RangeProfiler_Enable_Params* p) {
@@ -203,7 +208,7 @@ range_profiler_api_t fake_cupti() {
     return CUPTI_SUCCESS;
   };
   a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
-    CHECK(p->pRangeProfilerObject == g_object && p->maxNumOfRanges == 1 && p->numMetrics == 2);
+    CHECK(p->pRangeProfilerObject == g_object && p->maxNumOfRanges == 1 && p->numMetrics >= 1);
     p->counterDataSize = 256;
     return CUPTI_SUCCESS;
   };
@@ -419,17 +424,96 @@ void a_session_dropped_inside_a_pass_stops_its_range() {
   CHECK(g_cupti.back() == "disable");
 }
 
-// A metric CUPTI does not know: one line on stderr, every launch of the context run once with the reason, and
-// the set-up is not tried again.
-void a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason() {
+// A metric CUPTI does not know is left out (one line on stderr): each name is tried alone, the launches are counted
+// with the others, and its column stays empty.
+void a_metric_cupti_does_not_know_is_left_out_and_the_others_counted() {
   g_cupti.clear();
   std::vector<std::string> metrics = {"bogus__metric.sum", "sm__cycles_elapsed.avg"};
   const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler(metrics), 2);
+  CHECK(g_runs == 8);  // 3 counted passes and the program's own, twice
+  CHECK(ends_with(lines[0], ",counters,bogus__metric.sum,sm__cycles_elapsed.avg"));
+  for (size_t row = 1; row <= 2; ++row) {
+    CHECK(ends_with(lines[row], ",\"\",,30"));  // counted; the unknown metric's column empty
+  }
+  const std::vector<std::string> set_up = {"init",        "chip",      "host_init",   "add_metrics",  // the list
+                                           "host_init",   "add_metrics",                              // bogus alone
+                                           "host_init",   "add_metrics",                              // the other
+                                           "host_init",   "add_metrics", "enable"};                   // the known
+  CHECK(std::vector<std::string>(g_cupti.begin(), g_cupti.begin() + set_up.size()) == set_up);
+}
+
+// A list the device knows none of: one line on stderr, every launch of the context run once with the reason, and
+// the set-up is not tried again.
+void a_list_cupti_knows_none_of_runs_the_launches_once_with_the_reason() {
+  g_cupti.clear();
+  const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler({"bogus__metric.sum"}), 2);
   CHECK(g_runs == 2);  // each launch once
   for (size_t row = 1; row <= 2; ++row) {
     CHECK(lines[row].find("counters: cuptiProfilerHostConfigAddMetrics failed") != std::string::npos);
+    CHECK(lines[row].find("GH100 knows none of the metrics") != std::string::npos);
   }
-  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics"}));  // set up once, never enabled
+  CHECK(g_cupti == calls({"init", "chip", "host_init", "add_metrics", "host_init", "add_metrics"}));
+}
+
+// --set names a list; --metrics adds to it, in order, without repeating a name.
+void sets_and_lists_make_one_list_of_metrics() {
+  replay_config_t config;
+  std::vector<std::string> names;
+  std::string why;
+  CHECK(counted_metrics(config, &names, &why) && names.empty());
+  config.set = metric_set::counts;
+  CHECK(counted_metrics(config, &names, &why) && names.size() == 6 && names[0] == "smsp__inst_executed.sum");
+  config.set = metric_set::full;
+  config.metrics = "sm__warps_launched.sum,dram__bytes.sum";
+  CHECK(counted_metrics(config, &names, &why));
+  CHECK(names.front() == "gpu__time_duration.sum" && names.back() == "dram__bytes.sum");
+  CHECK(std::count(names.begin(), names.end(), "sm__warps_launched.sum") == 1);
+  CHECK(names.size() == 7 + 6 + 12 + 1);
+  config.metrics = "a,,b";
+  CHECK(!counted_metrics(config, &names, &why) && why.find("empty metric name") != std::string::npos);
+  // The option: its words in the enum's order.
+  const std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_SET", "speed"}};
+  auto get = [&](const char* name) -> const char* {
+    auto found = values.find(name);
+    return found != values.end() ? found->second.c_str() : nullptr;
+  };
+  replay_config_t parsed;
+  CHECK(parse_replay_config(get, &parsed, &why) && parsed.set == metric_set::speed);
+  const std::map<std::string, std::string> wrong = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_SET", "most"}};
+  auto get_wrong = [&](const char* name) -> const char* {
+    auto found = wrong.find(name);
+    return found != wrong.end() ? found->second.c_str() : nullptr;
+  };
+  CHECK(!parse_replay_config(get_wrong, &parsed, &why) && why.find("KREPLAY_REPLAY_SET") != std::string::npos);
+}
+
+// The summary at exit: kernels by time (gpu__time_duration.sum where counted), their share, launches, readable
+// names and the means of the first three other metrics; rows without values are left out.
+void the_summary_names_the_kernels_with_the_most_time() {
+  counter_summary summary({"gpu__time_duration.sum", "smsp__inst_executed.sum", "x.sum"});
+  auto row = [](const char* kernel, std::vector<double> values) {
+    launch_row_t r;
+    r.kernel = kernel;
+    r.metrics = std::move(values);
+    return r;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  summary.add(row("_Z7kernelAPf", {2e6, 100, 1}));
+  summary.add(row("_Z7kernelBPf", {3e6, 40000, nan}));
+  summary.add(row("_Z7kernelBPf", {3e6, 60000, 4}));
+  summary.add(row("_Z7kernelCPf", {}));  // not counted
+  const std::string text = summary.text(5);
+  std::printf("%s", text.c_str());
+  CHECK(text.find("the 2 kernels with the most time (gpu__time_duration.sum), of 2") != std::string::npos);
+  const size_t b = text.find("75 %  6 ms  x2  kernelB  smsp__inst_executed.sum 50k  x.sum 4");
+  const size_t a = text.find("25 %  2 ms  x1  kernelA  smsp__inst_executed.sum 100  x.sum 1");
+  CHECK(b != std::string::npos && a != std::string::npos && b < a);
+  CHECK(counter_summary({"y.sum"}).text(5).empty());
+  CHECK(readable_kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_", 200)
+            .rfind("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>", 0) == 0);
+  CHECK(readable_kernel_name("sm90_xmma_gemm_f32f32", 60) == "sm90_xmma_gemm_f32f32");
+  CHECK(readable_kernel_name("_Z7kernelAPf", 60) == "kernelA");
+  CHECK(readable_kernel_name(std::string(100, 'k'), 20) == std::string(17, 'k') + "...");
 }
 
 void metric_lists_are_split_and_checked() {
@@ -461,7 +545,10 @@ int main() {
   RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
   RUN_TEST(a_session_dropped_inside_a_pass_stops_its_range);
-  RUN_TEST(a_metric_cupti_does_not_know_runs_the_launches_once_with_the_reason);
+  RUN_TEST(a_metric_cupti_does_not_know_is_left_out_and_the_others_counted);
+  RUN_TEST(a_list_cupti_knows_none_of_runs_the_launches_once_with_the_reason);
+  RUN_TEST(sets_and_lists_make_one_list_of_metrics);
+  RUN_TEST(the_summary_names_the_kernels_with_the_most_time);
   RUN_TEST(metric_lists_are_split_and_checked);
   return 0;
 }

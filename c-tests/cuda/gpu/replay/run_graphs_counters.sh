@@ -16,6 +16,7 @@
 #                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
 #                         run's: four count metrics, then a list of 15 that needs 10 passes (ncu runs that one).
+#   KREPLAY_RUN_SET       --set full on ResNet-18's first launches: the summary, the checksum, the CSV in pandas
 # OUT_DIR receives graphs_counters.tar.gz and summary.txt; the exit status is 1 when a check failed.
 set -u -o pipefail
 
@@ -70,7 +71,31 @@ launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
 if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
   tail -40 "$work/env.log"
   row "FAIL build ($build_rc)"
-  tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
+  if [[ ${KREPLAY_RUN_SET:-1} != 0 ]]; then
+  # What a user sees with --set full (ResNet-18, 1 step, the first KREPLAY_SET_LAUNCHES launches, default 200):
+  # the launcher's summary on stderr, and the CSV read back with pandas.
+  export KREPLAY_PROG_STEPS=1
+  cmd=(python3 "$src/torch_prog.py" resnet)
+  plain=$(run "$work/set.plain.log" "${cmd[@]}")
+  start=$SECONDS
+  sum=$(run "$work/set.log" "$launcher" --set full --launch-count "${KREPLAY_SET_LAUNCHES:-200}" -o "$work/set.csv" \
+        -- "${cmd[@]}")
+  row "INFO --set full: $((SECONDS - start)) s"
+  grep -h "^kreplay-cuda-replay" "$work/set.log" | tee -a "$summary"
+  verdict "--set full: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  python3 - "$work/set.csv" <<'PY' 2>&1 | tee -a "$summary"
+import sys
+import pandas as pd
+df = pd.read_csv(sys.argv[1])
+counted = df[df["counters"].isna() & (df["replayed"] == 1)]
+print(f"pandas: {len(df)} rows, {len(counted)} counted, {len(df.columns)} columns, passes {counted['passes_run'].median()}")
+columns = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed.sum"]
+print(counted[columns].describe().to_string())
+PY
+  unset KREPLAY_PROG_STEPS
+fi
+
+tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
   exit 1
 fi
 
@@ -145,6 +170,30 @@ if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then
     tee -a "$summary" <"$work/counters.$list.compare.txt"
     verdict "counters: kreplay ($list list) and ncu agree (counters_compare.py)" test "$compare_rc" = 0
   done
+  unset KREPLAY_PROG_STEPS
+fi
+
+if [[ ${KREPLAY_RUN_SET:-1} != 0 ]]; then
+  # What a user sees with --set full (ResNet-18, 1 step, the first KREPLAY_SET_LAUNCHES launches, default 200):
+  # the launcher's summary on stderr, and the CSV read back with pandas.
+  export KREPLAY_PROG_STEPS=1
+  cmd=(python3 "$src/torch_prog.py" resnet)
+  plain=$(run "$work/set.plain.log" "${cmd[@]}")
+  start=$SECONDS
+  sum=$(run "$work/set.log" "$launcher" --set full --launch-count "${KREPLAY_SET_LAUNCHES:-200}" -o "$work/set.csv" \
+        -- "${cmd[@]}")
+  row "INFO --set full: $((SECONDS - start)) s"
+  grep -h "^kreplay-cuda-replay" "$work/set.log" | tee -a "$summary"
+  verdict "--set full: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  python3 - "$work/set.csv" <<'PY' 2>&1 | tee -a "$summary"
+import sys
+import pandas as pd
+df = pd.read_csv(sys.argv[1])
+counted = df[df["counters"].isna() & (df["replayed"] == 1)]
+print(f"pandas: {len(df)} rows, {len(counted)} counted, {len(df.columns)} columns, passes {counted['passes_run'].median()}")
+columns = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed.sum"]
+print(counted[columns].describe().to_string())
+PY
   unset KREPLAY_PROG_STEPS
 fi
 

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,6 +95,10 @@ struct context_setup {
   CUpti_RangeProfiler_Object* object = nullptr;
   std::shared_ptr<profiler_images> images = std::make_shared<profiler_images>();
   uint32_t passes = 0;
+  // The metrics this context's device knows, for CUPTI, and their columns among the source's metrics; the
+  // others' columns stay empty.
+  std::vector<const char*> names;
+  std::vector<size_t> columns;
 };
 
 // What a session needs of its context's set-up, so that a context forgotten meanwhile leaves it whole.
@@ -102,12 +107,15 @@ struct session_inputs {
   CUpti_RangeProfiler_Object* object;
   std::shared_ptr<profiler_images> images;
   uint32_t passes;
+  std::vector<const char*> names;
+  std::vector<size_t> columns;
+  size_t metrics;  // the source's
 };
 
 class range_session final : public counter_session {
  public:
-  range_session(const range_profiler_api_t& api, const std::vector<const char*>& names, session_inputs inputs)
-      : api_(api), names_(names), in_(std::move(inputs)), image_(in_.images->counter_data) {}
+  range_session(const range_profiler_api_t& api, session_inputs inputs)
+      : api_(api), in_(std::move(inputs)), image_(in_.images->counter_data) {}
   range_session(const range_session&) = delete;
   range_session& operator=(const range_session&) = delete;
 
@@ -171,17 +179,24 @@ class range_session final : public counter_session {
       *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more than one kernel in the pass?)";
       return false;
     }
-    values->assign(names_.size(), 0.0);
+    std::vector<double> known(in_.names.size(), 0.0);
     CUpti_Profiler_Host_EvaluateToGpuValues_Params evaluate{};
     evaluate.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
     evaluate.pHostObject = in_.host;
     evaluate.pCounterDataImage = image_.data();
     evaluate.counterDataImageSize = image_.size();
     evaluate.rangeIndex = 0;
-    evaluate.ppMetricNames = const_cast<const char**>(names_.data());
-    evaluate.numMetrics = names_.size();
-    evaluate.pMetricValues = values->data();
-    return ok(api_.host_evaluate_to_gpu_values(&evaluate), "cuptiProfilerHostEvaluateToGpuValues", why);
+    evaluate.ppMetricNames = const_cast<const char**>(in_.names.data());
+    evaluate.numMetrics = in_.names.size();
+    evaluate.pMetricValues = known.data();
+    if (!ok(api_.host_evaluate_to_gpu_values(&evaluate), "cuptiProfilerHostEvaluateToGpuValues", why)) {
+      return false;
+    }
+    values->assign(in_.metrics, std::numeric_limits<double>::quiet_NaN());  // NaN: a metric the device lacks
+    for (size_t i = 0; i < known.size(); ++i) {
+      (*values)[in_.columns[i]] = known[i];
+    }
+    return true;
   }
 
  private:
@@ -219,7 +234,6 @@ class range_session final : public counter_session {
   bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
 
   const range_profiler_api_t& api_;
-  const std::vector<const char*>& names_;
   session_inputs in_;
   std::vector<uint8_t>& image_;  // in_.images's counter data
   bool started_ = false;
@@ -279,8 +293,8 @@ class range_profiler_source final : public counter_source {
       return nullptr;
     }
     *passes = setup.passes;
-    return std::make_unique<range_session>(
-        api_, names_, session_inputs{setup.host, setup.object, setup.images, setup.passes});
+    return std::make_unique<range_session>(api_, session_inputs{setup.host, setup.object, setup.images, setup.passes,
+                                                                setup.names, setup.columns, names_.size()});
   }
 
  private:
@@ -317,8 +331,8 @@ class range_profiler_source final : public counter_source {
     CUpti_RangeProfiler_GetCounterDataSize_Params size{};
     size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
     size.pRangeProfilerObject = setup.object;
-    size.pMetricNames = const_cast<const char**>(names_.data());
-    size.numMetrics = names_.size();
+    size.pMetricNames = const_cast<const char**>(setup.names.data());
+    size.numMetrics = setup.names.size();
     size.maxNumOfRanges = 1;
     set_tree_nodes(size, 1);
     if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
@@ -326,23 +340,13 @@ class range_profiler_source final : public counter_source {
     }
   }
 
+  // The host object with the metrics the chip knows, their config image and its pass count.
   bool host_side(const char* chip_name, context_setup& setup) {
-    CUpti_Profiler_Host_Initialize_Params init{};
-    init.structSize = kHostInitializeSize;
-    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    init.pChipName = chip_name;
-    if (!ok(api_.host_initialize(&init), "cuptiProfilerHostInitialize", &setup.failure)) {
-      return false;
+    setup.names = names_;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      setup.columns.push_back(i);
     }
-    setup.host = init.pHostObject;
-    CUpti_Profiler_Host_ConfigAddMetrics_Params add{};
-    add.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
-    add.pHostObject = setup.host;
-    add.ppMetricNames = const_cast<const char**>(names_.data());
-    add.numMetrics = names_.size();
-    if (!ok(api_.host_config_add_metrics(&add), "cuptiProfilerHostConfigAddMetrics", &setup.failure)) {
-      setup.failure += " (a metric the device does not know? " + std::string(chip_name != nullptr ? chip_name : "?") +
-                       ")";
+    if (!host_with(chip_name, setup.names, &setup.host, &setup.failure) && !keep_known(chip_name, setup)) {
       return false;
     }
     CUpti_Profiler_Host_GetConfigImageSize_Params size{};
@@ -372,6 +376,73 @@ class range_profiler_source final : public counter_source {
     return true;
   }
 
+  // CUPTI refused the whole list: each metric is tried on its own, the ones the chip does not know are left out
+  // (said once on stderr; their columns stay empty) and the host object is made with the rest. False when the
+  // chip knows none, or the second try fails.
+  bool keep_known(const char* chip_name, context_setup& setup) {
+    const std::string chip = chip_name != nullptr ? chip_name : "?";
+    std::vector<const char*> known;
+    std::vector<size_t> columns;
+    std::string unknown;
+    for (size_t i = 0; i < names_.size(); ++i) {
+      CUpti_Profiler_Host_Object* probe = nullptr;
+      std::string ignored;
+      if (host_with(chip_name, {names_[i]}, &probe, &ignored)) {
+        deinitialize(probe);
+        known.push_back(names_[i]);
+        columns.push_back(i);
+      } else {
+        unknown += (unknown.empty() ? "" : ", ") + std::string(names_[i]);
+      }
+    }
+    if (known.empty()) {
+      setup.failure += " (" + chip + " knows none of the metrics)";
+      return false;
+    }
+    if (!unknown_said_) {
+      unknown_said_ = true;
+      std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s does not know %s: left out, their columns stay empty\n",
+                   chip.c_str(), unknown.c_str());
+    }
+    setup.names = std::move(known);
+    setup.columns = std::move(columns);
+    setup.failure.clear();
+    return host_with(chip_name, setup.names, &setup.host, &setup.failure);
+  }
+
+  // A host object for `chip_name` with `names` added, in *host; false, with why and no object left, when CUPTI
+  // refuses either.
+  bool host_with(const char* chip_name, const std::vector<const char*>& names, CUpti_Profiler_Host_Object** host,
+                 std::string* why) {
+    CUpti_Profiler_Host_Initialize_Params init{};
+    init.structSize = kHostInitializeSize;
+    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    init.pChipName = chip_name;
+    if (!ok(api_.host_initialize(&init), "cuptiProfilerHostInitialize", why)) {
+      return false;
+    }
+    CUpti_Profiler_Host_ConfigAddMetrics_Params add{};
+    add.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
+    add.pHostObject = init.pHostObject;
+    add.ppMetricNames = const_cast<const char**>(names.data());
+    add.numMetrics = names.size();
+    if (!ok(api_.host_config_add_metrics(&add), "cuptiProfilerHostConfigAddMetrics", why)) {
+      deinitialize(init.pHostObject);
+      return false;
+    }
+    *host = init.pHostObject;
+    return true;
+  }
+
+  void deinitialize(CUpti_Profiler_Host_Object* host) {
+    if (host != nullptr) {
+      CUpti_Profiler_Host_Deinitialize_Params deinit{};
+      deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+      deinit.pHostObject = host;
+      (void)api_.host_deinitialize(&deinit);
+    }
+  }
+
   void release(context_setup& setup) {
     if (setup.object != nullptr) {
       CUpti_RangeProfiler_Disable_Params disable{};
@@ -379,12 +450,7 @@ class range_profiler_source final : public counter_source {
       disable.pRangeProfilerObject = setup.object;
       (void)api_.disable(&disable);
     }
-    if (setup.host != nullptr) {
-      CUpti_Profiler_Host_Deinitialize_Params deinit{};
-      deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
-      deinit.pHostObject = setup.host;
-      (void)api_.host_deinitialize(&deinit);
-    }
+    deinitialize(setup.host);
   }
 
   bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
@@ -397,6 +463,7 @@ class range_profiler_source final : public counter_source {
   std::map<CUcontext, context_setup> contexts_;
   bool initialized_ = false;
   bool warned_ = false;
+  bool unknown_said_ = false;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "log.hpp"
+#include "replay/counter_summary.hpp"
 
 namespace kreplay::cuda::inject {
 namespace {
@@ -31,8 +32,12 @@ std::string fixed4(double ms) {
   return text;
 }
 
-// A metric's value, as short as reads back exactly, whatever the program's locale.
+// A metric's value, as short as reads back exactly, whatever the program's locale; empty for NaN (a metric the
+// device does not have).
 std::string shortest(double value) {
+  if (std::isnan(value)) {
+    return std::string();
+  }
   char text[32];
   const std::to_chars_result written = std::to_chars(text, text + sizeof(text), value);
   return written.ec == std::errc() ? std::string(text, written.ptr) : std::string();
@@ -107,8 +112,11 @@ replay_report::replay_report(const replay_config_t& config, const char* backend,
     : config_(config),
       backend_(backend),
       metrics_(std::move(metrics)),
+      summary_(metrics_.empty() ? nullptr : std::make_unique<counter_summary>(metrics_)),
       started_(replay_clock::now()),
       last_progress_(started_) {}
+
+replay_report::~replay_report() = default;
 
 bool replay_report::open(std::string* why) {
   config_.output = report_path(config_.output, config_.launcher_pid, static_cast<uint64_t>(getpid()));
@@ -128,6 +136,9 @@ bool replay_report::open(std::string* why) {
 void replay_report::add(const launch_row_t& row, double replay_ms) {
   std::lock_guard<std::mutex> lock(mutex_);
   counted_ += !row.metrics.empty() ? 1 : 0;
+  if (summary_ != nullptr) {
+    summary_->add(row);
+  }
   if (row.replayed) {
     ++replayed_;
   } else {
@@ -196,6 +207,9 @@ void replay_report::finish(int64_t in_flight) {
   std::fputs("\n", stderr);
   for (const auto& [why, count] : declined_) {
     std::fprintf(stderr, "kreplay-cuda-replay:   run once: %" PRIu64 " x %s\n", count, why.c_str());
+  }
+  if (summary_ != nullptr) {
+    std::fputs(summary_->text(10).c_str(), stderr);
   }
   if (csv_ != nullptr) {
     std::fclose(csv_);

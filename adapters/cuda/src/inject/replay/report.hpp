@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -57,10 +58,13 @@ std::string csv_row(const launch_row_t& row, size_t metrics = 0);
 // extension for a child of it (which inherited the launcher's environment), so that none overwrites another's.
 std::string report_path(const std::string& output, uint64_t launcher_pid, uint64_t pid);
 
+class counter_summary;
+
 class replay_report {
  public:
   // `metrics`: the counted metrics, one CSV column each (empty: replay only).
   replay_report(const replay_config_t& config, const char* backend, std::vector<std::string> metrics = {});
+  ~replay_report();
   replay_report(const replay_report&) = delete;
   replay_report& operator=(const replay_report&) = delete;
 
@@ -80,6 +84,7 @@ class replay_report {
   const char* backend_;
   std::vector<std::string> metrics_;
   uint64_t counted_ = 0;  // launches whose counters were collected
+  std::unique_ptr<counter_summary> summary_;  // with metrics: the kernels with the most time, at finish
   std::mutex mutex_;
   FILE* csv_ = nullptr;
   std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'
