@@ -328,8 +328,14 @@ struct run_once_case {
   const char* what;
   std::function<CUgraph()> make;
   unsigned long long flags;
-  const char* reason;
+  std::string reason;
 };
+
+std::string hex(const void* pointer) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(pointer)));
+  return text;
+}
 
 void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
   int scratch = 0;
@@ -346,9 +352,9 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"memcpy to untracked", [&scratch] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int)); return g; }, 0,
        "memcpy node writes memory kreplay's snapshots of this device do not hold"},
       {"memcpy to pinned host memory", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, g_pinned, g_buffer, 64); return g; }, 0,
-       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+       "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(g_pinned) + ", 64 bytes: page-locked host memory at " + hex(g_pinned) + ")"},
       {"memcpy past the buffer", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_DEVICE, &g_buffer[1020], g_buffer, 64, false); return g; }, 0,
-       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+       "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&g_buffer[1020]) + ", 64 bytes: no allocation kreplay tracks at " + hex(&g_buffer[1024]) + ")"},
       {"memset to untracked", [&scratch] { CUgraph g = training_step(); add_memset(g, &scratch, 1); return g; }, 0,
        "memset node writes memory"},
       {"conditional", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_CONDITIONAL); return g; }, 0,

@@ -1,6 +1,7 @@
 // Graph launches (--graph-profiling graph): following the calls that make, change and destroy executable graphs,
 // and deciding whether a graph launch is replayed as one window.
 #include <cstddef>
+#include <cstdio>
 
 #include "callback_data.hpp"
 #include "guard.hpp"
@@ -42,32 +43,55 @@ bool is_instantiate(CUpti_CallbackId cbid) {
          cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz;
 }
 
+std::string hex(uintptr_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+// What kreplay's pointer types are, for the reason of a graph that runs once.
+std::string memory_kind_text(kreplay_pointer_type_t type) {
+  switch (type) {
+    case KREPLAY_POINTER_LOCKED: return "page-locked host memory";
+    case KREPLAY_POINTER_MANAGED: return "managed memory";
+    case KREPLAY_POINTER_GRAPHICS: return "graphics interop memory";
+    case KREPLAY_POINTER_IPC: return "memory imported from another process";
+    default: return "memory of kreplay's pointer type " + std::to_string(static_cast<int>(type));
+  }
+}
+
 }  // namespace
 
 tracked_memory_t replayer::tracked_memory(CUcontext context) const {
   const int device = tracker_.device_of(context);
   const kreplay_agent_t agent = agent_of_device(device < 0 ? 0 : device);
-  // Region by region: a copy may span regions that lie end to end (a virtual-memory range mapped in pieces, as
-  // XLA's allocator grows one), and every byte must be in one of this device's tracked regions.
-  return [this, agent](CUdeviceptr start, size_t bytes) {
+  // Region by region: a copy may span regions that lie end to end (a virtual-memory range mapped in pieces), and
+  // every byte must be in one of this device's tracked regions.
+  return [this, agent](CUdeviceptr start, size_t bytes) -> std::string {
     uintptr_t at = static_cast<uintptr_t>(start);
     const uintptr_t end = at + bytes;
     if (end < at) {
-      return false;
+      return "the range wraps around the address space";
     }
     do {
       kreplay_pointer_info_t info{};
-      if (tracker_.pointer_info(reinterpret_cast<const void*>(at), &info) != KREPLAY_STATUS_SUCCESS ||
-          info.size == 0 || info.type != KREPLAY_POINTER_DEVICE || info.owner.handle != agent.handle) {
-        return false;  // host, managed, a peer's or untracked memory: no snapshot of this device holds it
+      const void* pointer = reinterpret_cast<const void*>(at);
+      if (tracker_.pointer_info(pointer, &info) != KREPLAY_STATUS_SUCCESS || info.size == 0) {
+        return "no allocation kreplay tracks at " + hex(at);
+      }
+      if (info.type != KREPLAY_POINTER_DEVICE) {
+        return memory_kind_text(info.type) + " at " + hex(at);
+      }
+      if (info.owner.handle != agent.handle) {
+        return "another device's memory at " + hex(at);
       }
       const auto base = reinterpret_cast<uintptr_t>(info.base);
       if (at < base || at - base >= info.size) {
-        return false;
+        return "no allocation kreplay tracks at " + hex(at);
       }
       at = base + info.size;
     } while (at < end);
-    return true;
+    return "";
   };
 }
 

@@ -49,8 +49,11 @@ class graph_walk {
   // After the walk: memcpy and memset destinations checked, the graph's own allocations counting as captured.
   graph_facts finish() {
     check_allocations();
-    const tracked_memory_t own_or_tracked = [this](CUdeviceptr start, size_t bytes) {
-      return in_graph_allocation(start, bytes) || (tracked_ && tracked_(start, bytes));
+    const tracked_memory_t own_or_tracked = [this](CUdeviceptr start, size_t bytes) -> std::string {
+      if (in_graph_allocation(start, bytes)) {
+        return "";
+      }
+      return tracked_ ? tracked_(start, bytes) : std::string("no allocation kreplay tracks");
     };
     for (const CUDA_MEMCPY3D& copy : copies_) {
       if (why_not_.empty()) {
@@ -239,11 +242,12 @@ std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_
                                 const tracked_memory_t& tracked) {
   const size_t row = width * element_size;
   const size_t bytes = height <= 1 ? row : (height - 1) * pitch + row;
-  if (tracked && tracked(dst, bytes)) {
+  const std::string gap = tracked ? tracked(dst, bytes) : std::string("no allocation kreplay tracks");
+  if (gap.empty()) {
     return "";
   }
   return "a memset node writes memory kreplay's snapshots of this device do not hold (" + hex(dst) + ", " +
-         std::to_string(bytes) + " bytes)";
+         std::to_string(bytes) + " bytes: " + gap + ")";
 }
 
 std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_t& tracked) {
@@ -259,11 +263,12 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
       const size_t height = copy.Height != 0 ? copy.Height : 1;
       const size_t depth = copy.Depth != 0 ? copy.Depth : 1;
       const size_t bytes = (depth - 1) * rows * pitch + (height - 1) * pitch + copy.WidthInBytes;
-      if (tracked && tracked(start, bytes)) {
+      const std::string gap = tracked ? tracked(start, bytes) : std::string("no allocation kreplay tracks");
+      if (gap.empty()) {
         return "";
       }
       return "a memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(start) + ", " +
-             std::to_string(bytes) + " bytes)";
+             std::to_string(bytes) + " bytes: " + gap + ")";
     }
   }
   return "a memcpy node writes memory of an unknown type";

@@ -47,9 +47,10 @@ struct graph_facts {
   unsigned long long flags = 0;      // the executable's instantiation flags (an update keeps them)
 };
 
-// Whether [start, start + bytes) lies inside one tracked device allocation of the launching device: memory
-// kreplay's snapshots of that device hold.
-using tracked_memory_t = std::function<bool(CUdeviceptr start, size_t bytes)>;
+// Whether every byte of [start, start + bytes) lies in tracked device allocations of the launching device (memory
+// kreplay's snapshots of that device hold): "" when it does, else what lies at the first byte that does not
+// ("page-locked host memory at 0x...", "no allocation kreplay tracks at 0x...").
+using tracked_memory_t = std::function<std::string(CUdeviceptr start, size_t bytes)>;
 
 // Reads `graph` (and its child graphs) with the driver's graph queries. `instantiate_flags`: the flags the
 // executable was instantiated with; `context`: the instantiating context. A query that fails makes the graph
