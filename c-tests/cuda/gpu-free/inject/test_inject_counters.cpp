@@ -509,8 +509,9 @@ void the_summary_names_the_kernels_with_the_most_time() {
   const size_t a = text.find("25 %  2 ms  x1  kernelA  smsp__inst_executed.sum 100  x.sum 1");
   CHECK(b != std::string::npos && a != std::string::npos && b < a);
   CHECK(counter_summary({"y.sum"}).text(5).empty());
-  CHECK(readable_kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_", 200)
-            .rfind("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>", 0) == 0);
+  const std::string fill =
+      "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
+  CHECK(readable_kernel_name(fill, 200).rfind("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>", 0) == 0);
   CHECK(readable_kernel_name("sm90_xmma_gemm_f32f32", 60) == "sm90_xmma_gemm_f32f32");
   CHECK(readable_kernel_name("_Z7kernelAPf", 60) == "kernelA");
   CHECK(readable_kernel_name(std::string(100, 'k'), 20) == std::string(17, 'k') + "...");

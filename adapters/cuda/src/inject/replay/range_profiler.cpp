@@ -78,7 +78,6 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
   return false;
 }
 
-// What one context needs for every session on it, made at its first launch.
 // The images CUPTI is handed by address: the configuration and the counter data. One pair per context, alive
 // while its set-up or any session holds it, and never copied: the profiler keeps the addresses from one
 // SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's BeginPass after
@@ -89,6 +88,7 @@ struct profiler_images {
   std::vector<uint8_t> counter_data;
 };
 
+// What one context needs for every session on it, made at its first launch.
 struct context_setup {
   std::string failure;  // non-empty: this context cannot be counted, and why
   CUpti_Profiler_Host_Object* host = nullptr;
@@ -127,7 +127,8 @@ class range_session final : public counter_session {
     }
   }
 
-  // The counter-data image initialized afresh, and the configuration: user replay, automatic ranges, one range per pass.
+  // The counter-data image initialized afresh, and the configuration: user replay, automatic ranges, one range
+  // per pass.
   bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
