@@ -31,34 +31,6 @@ kreplay_gpu_archive
 summary="$out/summary.txt"
 : >"$summary"
 failures=0
-figure() {  # figure REPORT WHAT: counts from the launcher's CSV
-  python3 - "$@" <<'PY'
-import csv, sys
-try:
-    rows = list(csv.DictReader(open(sys.argv[1])))
-except OSError:
-    rows = []
-graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
-what = sys.argv[2]
-if what == "rows":
-    print(len(rows))
-elif what == "replayed":
-    print(sum(r["replayed"] == "1" for r in rows))
-elif what == "graphs":
-    print(len(graph))
-elif what == "graphs_replayed":
-    print(sum(r["replayed"] == "1" for r in graph))
-elif what == "graph_reasons":
-    print("; ".join(sorted({r["reason"] for r in graph if r["replayed"] != "1"})) or "none")
-elif what == "reasons":
-    print("; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none")
-elif what == "first_graph":
-    print(min([int(r["launch"]) for r in graph] or [0]))
-elif what == "differs":
-    names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
-    print(len(names), "; ".join(sorted(set(names))[:5]))
-PY
-}
 
 {
   kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
@@ -71,31 +43,7 @@ launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
 if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
   tail -40 "$work/env.log"
   row "FAIL build ($build_rc)"
-  if [[ ${KREPLAY_RUN_SET:-1} != 0 ]]; then
-  # What a user sees with --set full (ResNet-18, 1 step, the first KREPLAY_SET_LAUNCHES launches, default 200):
-  # the launcher's summary on stderr, and the CSV read back with pandas.
-  export KREPLAY_PROG_STEPS=1
-  cmd=(python3 "$src/torch_prog.py" resnet)
-  plain=$(run "$work/set.plain.log" "${cmd[@]}")
-  start=$SECONDS
-  sum=$(run "$work/set.log" "$launcher" --set full --launch-count "${KREPLAY_SET_LAUNCHES:-200}" -o "$work/set.csv" \
-        -- "${cmd[@]}")
-  row "INFO --set full: $((SECONDS - start)) s"
-  grep -h "^kreplay-cuda-replay" "$work/set.log" | tee -a "$summary"
-  verdict "--set full: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-  python3 - "$work/set.csv" <<'PY' 2>&1 | tee -a "$summary"
-import sys
-import pandas as pd
-df = pd.read_csv(sys.argv[1])
-counted = df[df["counters"].isna() & (df["replayed"] == 1)]
-print(f"pandas: {len(df)} rows, {len(counted)} counted, {len(df.columns)} columns, passes {counted['passes_run'].median()}")
-columns = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed.sum"]
-print(counted[columns].describe().to_string())
-PY
-  unset KREPLAY_PROG_STEPS
-fi
-
-tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
+  tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
   exit 1
 fi
 
@@ -112,16 +60,16 @@ graph_program() {
     sum=$(run "$work/$name.$tier.log" "$launcher" --passes 3 --tier "$tier" "${verify[@]}" --progress 10 \
           -o "$work/$name.$tier.csv" -- "$@")
     verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-    graphs=$(figure "$work/$name.$tier.csv" graphs)
-    replayed=$(figure "$work/$name.$tier.csv" graphs_replayed)
-    verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(figure "$work/$name.$tier.csv" graph_reasons))" \
+    graphs=$(csv_figure "$work/$name.$tier.csv" graphs)
+    replayed=$(csv_figure "$work/$name.$tier.csv" graphs_replayed)
+    verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(csv_figure "$work/$name.$tier.csv" graph_reasons))" \
       test "$graphs" -gt 0 -a "$replayed" = "$graphs"
-    row "INFO $name, $tier tier: $(figure "$work/$name.$tier.csv" replayed) of $(figure "$work/$name.$tier.csv" rows) launches replayed; not: $(figure "$work/$name.$tier.csv" reasons)"
+    row "INFO $name, $tier tier: $(csv_figure "$work/$name.$tier.csv" replayed) of $(csv_figure "$work/$name.$tier.csv" rows) launches replayed; not: $(csv_figure "$work/$name.$tier.csv" reasons)"
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
-  row "INFO $name --verify: launches whose passes differed: $(figure "$work/$name.host.csv" differs)"
+  row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
   control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --passes 3 --debug-no-restore --progress 10 \
-            --launch-skip "$(figure "$work/$name.host.csv" first_graph)" -o "$work/$name.control.csv" -- "$@")
+            --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
     test -n "$control" -a "$control" != "$plain"
 }
