@@ -8,6 +8,8 @@
 #   kreplay_gpu_describe FIELDS >log           # date, kernel, nvidia-smi --query-gpu=FIELDS, nvcc, CMake
 #   kreplay_gpu_build SRC BUILD "TARGETS" [CMAKE_ARGS...] >>log 2>&1   # status: configure's, else build's
 #   row TEXT; verdict WHAT CONDITION...; run LOG CMD...   # the replay scripts' checks (below)
+#   csv_figure REPORT WHAT                      # one figure of a kreplay-cuda-replay report (replay/csv_figure.py)
+kreplay_gpu_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   echo "setup.sh is sourced by the GPU run scripts, not run" >&2
   exit 2
@@ -77,4 +79,7 @@ run() {
   timeout -k 10 "${run_timeout:-$timeout_s}" "$@" >"$log" 2>&1
   echo "== exit $? after $((SECONDS - start)) s" >>"$log"
   sed -n 's/^CHECKSUM //p' "$log" | tail -1
+}
+csv_figure() {
+  python3 "$kreplay_gpu_dir/replay/csv_figure.py" "$@"
 }

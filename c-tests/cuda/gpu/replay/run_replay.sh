@@ -61,39 +61,6 @@ declare -A command=(
   [transformer]="python3 $src/torch_prog.py transformer"
   [reset]="$build/replay_reset"
 )
-csv_figure() {  # csv_figure REPORT max_footprint|replayed|rows|declined|declined_other|differs: from the launcher's CSV (names have commas)
-  python3 - "$@" <<'PY'
-import csv, sys
-try:
-    rows = list(csv.DictReader(open(sys.argv[1])))
-except OSError:
-    rows = []
-what = sys.argv[2]
-if what == "max_footprint":
-    print(max([int(r["footprint_bytes"]) for r in rows] or [0]))
-elif what == "replayed":
-    print(sum(r["replayed"] == "1" for r in rows))
-elif what == "rows":
-    print(len(rows))
-elif what == "declined":
-    print(sum(r["reason"].startswith(("snapshot declined", "window declined")) for r in rows))
-elif what == "graphs":
-    print(sum(r["kernel"].startswith(("graph:", "(graph launch)")) for r in rows))
-elif what == "graphs_replayed":
-    print(sum(r["kernel"].startswith("graph:") and r["replayed"] == "1" for r in rows))
-elif what == "first_graph":
-    print(min([int(r["launch"]) for r in rows if r["kernel"].startswith("graph:")] or [0]))
-elif what == "graph_reasons":
-    print("; ".join(sorted({r["reason"] for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))
-                            and r["replayed"] != "1"})) or "none")
-elif what == "declined_other":
-    print(sum(r["reason"].startswith(("snapshot declined", "window declined")) and "HOST_BUDGET" not in r["reason"]
-              for r in rows))
-else:
-    names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
-    print(len(names), "; ".join(sorted(set(names))[:5]))
-PY
-}
 
 for program in ${KREPLAY_RUN_PROGRAMS:-globals cupy resnet transformer reset}; do
   cmd=${command[$program]}

@@ -1,0 +1,48 @@
+"""One figure from kreplay-cuda-replay's CSV report, for the GPU run scripts (run_replay.sh,
+run_graphs_counters.sh):
+
+  python3 csv_figure.py REPORT WHAT
+
+WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), declined_other (declined for
+anything but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's
+number), graph_reasons (why graph launches ran once), reasons (why launches ran once), differs (launches whose
+passes differed under --verify, and up to five of their kernels). A missing report counts as empty."""
+import csv
+import sys
+
+
+def figure(rows, what):
+    graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
+    declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
+    if what == "rows":
+        return len(rows)
+    if what == "replayed":
+        return sum(r["replayed"] == "1" for r in rows)
+    if what == "max_footprint":
+        return max([int(r["footprint_bytes"]) for r in rows] or [0])
+    if what == "declined":
+        return len(declined)
+    if what == "declined_other":
+        return sum("HOST_BUDGET" not in r["reason"] for r in declined)
+    if what == "graphs":
+        return len(graph)
+    if what == "graphs_replayed":
+        return sum(r["replayed"] == "1" for r in graph)
+    if what == "first_graph":
+        return min([int(r["launch"]) for r in graph] or [0])
+    if what == "graph_reasons":
+        return "; ".join(sorted({r["reason"] for r in graph if r["replayed"] != "1"})) or "none"
+    if what == "reasons":
+        return "; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none"
+    if what == "differs":
+        names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
+        return f"{len(names)} " + "; ".join(sorted(set(names))[:5])
+    raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
+
+
+if __name__ == "__main__":
+    try:
+        report = list(csv.DictReader(open(sys.argv[1])))
+    except OSError:
+        report = []
+    print(figure(report, sys.argv[2]))
