@@ -1,7 +1,6 @@
 // Graph launches (--graph-profiling graph): following the calls that make, change and destroy executable graphs,
 // and deciding whether a graph launch is replayed as one window.
 #include <cstddef>
-#include <cstdio>
 
 #include "callback_data.hpp"
 #include "guard.hpp"
@@ -41,12 +40,6 @@ bool is_instantiate(CUpti_CallbackId cbid) {
          cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags ||
          cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams ||
          cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithParams_ptsz;
-}
-
-std::string hex(uintptr_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(value));
-  return text;
 }
 
 // What kreplay's pointer types are, for the reason of a graph that runs once.

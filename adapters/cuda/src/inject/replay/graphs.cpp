@@ -14,10 +14,9 @@ struct graph_allocation {
   size_t bytes;
 };
 
-std::string hex(CUdeviceptr address) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(address));
-  return text;
+// What lies where a copy or memset writes, when its caller cannot say.
+std::string untracked(const tracked_memory_t& tracked, CUdeviceptr start, size_t bytes) {
+  return tracked ? tracked(start, bytes) : "no allocation kreplay tracks at " + hex(start);
 }
 
 // One walk over a graph and its children: counts, names, and what may make it unreplayable.
@@ -53,7 +52,7 @@ class graph_walk {
       if (in_graph_allocation(start, bytes)) {
         return "";
       }
-      return tracked_ ? tracked_(start, bytes) : std::string("no allocation kreplay tracks");
+      return untracked(tracked_, start, bytes);
     };
     for (const CUDA_MEMCPY3D& copy : copies_) {
       if (why_not_.empty()) {
@@ -225,6 +224,12 @@ class graph_walk {
 
 }  // namespace
 
+std::string hex(CUdeviceptr address) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(address));
+  return text;
+}
+
 std::string kernel_node_name(CUfunction function, CUkernel kernel, const driver_api_t& driver) {
   const char* name = nullptr;
   if (function != nullptr && driver.func_get_name != nullptr && driver.func_get_name(&name, function) == CUDA_SUCCESS &&
@@ -242,7 +247,7 @@ std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_
                                 const tracked_memory_t& tracked) {
   const size_t row = width * element_size;
   const size_t bytes = height <= 1 ? row : (height - 1) * pitch + row;
-  const std::string gap = tracked ? tracked(dst, bytes) : std::string("no allocation kreplay tracks");
+  const std::string gap = untracked(tracked, dst, bytes);
   if (gap.empty()) {
     return "";
   }
@@ -263,7 +268,7 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
       const size_t height = copy.Height != 0 ? copy.Height : 1;
       const size_t depth = copy.Depth != 0 ? copy.Depth : 1;
       const size_t bytes = (depth - 1) * rows * pitch + (height - 1) * pitch + copy.WidthInBytes;
-      const std::string gap = tracked ? tracked(start, bytes) : std::string("no allocation kreplay tracks");
+      const std::string gap = untracked(tracked, start, bytes);
       if (gap.empty()) {
         return "";
       }

@@ -58,6 +58,9 @@ using tracked_memory_t = std::function<std::string(CUdeviceptr start, size_t byt
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
                           const driver_api_t& driver, const tracked_memory_t& tracked);
 
+// An address as "0x7f0ae2c00000", for the reasons in the report.
+std::string hex(CUdeviceptr address);
+
 // A kernel node's function name, "(unnamed)" where the driver has none.
 std::string kernel_node_name(CUfunction function, CUkernel kernel, const driver_api_t& driver);
 
