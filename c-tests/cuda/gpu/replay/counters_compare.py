@@ -68,8 +68,12 @@ def pair_in_order(mine, theirs, lookahead=8):
 
 
 def main():
-    metrics, rows, counted = kreplay_rows(sys.argv[1], "counters")
-    ncu = ncu_rows(sys.argv[2])
+    try:
+        metrics, rows, counted = kreplay_rows(sys.argv[1], "counters")
+        ncu = ncu_rows(sys.argv[2])
+    except OSError as error:
+        print(f"FAIL a report is missing: {error}")
+        return 1
     print(f"kreplay: {len(rows)} rows, {len(counted)} counted, {len(metrics)} metrics; ncu: {len(ncu)} launches")
     not_counted = sorted({r["counters"][:100] for r in rows if r not in counted})
     if not_counted:

@@ -47,6 +47,12 @@ if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
   exit 1
 fi
 
+# The checksum of ResNet-18's one plain step (the counters and the set sections compare with it), run once.
+resnet_plain() {
+  [[ -f $work/resnet.plain.log ]] || KREPLAY_PROG_STEPS=1 run "$work/resnet.plain.log" python3 "$src/torch_prog.py" resnet >/dev/null
+  sed -n 's/^CHECKSUM //p' "$work/resnet.plain.log" | tail -1
+}
+
 # graph_program NAME CMD...: plain, host + --verify, device, control; every graph launch replayed.
 graph_program() {
   local name=$1
@@ -96,17 +102,17 @@ if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then
   more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
   export KREPLAY_PROG_STEPS=1
   cmd=(python3 "$src/torch_prog.py" resnet)
-  plain=$(run "$work/counters.plain.log" "${cmd[@]}")
-  start=$SECONDS
-  sum=$(run "$work/counters.kreplay.log" "$launcher" --metrics "$counts" --launch-count "$launches" --progress 10 \
-        -o "$work/counters.kreplay.csv" -- "${cmd[@]}")
-  row "INFO counters: kreplay, 4 metrics, $launches launches: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/counters.kreplay.log" | tail -1)"
-  verdict "counters: kreplay --metrics: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-  start=$SECONDS
-  sum=$(run "$work/counters.more.log" "$launcher" --metrics "$more" --launch-count "$launches" --progress 10 \
-        -o "$work/counters.more.csv" -- "${cmd[@]}")
-  row "INFO counters: kreplay, 15 metrics, $launches launches: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/counters.more.log" | tail -1)"
-  verdict "counters: kreplay with 15 metrics: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  plain=$(resnet_plain)
+  for list in "kreplay:$counts" "more:$more"; do
+    name=${list%%:*}
+    metrics=${list#*:}
+    start=$SECONDS
+    sum=$(run "$work/counters.$name.log" "$launcher" --metrics "$metrics" --launch-count "$launches" --progress 10 \
+          -o "$work/counters.$name.csv" -- "${cmd[@]}")
+    what="kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics, $launches launches"
+    row "INFO counters: $what: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/counters.$name.log" | tail -1)"
+    verdict "counters: $what: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  done
   start=$SECONDS
   timeout -k 10 "$timeout_s" ncu --metrics "$more" --replay-mode kernel --cache-control all --clock-control none \
     --launch-count "$launches" --csv --page raw --log-file "$work/counters.ncu.csv" "${cmd[@]}" \
@@ -126,7 +132,7 @@ if [[ ${KREPLAY_RUN_SET:-1} != 0 ]]; then
   # the launcher's summary on stderr, and the CSV read back with pandas.
   export KREPLAY_PROG_STEPS=1
   cmd=(python3 "$src/torch_prog.py" resnet)
-  plain=$(run "$work/set.plain.log" "${cmd[@]}")
+  plain=$(resnet_plain)
   start=$SECONDS
   sum=$(run "$work/set.log" "$launcher" --set full --launch-count "${KREPLAY_SET_LAUNCHES:-200}" -o "$work/set.csv" \
         -- "${cmd[@]}")
