@@ -78,14 +78,18 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
   return false;
 }
 
-// The images CUPTI is handed by address: the configuration and the counter data. One pair per context, alive
-// while its set-up or any session holds it, and never copied: the profiler keeps the addresses from one
-// SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's BeginPass after
-// 14 to 49 launches on the H200, CUPTI 13.0.) A context's sessions use the pair one at a time: each only inside
-// its launch's window, which the context's other launches wait for.
+// What CUPTI is handed by address: the configuration and counter-data images and the metric names. One set per
+// context, alive while its set-up or any session holds it, and never copied: the profiler keeps the addresses
+// from one SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's
+// BeginPass after 14 to 49 launches on the H200, CUPTI 13.0.) A context's sessions use it one at a time: each
+// only inside its launch's window, which the context's other launches wait for.
 struct profiler_images {
   std::vector<uint8_t> config;
   std::vector<uint8_t> counter_data;
+  // The metrics the context's device knows (the names CUPTI is given), and their columns among the source's
+  // metrics; the others' columns stay empty. Fixed once the set-up is done.
+  std::vector<const char*> names;
+  std::vector<size_t> columns;
 };
 
 // What one context needs for every session on it, made at its first launch.
@@ -95,10 +99,6 @@ struct context_setup {
   CUpti_RangeProfiler_Object* object = nullptr;
   std::shared_ptr<profiler_images> images = std::make_shared<profiler_images>();
   uint32_t passes = 0;
-  // The metrics this context's device knows, for CUPTI, and their columns among the source's metrics; the
-  // others' columns stay empty.
-  std::vector<const char*> names;
-  std::vector<size_t> columns;
 };
 
 // What a session needs of its context's set-up, so that a context forgotten meanwhile leaves it whole.
@@ -107,8 +107,6 @@ struct session_inputs {
   CUpti_RangeProfiler_Object* object;
   std::shared_ptr<profiler_images> images;
   uint32_t passes;
-  std::vector<const char*> names;
-  std::vector<size_t> columns;
   size_t metrics;  // the source's
 };
 
@@ -180,22 +178,23 @@ class range_session final : public counter_session {
       *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more than one kernel in the pass?)";
       return false;
     }
-    std::vector<double> known(in_.names.size(), 0.0);
+    const profiler_images& images = *in_.images;
+    std::vector<double> known(images.names.size(), 0.0);
     CUpti_Profiler_Host_EvaluateToGpuValues_Params evaluate{};
     evaluate.structSize = CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
     evaluate.pHostObject = in_.host;
     evaluate.pCounterDataImage = image_.data();
     evaluate.counterDataImageSize = image_.size();
     evaluate.rangeIndex = 0;
-    evaluate.ppMetricNames = const_cast<const char**>(in_.names.data());
-    evaluate.numMetrics = in_.names.size();
+    evaluate.ppMetricNames = const_cast<const char**>(images.names.data());
+    evaluate.numMetrics = images.names.size();
     evaluate.pMetricValues = known.data();
     if (!ok(api_.host_evaluate_to_gpu_values(&evaluate), "cuptiProfilerHostEvaluateToGpuValues", why)) {
       return false;
     }
     values->assign(in_.metrics, std::numeric_limits<double>::quiet_NaN());  // NaN: a metric the device lacks
     for (size_t i = 0; i < known.size(); ++i) {
-      (*values)[in_.columns[i]] = known[i];
+      (*values)[images.columns[i]] = known[i];
     }
     return true;
   }
@@ -294,8 +293,8 @@ class range_profiler_source final : public counter_source {
       return nullptr;
     }
     *passes = setup.passes;
-    return std::make_unique<range_session>(api_, session_inputs{setup.host, setup.object, setup.images, setup.passes,
-                                                                setup.names, setup.columns, names_.size()});
+    return std::make_unique<range_session>(
+        api_, session_inputs{setup.host, setup.object, setup.images, setup.passes, names_.size()});
   }
 
  private:
@@ -332,8 +331,8 @@ class range_profiler_source final : public counter_source {
     CUpti_RangeProfiler_GetCounterDataSize_Params size{};
     size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
     size.pRangeProfilerObject = setup.object;
-    size.pMetricNames = const_cast<const char**>(setup.names.data());
-    size.numMetrics = setup.names.size();
+    size.pMetricNames = const_cast<const char**>(setup.images->names.data());
+    size.numMetrics = setup.images->names.size();
     size.maxNumOfRanges = 1;
     set_tree_nodes(size, 1);
     if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
@@ -343,11 +342,11 @@ class range_profiler_source final : public counter_source {
 
   // The host object with the metrics the chip knows, their config image and its pass count.
   bool host_side(const char* chip_name, context_setup& setup) {
-    setup.names = names_;
+    setup.images->names = names_;
     for (size_t i = 0; i < names_.size(); ++i) {
-      setup.columns.push_back(i);
+      setup.images->columns.push_back(i);
     }
-    if (!host_with(chip_name, setup.names, &setup.host, &setup.failure) && !keep_known(chip_name, setup)) {
+    if (!host_with(chip_name, names_, &setup.host, &setup.failure) && !keep_known(chip_name, setup)) {
       return false;
     }
     CUpti_Profiler_Host_GetConfigImageSize_Params size{};
@@ -405,10 +404,10 @@ class range_profiler_source final : public counter_source {
       std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s does not know %s: left out, their columns stay empty\n",
                    chip.c_str(), unknown.c_str());
     }
-    setup.names = std::move(known);
-    setup.columns = std::move(columns);
+    setup.images->names = std::move(known);
+    setup.images->columns = std::move(columns);
     setup.failure.clear();
-    return host_with(chip_name, setup.names, &setup.host, &setup.failure);
+    return host_with(chip_name, setup.images->names, &setup.host, &setup.failure);
   }
 
   // A host object for `chip_name` with `names` added, in *host; false, with why and no object left, when CUPTI
