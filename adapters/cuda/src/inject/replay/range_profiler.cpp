@@ -79,10 +79,11 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
 }
 
 // What CUPTI is handed by address: the configuration and counter-data images and the metric names. One set per
-// context, alive while its set-up or any session holds it, and never copied: the profiler keeps the addresses
-// from one SetConfig to the next. (Each session with copies of its own, freed at its end, crashed NVPW's
-// BeginPass after 14 to 49 launches on the H200, CUPTI 13.0.) A context's sessions use it one at a time: each
-// only inside its launch's window, which the context's other launches wait for.
+// context, alive while its set-up or any session holds it, and never copied: the profiler seems to keep the
+// addresses from one SetConfig to the next (not documented; inferred: with copies made and freed per session,
+// NVPW's BeginPass crashed after 14 to 49 launches on the H200, CUPTI 13.0, and with one set per context it ran
+// 200 of 200). A context's sessions use it one at a time: each only inside its launch's window, which the
+// context's other launches wait for.
 struct profiler_images {
   std::vector<uint8_t> config;
   std::vector<uint8_t> counter_data;
