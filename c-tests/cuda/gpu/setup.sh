@@ -7,6 +7,9 @@
 #   kreplay_gpu_archive                        # sets archive: libkreplay.a, unpacked first if only .gz is there
 #   kreplay_gpu_describe FIELDS >log           # date, kernel, nvidia-smi --query-gpu=FIELDS, nvcc, CMake
 #   kreplay_gpu_build SRC BUILD "TARGETS" [CMAKE_ARGS...] >>log 2>&1   # status: configure's, else build's
+#   kreplay_replay_begin NAME                   # the replay scripts' state: work=$out/NAME, summary, failures, ...
+#   kreplay_replay_launcher TARGETS             # build, set launcher; on failure: FAIL row, archive, exit 1
+#   kreplay_replay_end                          # archive $work as $out/NAME.tar.gz, the failures row, exit status
 #   row TEXT; verdict WHAT CONDITION...; run LOG CMD...   # the replay scripts' checks (below)
 #   csv_figure REPORT WHAT                      # one figure of a kreplay-cuda-replay report (replay/csv_figure.py)
 kreplay_gpu_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -82,4 +85,39 @@ run() {
 }
 csv_figure() {
   python3 "$kreplay_gpu_dir/replay/csv_figure.py" "$@"
+}
+
+# The replay scripts' frame (replay/run_replay.sh, replay/run_graphs_counters.sh), after kreplay_gpu_args: the
+# build folder, the per-run timeout, the work folder $out/NAME with its logs, the summary and the failure count.
+kreplay_replay_begin() {
+  replay_name=$1
+  build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
+  timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
+  work="$out/$replay_name"
+  mkdir -p "$work"
+  kreplay_gpu_archive
+  summary="$out/summary.txt"
+  : >"$summary"
+  failures=0
+}
+
+# Builds TARGETS (the launcher and its library among them) from $src into $build, logging into $work/env.log, and
+# sets launcher; a failed build ends the script (status 1) with its log's tail and the archive.
+kreplay_replay_launcher() {
+  kreplay_gpu_build "$src" "$build" "$1" >>"$work/env.log" 2>&1
+  local build_rc=$?
+  launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
+  if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
+    tail -40 "$work/env.log"
+    row "FAIL build ($build_rc)"
+    tar -C "$out" -czf "$out/$replay_name.tar.gz" "$replay_name"
+    exit 1
+  fi
+}
+
+# Archives the logs and reports, writes the failure count, and exits 1 when a check failed.
+kreplay_replay_end() {
+  tar -C "$out" -czf "$out/$replay_name.tar.gz" "$replay_name"
+  row "failures: $failures"
+  exit $((failures != 0))
 }

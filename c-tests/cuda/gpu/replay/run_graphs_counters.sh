@@ -23,29 +23,14 @@ set -u -o pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 source "$src/../setup.sh"
 kreplay_gpu_args "run_graphs_counters.sh PREBUILT_DIR OUT_DIR" "$@"
-build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
-timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
-work="$out/graphs_counters"
-mkdir -p "$work"
-kreplay_gpu_archive
-summary="$out/summary.txt"
-: >"$summary"
-failures=0
+kreplay_replay_begin graphs_counters
 
 {
   kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
   python3 -c 'import torch, jax; print("torch", torch.__version__, "jax", jax.__version__)' 2>&1
   command -v ncu && ncu --version | tail -1
 } >"$work/env.log" 2>&1
-kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay" >>"$work/env.log" 2>&1
-build_rc=$?
-launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
-if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
-  tail -40 "$work/env.log"
-  row "FAIL build ($build_rc)"
-  tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
-  exit 1
-fi
+kreplay_replay_launcher "kreplay_cuda_inject kreplay_cuda_replay"
 
 # The checksum of ResNet-18's one plain step (the counters and the set sections compare with it), run once.
 resnet_plain() {
@@ -151,6 +136,4 @@ PY
   unset KREPLAY_PROG_STEPS
 fi
 
-tar -C "$out" -czf "$out/graphs_counters.tar.gz" graphs_counters
-row "failures: $failures"
-exit $((failures != 0))
+kreplay_replay_end

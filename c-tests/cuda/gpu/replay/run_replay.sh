@@ -31,28 +31,13 @@ set -u -o pipefail
 src=$(cd "$(dirname "$0")" && pwd)
 source "$src/../setup.sh"
 kreplay_gpu_args "run_replay.sh PREBUILT_DIR OUT_DIR" "$@"
-build=${KREPLAY_RUN_BUILD_DIR:-/tmp/kreplay-replay-build}
-timeout_s=${KREPLAY_RUN_TIMEOUT:-300}
-work="$out/replay"
-mkdir -p "$work"
-kreplay_gpu_archive
-summary="$out/summary.txt"
-: >"$summary"
-failures=0
+kreplay_replay_begin replay
 
 {
   kreplay_gpu_describe name,driver_version,memory.total,clocks.sm,clocks.max.sm
   python3 -c 'import torch, torchvision, cupy; print("torch", torch.__version__, "torchvision", torchvision.__version__, "cupy", cupy.__version__)' 2>&1
 } >"$work/env.log" 2>&1
-kreplay_gpu_build "$src" "$build" "kreplay_cuda_inject kreplay_cuda_replay replay_globals replay_reset" >>"$work/env.log" 2>&1
-build_rc=$?
-launcher=$(find "$build" -name kreplay-cuda-replay -type f | head -1)
-if [[ $build_rc -ne 0 || -z "$launcher" ]]; then
-  tail -40 "$work/env.log"
-  row "FAIL build ($build_rc)"
-  tar -C "$out" -czf "$out/replay.tar.gz" replay
-  exit 1
-fi
+kreplay_replay_launcher "kreplay_cuda_inject kreplay_cuda_replay replay_globals replay_reset"
 
 declare -A command=(
   [globals]="$build/replay_globals"
@@ -171,6 +156,4 @@ if [[ ${KREPLAY_RUN_JAX:-1} != 0 ]]; then
   unset XLA_FLAGS
 fi
 
-tar -C "$out" -czf "$out/replay.tar.gz" replay
-row "failures: $failures"
-exit $((failures != 0))
+kreplay_replay_end
