@@ -443,7 +443,9 @@ typedef struct kreplay_window_options_t {
   // submission, a range of dispatches) [0 = 1: one dispatch]. The snapshot is taken once before the first;
   // restore between repetitions of the whole range. Admission, the fence and the outcome treat the range as
   // one dispatch; the range's own dispatches are not re-entry (do not report them with
-  // `kreplay_window_note_reentry`).
+  // `kreplay_window_note_reentry`). A host may also replay the range dispatch by dispatch: further
+  // snapshots in the window (one per dispatch, each restored between that dispatch's passes) are the host's,
+  // not the window's; the outcome accounts only the first snapshot and its restores.
   uint32_t dispatches;
 } kreplay_window_options_t;
 

@@ -501,7 +501,7 @@ impl<O: DeviceOps> Engine<O> {
     pub fn restore_with(&self, snapshot: &Snapshot<'_, O>, options: RestoreOptions) -> (RestoreReport, Result<()>) {
         match self.enter() {
             Ok(_call) => {
-                let last = self.windows.is_last_restore(snapshot.info.agent);
+                let last = self.windows.is_last_restore(&snapshot.info);
                 let options = RestoreOptions { full_check: options.full_check || last };
                 let (report, status) = crate::snapshot::restore(self.parts(), snapshot, options);
                 self.windows.on_restore(&snapshot.info, &report, status.is_ok(), &self.policy);

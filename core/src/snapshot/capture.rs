@@ -2,6 +2,7 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::plan::place;
 use super::transfer::{Direction, Dirty, Outcome, Transfer};
@@ -43,6 +44,9 @@ pub(super) struct Capture<'a, 'e, O: DeviceOps> {
     pub dirty: bool,
 }
 
+/// The next snapshot's [`SnapshotInfo::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// Captures `agent`'s tracked regions and module-scope variables, or declines. Either way, once capture ends,
 /// the agent's idle storage (host and device) that this snapshot did not take is given back, so memory held
 /// between dispatches is bounded by the last snapshot's footprint.
@@ -78,7 +82,7 @@ fn take<'e, O: DeviceOps>(parts: Parts<'e, O>, agent: Agent) -> Declined<Box<Sna
     let epoch = parts.resets.epoch(agent);
 
     // Plan. From here on a decline drops `snapshot`, which gives its storage and module list back.
-    let mut info = SnapshotInfo { agent, ..SnapshotInfo::default() };
+    let mut info = SnapshotInfo { agent, id: NEXT_ID.fetch_add(1, Ordering::Relaxed), ..SnapshotInfo::default() };
     let (ranges, modules) = capture.plan(&mut info)?;
     let mut snapshot = Snapshot {
         parts,

@@ -129,6 +129,9 @@ impl Range {
 pub struct SnapshotInfo {
     /// The agent captured.
     pub agent: Agent,
+    /// This snapshot among the process's, from 1 (0 only in a default value): a window tells its own snapshot
+    /// from the per-dispatch snapshots a host takes inside a window over several dispatches.
+    pub id: u64,
     /// Tracked allocations and mappings captured.
     pub regions: usize,
     /// Module-scope variables captured.

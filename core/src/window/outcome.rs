@@ -76,6 +76,9 @@ pub(crate) struct Record {
     pub outcome: Outcome,
     /// The window's one snapshot has been accounted.
     pub snapshot_seen: bool,
+    /// Its [`crate::snapshot::SnapshotInfo::id`] (0 before it, or when it declined): only its restores are the
+    /// window's.
+    pub snapshot_id: u64,
     /// Restores that succeeded.
     pub restores_ok: u32,
     /// Restores accounted, failed ones included (the per-pass projection of an open-ended window averages them).
@@ -114,6 +117,7 @@ impl Record {
             dispatches: 0,
         },
         snapshot_seen: false,
+        snapshot_id: 0,
         restores_ok: 0,
         restores: 0,
         crossed: 0,

@@ -239,6 +239,33 @@ fn the_snapshot_and_restores_of_the_window_are_accounted_in_its_outcome() {
 }
 
 #[test]
+fn per_dispatch_snapshots_in_a_window_over_a_range_are_not_its_passes() {
+    // A graph replayed node by node: the window's snapshot first, then one snapshot per kernel node with restores
+    // of its own, then the window's snapshot restored once before the program's own launch of the graph.
+    let (engine, device, _serial) = setup!();
+    let base = device.alloc(A, 4096, 1);
+    engine.record_alloc(base, 4096, 0).unwrap();
+    let handle = match engine.window_open(A, WindowOptions { passes: 2, copy_timeout_ms: 0, dispatches: 3 }).unwrap() {
+        Opened::Window(handle) => handle,
+        Opened::Declined(outcome) => panic!("declined: {outcome:?}"),
+    };
+    let whole = engine.snap(A).unwrap();
+    for _ in 0..2 {
+        let node = engine.snap(A).unwrap();
+        assert_ne!(node.info().id, whole.info().id);
+        for _ in 0..3 {
+            engine.restore(&node).1.unwrap();
+        }
+    }
+    engine.restore(&whole).1.unwrap();
+    let outcome = engine.window_close(handle).unwrap();
+    drop(whole);
+    assert_eq!(outcome.reason, DeclineReason::None);
+    assert_eq!((outcome.passes_requested, outcome.passes_run, outcome.dispatches), (2, 2, 3));
+    assert_eq!(outcome.bytes_moved, 2 * 4096, "the window's snapshot and its one restore");
+}
+
+#[test]
 fn a_failed_snapshot_leaves_the_window_open_with_its_reason() {
     let (engine, _device, _serial) = setup!();
     engine.set_policy(Policy { max_snapshot_bytes: 1, ..Policy::default() }).unwrap();

@@ -346,6 +346,9 @@ impl WindowState {
             }
             let first = !record.snapshot_seen;
             record.snapshot_seen = true;
+            if first {
+                record.snapshot_id = result.map_or(0, |info| info.id);
+            }
             let outcome = &mut record.outcome;
             match result {
                 _ if !first => {}
@@ -357,6 +360,11 @@ impl WindowState {
                         info.inventory_ns + info.module_scan_ns + info.staging_ns + info.copy_ns + info.digest_ns;
                 }
                 Err(reason) => outcome.reason = reason,
+            }
+            if !first && record.outcome.dispatches > 1 {
+                // A window over several dispatches: the host's snapshot of one dispatch inside it (a graph
+                // replayed node by node), with an account of its own, none of the window's.
+                return;
             }
             first
         };
@@ -388,7 +396,8 @@ impl WindowState {
         let Some(slot) = self.open_window_slot(info.agent) else { return };
         let crossing = {
             let mut record = slot.record.lock();
-            if slot.window.load(Ordering::Acquire) & STATE_MASK != OPEN {
+            // A per-dispatch snapshot's restores (a window over a range) are not the window's passes.
+            if slot.window.load(Ordering::Acquire) & STATE_MASK != OPEN || record.snapshot_id != info.id {
                 return;
             }
             if ok {
@@ -437,11 +446,13 @@ impl WindowState {
 
     /// Whether the next restore on `agent` is the last of its open window by the pass count given at open
     /// (restore `passes - 1`, or any after it): such a restore checks the whole footprint.
-    pub(crate) fn is_last_restore(&self, agent: Agent) -> bool {
-        let Some(slot) = self.open_window_slot(agent) else { return false };
+    /// A per-dispatch snapshot's restores (a window over a range) are never the window's last.
+    pub(crate) fn is_last_restore(&self, info: &SnapshotInfo) -> bool {
+        let Some(slot) = self.open_window_slot(info.agent) else { return false };
         let record = slot.record.lock();
         let requested = record.outcome.passes_requested;
         slot.window.load(Ordering::Acquire) & STATE_MASK == OPEN
+            && record.snapshot_id == info.id
             && requested != 0
             && record.restores_ok.saturating_add(2) >= requested
     }
