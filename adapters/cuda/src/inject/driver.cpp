@@ -49,6 +49,15 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuGraphMemsetNodeGetParams", out.graph_memset_node_get_params);
   find_symbol(cuda, "cuGraphMemAllocNodeGetParams", out.graph_mem_alloc_node_get_params);
   find_symbol(cuda, "cuGraphMemFreeNodeGetParams", out.graph_mem_free_node_get_params);
+  find_symbol(cuda, "cuGraphGetEdges_v2", out.graph_get_edges);
+  find_symbol(cuda, "cuGraphKernelNodeGetAttribute", out.graph_kernel_node_get_attribute);
+  find_symbol(cuda, "cuGraphEventRecordNodeGetEvent", out.graph_event_record_node_get_event);
+  find_symbol(cuda, "cuGraphEventWaitNodeGetEvent", out.graph_event_wait_node_get_event);
+  find_symbol(cuda, "cuMemcpy3DAsync_v2", out.memcpy_3d_async);
+  find_symbol(cuda, "cuMemsetD2D8Async", out.memset_d2d8_async);
+  find_symbol(cuda, "cuMemsetD2D16Async", out.memset_d2d16_async);
+  find_symbol(cuda, "cuMemsetD2D32Async", out.memset_d2d32_async);
+  find_symbol(cuda, "cuStreamWaitEvent", out.stream_wait_event);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
 }

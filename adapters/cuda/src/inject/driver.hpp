@@ -56,6 +56,20 @@ struct driver_api_t {
   // cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams
   CUresult (*graph_mem_alloc_node_get_params)(CUgraphNode, CUDA_MEM_ALLOC_NODE_PARAMS*) = nullptr;
   CUresult (*graph_mem_free_node_get_params)(CUgraphNode, CUdeviceptr*) = nullptr;
+
+  // Node mode (--graph-profiling node): the edges, the rest of a node's parameters, and running the nodes that are
+  // not kernels on the launch's stream.
+  // cuGraphGetEdges_v2 (CUDA 12.3; the edge data may be null)
+  CUresult (*graph_get_edges)(CUgraph, CUgraphNode*, CUgraphNode*, CUgraphEdgeData*, size_t*) = nullptr;
+  // cuGraphKernelNodeGetAttribute
+  CUresult (*graph_kernel_node_get_attribute)(CUgraphNode, CUkernelNodeAttrID, CUkernelNodeAttrValue*) = nullptr;
+  CUresult (*graph_event_record_node_get_event)(CUgraphNode, CUevent*) = nullptr;  // cuGraphEventRecordNodeGetEvent
+  CUresult (*graph_event_wait_node_get_event)(CUgraphNode, CUevent*) = nullptr;    // cuGraphEventWaitNodeGetEvent
+  CUresult (*memcpy_3d_async)(const CUDA_MEMCPY3D*, CUstream) = nullptr;           // cuMemcpy3DAsync_v2
+  CUresult (*memset_d2d8_async)(CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream) = nullptr;
+  CUresult (*memset_d2d16_async)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream) = nullptr;
+  CUresult (*memset_d2d32_async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream) = nullptr;
+  CUresult (*stream_wait_event)(CUstream, CUevent, unsigned) = nullptr;            // cuStreamWaitEvent
 };
 
 // Resolves the table from the libcuda.so.1 already in the process (RTLD_NOLOAD). False when there is none.

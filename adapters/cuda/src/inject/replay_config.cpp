@@ -86,10 +86,11 @@ constexpr replay_option_t options[] = {
    "compare every pass's footprint with pass 1's (block digests)"},
   {"backend", 0, "KREPLAY_REPLAY_BACKEND", choice<&c::backend>("kreplay|cupti"), "kreplay",
    "kreplay, or CUPTI's Checkpoint API (device memory) for a side-by-side measurement"},
-  {"graph-profiling", 0, "KREPLAY_REPLAY_GRAPH_PROFILING", choice<&c::graphs>("graph|off"), "graph",
-   "CUDA graph launches: graph replays each selected one as one window (every pass launches the whole graph, "
-   "one row per graph launch), off runs them once; each kernel node on its own (Nsight Compute's node) is not "
-   "built yet"},
+  {"graph-profiling", 0, "KREPLAY_REPLAY_GRAPH_PROFILING", choice<&c::graphs>("node|graph|off"), "node",
+   "CUDA graph launches: node replays each selected kernel node as a stream launch is (its own snapshot, passes "
+   "and row) and then runs the graph itself once from the memory before it; graph replays the whole graph as one "
+   "window (one row per graph launch); off runs them once. A graph node mode cannot run faithfully is replayed "
+   "in graph mode, with why in its row"},
   {"set", 0, "KREPLAY_REPLAY_SET", choice<&c::set>("none|counts|speed|full"), "none",
    "a named list of metrics, counted as --metrics' are (and before them): counts (instructions, warps, loads and "
    "stores: exact counts), speed (time, cycles and the speed of light of the SMs, L1, L2 and DRAM), full (both, "
@@ -485,6 +486,26 @@ launch_selector::verdict launch_selector::classify_graph(const std::vector<std::
   // A kernel without a name could be one the list excludes: while there is a list, the graph is excluded.
   const bool unnamed = std::any_of(kernels.begin(), kernels.end(), [](const std::string& k) { return k == "(unnamed)"; });
   return count_match(has_exclude_ && (unnamed || any(exclude_)));
+}
+
+launch_selector::verdict launch_selector::precheck_nodes(const std::vector<std::string>& kernels) {
+  const bool unnamed = std::any_of(kernels.begin(), kernels.end(), [](const std::string& k) { return k == "(unnamed)"; });
+  const auto excluded = [this](const std::string& k) { return exclude_.search(k.c_str()); };
+  if (has_exclude_ && (unnamed || std::any_of(kernels.begin(), kernels.end(), excluded))) {
+    return verdict::excluded;
+  }
+  const auto matching = static_cast<uint64_t>(std::count_if(
+      kernels.begin(), kernels.end(), [this](const std::string& k) { return !has_filter_ || filter_.search(k.c_str()); }));
+  if (matching == 0) {
+    return verdict::not_matched;
+  }
+  const uint64_t last = matched_ + matching - 1;  // the index the last matching node would take
+  if (last < skip_ || (count_ != 0 && matched_ >= skip_ && matched_ - skip_ >= count_)) {
+    const verdict v = last < skip_ ? verdict::skipped : verdict::count_reached;
+    matched_ += matching;
+    return v;
+  }
+  return verdict::replay;
 }
 
 const char* launch_selector::text(verdict v) {

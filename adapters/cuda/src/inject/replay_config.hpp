@@ -18,8 +18,9 @@ namespace kreplay::cuda::inject {
 
 enum class replay_tier : uint8_t { host, device, automatic };
 enum class replay_backend : uint8_t { kreplay, cupti };
-// CUDA graph launches: each replayed as one window (every pass launches the whole graph), or run once.
-enum class graph_profiling : uint8_t { graph, off };
+// CUDA graph launches: each kernel node replayed on its own (node, Nsight Compute's default), the whole graph as
+// one window (graph: every pass launches the whole graph), or run once (off).
+enum class graph_profiling : uint8_t { node, graph, off };
 // A named list of metrics (--set), counted before --metrics' own.
 enum class metric_set : uint8_t { none, counts, speed, full };
 
@@ -41,7 +42,7 @@ struct replay_config_t {
   size_t device_budget = 0;                  // bytes of device memory for snapshots (0 = the tier's)
   bool verify = false;                       // compare every pass's footprint with pass 1's
   replay_backend backend = replay_backend::kreplay;
-  graph_profiling graphs = graph_profiling::graph;  // what a graph launch gets
+  graph_profiling graphs = graph_profiling::node;  // what a graph launch gets
   metric_set set = metric_set::none;         // counted metrics by name
   std::string metrics;                       // counted metrics, "a,b,c" ("" = replay only)
   std::string output;                        // the CSV report ("" = none)
@@ -179,6 +180,12 @@ class launch_selector {
   // one of its kernels is (a communication kernel replayed inside a graph hangs as it would on a stream), or has
   // no name while there is an exclusion list.
   verdict classify_graph(const std::vector<std::string>& kernels);
+  // A graph launch in node mode, before its kernel nodes are classified one by one (with classify, so that the
+  // filter, --launch-skip and --launch-count number kernel nodes as launches): excluded as classify_graph says
+  // (node mode would run a communication kernel twice); not_matched when no kernel node matches; skipped or
+  // count_reached when none of the matching nodes could be replayed (they are counted then, and the graph runs
+  // once); replay otherwise, nothing counted.
+  verdict precheck_nodes(const std::vector<std::string>& kernels);
   static const char* text(verdict v);
 
  private:

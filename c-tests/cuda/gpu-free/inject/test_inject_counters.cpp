@@ -315,7 +315,7 @@ void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot
   CHECK(one_run_s_result());
   CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "end",
                           "collect", "gone"}));
-  CHECK(lines[0].find(",write_set_misses,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
+  CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
         std::string::npos);
   CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed

@@ -1,14 +1,16 @@
-// GPU-free tests of graph replay (--graph-profiling graph; adapters/cuda/src/inject/replay/graphs.*,
-// graph_launches.cpp): a fake driver whose graphs are lists of nodes over host memory (kernels as host functions,
+// GPU-free tests of graph replay (--graph-profiling graph and node; adapters/cuda/src/inject/replay/graphs.*,
+// graph_launches.cpp, graph_nodes.cpp): a fake driver whose graphs are lists of nodes over host memory (kernels as host functions,
 // memsets, memcpys, event and empty nodes, child graphs, allocation and free nodes, host nodes), instantiated and
 // launched through fabricated CUPTI callbacks, and kreplay itself restoring the tracked buffer between passes.
 // The program's own launch of the graph (the last pass) is run by the test between ENTER and EXIT, as the driver
-// would.
+// would, in an order that respects the graph's edges. In node mode kreplay runs the nodes itself through the fake
+// driver's launches, copies, memsets and events, which log what they ran (g_log).
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -37,11 +39,19 @@ struct node_t {
   CUDA_MEMSET_NODE_PARAMS set{}; // memsets
   CUdeviceptr address = 0;       // allocation and free nodes
   size_t bytes = 0;
+  CUevent event = nullptr;       // event nodes
+  void* arguments[4] = {};       // kernels with arguments (axpb): pointers into `axpb`
+  int axpb[4] = {};              // begin, end, a, b
 };
 std::map<CUgraph, std::vector<CUgraphNode>> g_graphs;
 std::map<CUgraphNode, node_t> g_nodes;
 std::map<CUgraphExec, CUgraph> g_execs;  // what launching an executable runs (its graph, or the update's)
 std::map<CUfunction, int> g_kernel_runs;
+std::map<CUgraph, std::vector<std::pair<CUgraphNode, CUgraphNode>>> g_edges;  // (from, to)
+std::map<CUfunction, std::function<void(void**)>> g_kernels;  // what launching a function does, given its arguments
+std::map<CUgraphNode, std::array<int, 4>> g_exec_arguments;   // set into the executable since (SetParams)
+std::vector<std::string> g_log;                               // what kreplay ran through the fake driver
+std::map<std::string, std::vector<long>> g_inputs;            // each run of an axpb kernel: the sum it read
 int g_host_node_runs = 0;
 uintptr_t g_next_handle = 0x10000;
 
@@ -51,7 +61,7 @@ void add(CUgraph graph, node_t node) {
   g_nodes[handle] = std::move(node);
   g_graphs[graph].push_back(handle);
 }
-void add_kernel(CUgraph graph, CUfunction f, const char* name, std::function<void()> body) {
+CUgraphNode add_kernel(CUgraph graph, CUfunction f, const char* name, std::function<void()> body) {
   fake::g_functions[f] = {nullptr, name};
   node_t node;
   node.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -60,25 +70,72 @@ void add_kernel(CUgraph graph, CUfunction f, const char* name, std::function<voi
     ++g_kernel_runs[f];
     body();
   };
+  g_kernels[f] = [name = std::string(name), body = node.body](void**) {
+    g_log.push_back(name);
+    body();
+  };
   add(graph, std::move(node));
+  return g_graphs[graph].back();
 }
-void add_type(CUgraph graph, CUgraphNodeType type) {
+
+// buffer[i] = a * buffer[i] + b for i in [begin, end): a kernel whose four int arguments come from the launch (as
+// the driver's parameter layout says), and each run records the sum of what it read.
+void axpb(const std::string& name, const int* args) {
+  long sum = 0;
+  for (int i = args[0]; i < args[1]; ++i) {
+    sum += g_buffer[i];
+    g_buffer[i] = args[2] * g_buffer[i] + args[3];
+  }
+  g_inputs[name].push_back(sum);
+}
+CUgraphNode add_axpb(CUgraph graph, CUfunction f, const char* name, std::array<int, 4> args) {
+  fake::g_functions[f] = {nullptr, name};
+  const auto handle = fake::handle<CUgraphNode>(g_next_handle++);
+  node_t& node = g_nodes[handle];
+  node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  node.function = f;
+  std::copy(args.begin(), args.end(), node.axpb);
+  for (int i = 0; i < 4; ++i) {
+    node.arguments[i] = &node.axpb[i];
+  }
+  node.body = [handle, name = std::string(name)] {
+    const auto set = g_exec_arguments.find(handle);
+    axpb(name, set != g_exec_arguments.end() ? set->second.data() : g_nodes.at(handle).axpb);
+  };
+  g_kernels[f] = [name = std::string(name)](void** arguments) {
+    int args[4];
+    for (int i = 0; i < 4; ++i) {
+      std::memcpy(&args[i], arguments[i], sizeof(int));
+    }
+    g_log.push_back(name + " a=" + std::to_string(args[2]));
+    axpb(name, args);
+  };
+  g_graphs[graph].push_back(handle);
+  return handle;
+}
+void add_edge(CUgraph graph, CUgraphNode from, CUgraphNode to) { g_edges[graph].emplace_back(from, to); }
+CUgraphNode add_type(CUgraph graph, CUgraphNodeType type) {
   node_t node;
   node.type = type;
   if (type == CU_GRAPH_NODE_TYPE_HOST) {
     node.body = [] { ++g_host_node_runs; };
   }
+  node.event = fake::handle<CUevent>(0xE0);
   add(graph, std::move(node));
+  return g_graphs[graph].back();
 }
-void add_child(CUgraph graph, CUgraph child) {
+CUgraphNode add_child_node(CUgraph graph, CUgraph child) {
   node_t node;
   node.type = CU_GRAPH_NODE_TYPE_GRAPH;
   node.child = child;
   add(graph, std::move(node));
+  return g_graphs[graph].back();
 }
+void add_child(CUgraph graph, CUgraph child) { (void)add_child_node(graph, child); }
 // `bytes` is what the node says it copies; `runs`: whether running it copies them (not for a node that claims
 // more than its destination holds, which the test must never execute).
-void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src, size_t bytes, bool runs = true) {
+CUgraphNode add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src, size_t bytes,
+                       bool runs = true) {
   node_t node;
   node.type = CU_GRAPH_NODE_TYPE_MEMCPY;
   node.copy.dstMemoryType = dst_type;
@@ -94,8 +151,9 @@ void add_memcpy(CUgraph graph, CUmemorytype dst_type, void* dst, const void* src
     node.body = [dst, src, bytes] { std::memmove(dst, src, bytes); };
   }
   add(graph, std::move(node));
+  return g_graphs[graph].back();
 }
-void add_memset(CUgraph graph, int* dst, size_t ints) {
+CUgraphNode add_memset(CUgraph graph, int* dst, size_t ints) {
   node_t node;
   node.type = CU_GRAPH_NODE_TYPE_MEMSET;
   node.set.dst = reinterpret_cast<CUdeviceptr>(dst);
@@ -104,6 +162,7 @@ void add_memset(CUgraph graph, int* dst, size_t ints) {
   node.set.height = 1;
   node.body = [dst, ints] { std::memset(dst, 0, ints * sizeof(int)); };
   add(graph, std::move(node));
+  return g_graphs[graph].back();
 }
 void add_memory(CUgraph graph, CUgraphNodeType type, CUdeviceptr address, size_t bytes) {
   node_t node;
@@ -113,8 +172,24 @@ void add_memory(CUgraph graph, CUgraphNodeType type, CUdeviceptr address, size_t
   add(graph, std::move(node));
 }
 
+// A graph's nodes in the driver's order, each after the nodes it depends on.
+std::vector<CUgraphNode> in_edge_order(CUgraph graph) {
+  std::vector<CUgraphNode> left = g_graphs[graph];
+  std::vector<CUgraphNode> order;
+  while (!left.empty()) {
+    const auto ready = std::find_if(left.begin(), left.end(), [&](CUgraphNode n) {
+      return std::none_of(g_edges[graph].begin(), g_edges[graph].end(), [&](const auto& e) {
+        return e.second == n && std::find(order.begin(), order.end(), e.first) == order.end();
+      });
+    });
+    order.push_back(*ready);
+    left.erase(ready);
+  }
+  return order;
+}
+
 void run_graph(CUgraph graph) {
-  for (CUgraphNode handle : g_graphs[graph]) {
+  for (CUgraphNode handle : in_edge_order(graph)) {
     const node_t& node = g_nodes.at(handle);
     if (node.type == CU_GRAPH_NODE_TYPE_GRAPH) {
       run_graph(node.child);
@@ -143,7 +218,50 @@ CUresult node_type(CUgraphNode node, CUgraphNodeType* type) {
 }
 CUresult kernel_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS_v2* params) {
   *params = {};
-  params->func = g_nodes.at(node).function;
+  node_t& n = g_nodes.at(node);
+  params->func = n.function;
+  params->gridDimX = params->gridDimY = params->gridDimZ = 1;
+  params->blockDimX = 128, params->blockDimY = params->blockDimZ = 1;
+  params->kernelParams = n.arguments[0] != nullptr ? n.arguments : nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult get_edges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData*, size_t* count) {
+  const auto& edges = g_edges[graph];
+  for (size_t i = 0; from != nullptr && i < std::min(*count, edges.size()); ++i) {
+    from[i] = edges[i].first;
+    to[i] = edges[i].second;
+  }
+  *count = edges.size();
+  return CUDA_SUCCESS;
+}
+// axpb kernels have four int parameters; the others none.
+CUresult param_info(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  const bool has = fake::g_functions.count(f) != 0 && fake::g_functions[f].second.rfind("axpb", 0) == 0;
+  if (!has || index >= 4) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *offset = index * sizeof(int);
+  *size = sizeof(int);
+  return CUDA_SUCCESS;
+}
+CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                void** arguments, void**) {
+  g_kernels.at(f)(arguments);
+  return CUDA_SUCCESS;
+}
+CUresult memcpy_3d(const CUDA_MEMCPY3D* copy, CUstream) {
+  g_log.push_back("memcpy");
+  std::memmove(reinterpret_cast<void*>(copy->dstDevice), reinterpret_cast<const void*>(copy->srcDevice),
+               copy->WidthInBytes);
+  return CUDA_SUCCESS;
+}
+CUresult memset_32(CUdeviceptr dst, size_t, unsigned value, size_t width, size_t, CUstream) {
+  g_log.push_back("memset");
+  std::fill_n(reinterpret_cast<unsigned*>(dst), width, value);
+  return CUDA_SUCCESS;
+}
+CUresult event_of(CUgraphNode node, CUevent* event) {
+  *event = g_nodes.at(node).event;
   return CUDA_SUCCESS;
 }
 CUresult child_graph(CUgraphNode node, CUgraph* graph) {
@@ -181,6 +299,28 @@ driver_api_t graph_driver() {
   d.graph_memset_node_get_params = memset_params;
   d.graph_mem_alloc_node_get_params = alloc_params;
   d.graph_mem_free_node_get_params = free_params;
+  // Node mode's.
+  d.graph_get_edges = get_edges;
+  d.func_get_param_info = param_info;
+  d.launch_kernel = launch;
+  d.memcpy_3d_async = memcpy_3d;
+  d.memset_d2d8_async = [](CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  };
+  d.memset_d2d16_async = [](CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  };
+  d.memset_d2d32_async = memset_32;
+  d.graph_event_record_node_get_event = event_of;
+  d.graph_event_wait_node_get_event = event_of;
+  d.event_record = [](CUevent, CUstream) {
+    g_log.push_back("record");
+    return CUDA_SUCCESS;
+  };
+  d.stream_wait_event = [](CUstream, CUevent, unsigned) {
+    g_log.push_back("wait");
+    return CUDA_SUCCESS;
+  };
   return d;
 }
 
@@ -228,6 +368,7 @@ replayer make_replayer(std::map<std::string, std::string> values) {
   values.emplace("KREPLAY_REPLAY_PROGRESS", "0");
   values.emplace("KREPLAY_REPLAY_PASSES", "3");
   values.emplace("KREPLAY_REPLAY_OUTPUT", csv_path());
+  values.emplace("KREPLAY_REPLAY_GRAPH_PROFILING", "graph");  // node mode's tests ask for it
   auto get = [&](const char* name) -> const char* {
     auto found = values.find(name);
     return found != values.end() ? found->second.c_str() : nullptr;
@@ -603,6 +744,167 @@ void selection_and_the_off_switch_apply_to_graph_launches() {
   fill_buffer();
 }
 
+// ---- Node mode ------------------------------------------------------------------------------------------------
+
+const CUfunction axpb_scale = fake::handle<CUfunction>(0xC1);
+const CUfunction axpb_shift = fake::handle<CUfunction>(0xC2);
+const std::map<std::string, std::string> node_mode = {{"KREPLAY_REPLAY_GRAPH_PROFILING", "node"}};
+
+// A step whose driver order is not a valid order: the copy of buffer[0..8) into buffer[900..) is listed first but
+// depends on the scale kernel; then an event record, a memset, a child graph with a second axpb kernel (it reads
+// what the scale kernel wrote) and the old child kernel, an empty node. `scale_node`: the scale kernel's node.
+CUgraph node_step(CUgraphNode* scale_node) {
+  CUgraph graph = new_graph();
+  const CUgraphNode copy = add_memcpy(graph, CU_MEMORYTYPE_DEVICE, &g_buffer[900], &g_buffer[0], 8 * sizeof(int));
+  const CUgraphNode scale = add_axpb(graph, axpb_scale, "axpb_scale", {0, 512, 2, 1});
+  const CUgraphNode record = add_type(graph, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+  add_memset(graph, &g_buffer[700], 16);
+  CUgraph child = new_graph();
+  add_axpb(child, axpb_shift, "axpb_shift", {256, 768, 1, 5});
+  add_kernel(child, sum_kernel, "sum_kernel", [] { g_buffer[0] += g_buffer[1]; });
+  const CUgraphNode inner = add_child_node(graph, child);
+  add_type(graph, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+  add_edge(graph, scale, copy);
+  add_edge(graph, copy, record);
+  add_edge(graph, scale, inner);
+  *scale_node = scale;
+  return graph;
+}
+
+size_t first(const std::string& what) {
+  return static_cast<size_t>(std::find(g_log.begin(), g_log.end(), what) - g_log.begin());
+}
+size_t last(const std::string& what) {
+  const auto found = std::find(g_log.rbegin(), g_log.rend(), what);
+  return found == g_log.rend() ? g_log.size() : static_cast<size_t>(g_log.rend() - found - 1);
+}
+bool all_equal(const std::vector<long>& values) {
+  return !values.empty() && std::all_of(values.begin(), values.end(), [&](long v) { return v == values[0]; });
+}
+void clear_runs() {
+  g_log.clear();
+  g_inputs.clear();
+  g_kernel_runs.clear();
+  g_exec_arguments.clear();
+}
+
+void node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  const std::vector<int> expected = after_one_launch(graph);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  // Each kernel node three times by kreplay, then once in the program's launch of the graph.
+  CHECK(g_inputs["axpb_scale"].size() == 4 && g_inputs["axpb_shift"].size() == 4 && g_kernel_runs[sum_kernel] == 4);
+  // Every pass of a node read what the graph's own run of it read: the nodes before it ran once, in order.
+  CHECK(all_equal(g_inputs["axpb_scale"]) && all_equal(g_inputs["axpb_shift"]));
+  // The copy after the scale kernel's last pass, the event record after the copy, the child after the scale.
+  CHECK(first("memcpy") > last("axpb_scale a=2") && first("record") > first("memcpy"));
+  CHECK(first("axpb_shift a=1") > last("axpb_scale a=2") && first("memset") < g_log.size());
+  CHECK(first("wait") < g_log.size());
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4);  // the three kernel nodes, then the graph launch
+  CHECK(rows[0].find("\"axpb_scale\"") != std::string::npos && rows[0].find(",3,3,") != std::string::npos);
+  CHECK(rows[0].find(",1,\"\",") != std::string::npos);          // replayed, no reason
+  CHECK(rows[0].find(",\"node\",0,0") != std::string::npos);     // graph launch 0, kernel node 0
+  CHECK(rows[1].find("\"axpb_shift\"") != std::string::npos && rows[1].find(",\"node\",0,1") != std::string::npos);
+  CHECK(rows[2].find("\"sum_kernel\"") != std::string::npos && rows[2].find(",\"node\",0,2") != std::string::npos);
+  CHECK(rows[3].rfind("0,\"graph: 3 kernels", 0) == 0 && rows[3].find(",\"node\",0,") != std::string::npos);
+  CHECK(rows[3].find(",1,1,") != std::string::npos);  // the program's launch of the graph: one pass
+  fill_buffer();
+}
+
+void node_mode_without_restores_differs() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  const std::vector<int> expected = after_one_launch(graph);
+  clear_runs();
+  with_replayer({{"KREPLAY_REPLAY_GRAPH_PROFILING", "node"}, {"KREPLAY_REPLAY_RESTORE", "0"}},
+                [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+  CHECK(!all_equal(g_inputs["axpb_scale"]));
+  CHECK(!std::equal(expected.begin(), expected.end(), g_buffer));
+  (void)report_rows();
+  fill_buffer();
+}
+
+void node_mode_follows_kernel_arguments_set_into_the_executable() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  g_exec_arguments[scale] = {0, 512, 3, 1};  // what the executable runs once the program has set it
+  const std::vector<int> expected = after_one_launch(graph);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) {
+    const CUgraphExec exec = instantiate(r, graph);
+    int arguments[4] = {0, 512, 3, 1};
+    void* pointers[4] = {&arguments[0], &arguments[1], &arguments[2], &arguments[3]};
+    CUDA_KERNEL_NODE_PARAMS_v2 set{};
+    set.func = axpb_scale;
+    set.gridDimX = set.gridDimY = set.gridDimZ = 1;
+    set.blockDimX = 128, set.blockDimY = set.blockDimZ = 1;
+    set.kernelParams = pointers;
+    cuGraphExecKernelNodeSetParams_v2_params p{exec, scale, &set};
+    CUresult ok = CUDA_SUCCESS;
+    r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
+                     callback_data(CUPTI_API_EXIT, &p, &ok));
+    arguments[2] = 99;  // the program's copy is its own again: kreplay copied the arguments
+    g_exec_arguments[scale] = {0, 512, 3, 1};
+    program_launch(r, exec);
+  });
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  CHECK(first("axpb_scale a=3") < g_log.size() && first("axpb_scale a=2") == g_log.size());
+  CHECK(all_equal(g_inputs["axpb_shift"]));
+  (void)report_rows();
+  fill_buffer();
+}
+
+void what_node_mode_cannot_run_is_replayed_whole_with_its_reason() {
+  // Allocation and free nodes that pair up: fine whole, not node by node.
+  CUgraph graph = new_graph();
+  add_memory(graph, CU_GRAPH_NODE_TYPE_MEM_ALLOC, 0x5000, 64);
+  add_axpb(graph, axpb_scale, "axpb_scale", {0, 64, 2, 1});
+  add_memory(graph, CU_GRAPH_NODE_TYPE_MEM_FREE, 0x5000, 64);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+  std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 1 && rows[0].find("\"graph: allocation or free nodes") != std::string::npos);
+  CHECK(rows[0].find(",3,3,") != std::string::npos && g_inputs["axpb_scale"].size() == 3);
+  CHECK(all_equal(g_inputs["axpb_scale"]));
+  fill_buffer();
+  // A node enabled or disabled after instantiation.
+  CUgraphNode scale = nullptr;
+  graph = node_step(&scale);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) {
+    const CUgraphExec exec = instantiate(r, graph);
+    cuGraphNodeSetEnabled_params p{exec, scale, 1};
+    CUresult ok = CUDA_SUCCESS;
+    r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled, callback_data(CUPTI_API_EXIT, &p, &ok));
+    program_launch(r, exec);
+  });
+  rows = report_rows();
+  CHECK(rows.size() == 1 && rows[0].find("\"graph: a node was enabled or disabled") != std::string::npos);
+  fill_buffer();
+}
+
+void selection_numbers_kernel_nodes_as_launches_in_node_mode() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  const std::vector<int> expected = after_one_launch(graph);
+  clear_runs();
+  std::map<std::string, std::string> options = node_mode;
+  options["KREPLAY_REPLAY_KERNEL_NAME"] = "axpb";
+  options["KREPLAY_REPLAY_LAUNCH_SKIP"] = "1";
+  with_replayer(options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  // axpb_scale is the first match (skipped: run once), axpb_shift the second (replayed), sum_kernel no match.
+  CHECK(g_inputs["axpb_scale"].size() == 2 && g_inputs["axpb_shift"].size() == 4 && g_kernel_runs[sum_kernel] == 2);
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4 && rows[0].find("not selected: within --launch-skip") != std::string::npos);
+  CHECK(rows[2].find("not selected: the name does not match") != std::string::npos);
+  fill_buffer();
+}
+
 }  // namespace
 
 int main() {
@@ -621,5 +923,10 @@ int main() {
   RUN_TEST(selection_and_the_off_switch_apply_to_graph_launches);
   RUN_TEST(changes_to_an_executable_after_instantiation_are_followed);
   RUN_TEST(a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list);
+  RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
+  RUN_TEST(node_mode_without_restores_differs);
+  RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);
+  RUN_TEST(what_node_mode_cannot_run_is_replayed_whole_with_its_reason);
+  RUN_TEST(selection_numbers_kernel_nodes_as_launches_in_node_mode);
   return 0;
 }

@@ -70,7 +70,7 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parsed.progress_seconds == plain.progress_seconds && parsed.launcher_pid == plain.launcher_pid);
   CHECK(parsed.write_set == plain.write_set && parsed.host_budget_percent == plain.host_budget_percent);
   CHECK(parsed.write_set && parsed.host_budget_percent == 50);
-  CHECK(parsed.graphs == plain.graphs && parsed.graphs == graph_profiling::graph);
+  CHECK(parsed.graphs == plain.graphs && parsed.graphs == graph_profiling::node);
   CHECK(parsed.metrics == plain.metrics && parsed.metrics.empty());
   // They reach the policy: learn_write_set and host_budget_percent.
   const kreplay_policy_t policy = replay_policy(parsed, kreplay_policy_t{});

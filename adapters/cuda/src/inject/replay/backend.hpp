@@ -31,6 +31,12 @@ class saved_memory {
   virtual void hint_writes(const std::vector<const void*>& pointers) { (void)pointers; }
   // The context it was saved in was destroyed: its destructor must not call into that context.
   virtual void context_gone() {}
+  // A snapshot outside its window's account (a graph's kernel node in node mode, inside the graph's window): its
+  // footprint, bytes moved, times, digests and write-set misses into `row`. False when the backend keeps none.
+  virtual bool account(launch_row_t& row) const {
+    (void)row;
+    return false;
+  }
 };
 
 class snapshot_backend {

@@ -18,7 +18,32 @@ class kreplay_saved final : public saved_memory {
     options.flags = checked ? KREPLAY_RESTORE_FULL_CHECK : 0;
     kreplay_restore_report_ex_t report{};
     report.struct_size = sizeof(report);
-    return kreplay_restore_ex(snapshot, &options, &report) == KREPLAY_STATUS_SUCCESS;
+    const bool restored = kreplay_restore_ex(snapshot, &options, &report) == KREPLAY_STATUS_SUCCESS;
+    restores.bytes += report.bytes;
+    restores.digested_bytes += report.digested_bytes;
+    restores.elapsed_ns += report.elapsed_ns;
+    restores.write_set_misses += report.write_set_misses;
+    if (report.write_set_miss_pass != 0 &&
+        (restores.write_set_miss_pass == 0 || report.write_set_miss_pass < restores.write_set_miss_pass)) {
+      restores.write_set_miss_pass = report.write_set_miss_pass;
+    }
+    return restored;
+  }
+  bool account(launch_row_t& row) const override {
+    kreplay_snapshot_info_t info{};
+    if (kreplay_snapshot_info(snapshot, &info) != KREPLAY_STATUS_SUCCESS) {
+      return false;
+    }
+    row.footprint_bytes = info.bytes;
+    row.bytes_moved = info.copied_bytes + restores.bytes;
+    row.snapshot_ms =
+        static_cast<double>(info.inventory_ns + info.module_scan_ns + info.staging_ns + info.copy_ns + info.digest_ns) /
+        1e6;
+    row.restore_ms = static_cast<double>(restores.elapsed_ns) / 1e6;
+    row.digested_bytes = restores.digested_bytes;
+    row.write_set_misses = restores.write_set_misses;
+    row.write_set_miss_pass = restores.write_set_miss_pass;
+    return true;
   }
   // One digest block at each pointer (not the whole region: a caching allocator's segment is large).
   void hint_writes(const std::vector<const void*>& pointers) override {
@@ -31,6 +56,7 @@ class kreplay_saved final : public saved_memory {
   }
   static constexpr size_t hint_bytes = 65536;
   kreplay_snapshot_t* snapshot = nullptr;
+  kreplay_restore_report_ex_t restores{};  // the sums of its restores (for account)
 };
 
 class kreplay_backend final : public snapshot_backend {

@@ -1,6 +1,8 @@
 // Graph launches (--graph-profiling graph): following the calls that make, change and destroy executable graphs,
 // and deciding whether a graph launch is replayed as one window.
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "callback_data.hpp"
 #include "guard.hpp"
@@ -51,6 +53,26 @@ std::string memory_kind_text(kreplay_pointer_type_t type) {
     case KREPLAY_POINTER_IPC: return "memory imported from another process";
     default: return "memory of kreplay's pointer type " + std::to_string(static_cast<int>(type));
   }
+}
+
+// The generic form's kernel parameters as the _v2 form (the same fields in the same places).
+CUDA_KERNEL_NODE_PARAMS_v2 as_v2(const CUDA_KERNEL_NODE_PARAMS_v3& v3) {
+  static_assert(sizeof(CUDA_KERNEL_NODE_PARAMS_v3) == sizeof(CUDA_KERNEL_NODE_PARAMS_v2));
+  static_assert(offsetof(CUDA_KERNEL_NODE_PARAMS_v3, ctx) == offsetof(CUDA_KERNEL_NODE_PARAMS_v2, ctx));
+  CUDA_KERNEL_NODE_PARAMS_v2 v2{};
+  std::memcpy(&v2, &v3, sizeof(v2));
+  return v2;
+}
+
+CUDA_KERNEL_NODE_PARAMS_v2 as_v2(const CUDA_KERNEL_NODE_PARAMS_v1& v1) {
+  CUDA_KERNEL_NODE_PARAMS_v2 v2{};
+  v2.func = v1.func;
+  v2.gridDimX = v1.gridDimX, v2.gridDimY = v1.gridDimY, v2.gridDimZ = v1.gridDimZ;
+  v2.blockDimX = v1.blockDimX, v2.blockDimY = v1.blockDimY, v2.blockDimZ = v1.blockDimZ;
+  v2.sharedMemBytes = v1.sharedMemBytes;
+  v2.kernelParams = v1.kernelParams;
+  v2.extra = v1.extra;
+  return v2;
 }
 
 }  // namespace
@@ -123,36 +145,35 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
 }
 
 // One node of an executable set anew: a copy or memset checked as at instantiation, a child graph read again, a
-// kernel's name added for selection.
+// kernel's name added for selection; and node mode's plan changed to match (or node mode turned off for it).
 void replayer::node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   const tracked_memory_t tracked = tracked_memory(data.context);
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemcpyNodeSetParams: {
       const auto& set = params<cuGraphExecMemcpyNodeSetParams_params>(data);
       if (set.copyParams != nullptr) {
-        graphs_.changed(set.hGraphExec, memcpy_node_problem(*set.copyParams, tracked));
+        memcpy_set(set.hGraphExec, set.hNode, *set.copyParams, tracked);
       }
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecMemsetNodeSetParams: {
       const auto& set = params<cuGraphExecMemsetNodeSetParams_params>(data);
-      if (const CUDA_MEMSET_NODE_PARAMS* m = set.memsetParams; m != nullptr) {
-        graphs_.changed(set.hGraphExec,
-                        memset_node_problem(m->dst, m->pitch, m->elementSize, m->width, m->height, tracked));
+      if (set.memsetParams != nullptr) {
+        memset_set(set.hGraphExec, set.hNode, *set.memsetParams, tracked);
       }
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2: {
       const auto& set = params<cuGraphExecKernelNodeSetParams_v2_params>(data);
       if (set.nodeParams != nullptr) {
-        graphs_.kernel_set(set.hGraphExec, kernel_node_name(set.nodeParams->func, set.nodeParams->kern, driver_));
+        kernel_set(set.hGraphExec, set.hNode, *set.nodeParams);
       }
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams: {
       const auto& set = params<cuGraphExecKernelNodeSetParams_params>(data);
       if (set.nodeParams != nullptr) {
-        graphs_.kernel_set(set.hGraphExec, kernel_node_name(set.nodeParams->func, nullptr, driver_));
+        kernel_set(set.hGraphExec, set.hNode, as_v2(*set.nodeParams));
       }
       return;
     }
@@ -164,35 +185,104 @@ void replayer::node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& dat
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams: {
       const auto& set = params<cuGraphExecNodeSetParams_params>(data);
       if (set.nodeParams != nullptr) {
-        generic_node_changed(set.hGraphExec, *set.nodeParams, data.context, tracked);
+        generic_node_changed(set.hGraphExec, set.hNode, *set.nodeParams, data.context, tracked);
       }
       return;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecEventRecordNodeSetEvent: {
+      const auto& set = params<cuGraphExecEventRecordNodeSetEvent_params>(data);
+      return event_set(set.hGraphExec, set.hNode, set.event);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecEventWaitNodeSetEvent: {
+      const auto& set = params<cuGraphExecEventWaitNodeSetEvent_params>(data);
+      return event_set(set.hGraphExec, set.hNode, set.event);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled:
+      graphs_.node_mode_off(params<cuGraphNodeSetEnabled_params>(data).hGraphExec,
+                            "a node was enabled or disabled after instantiation");
+      return;
     default: return;
   }
+}
+
+void replayer::kernel_set(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2& params) {
+  graphs_.kernel_set(exec, kernel_node_name(params.func, params.kern, driver_));
+  own_call_scope own;  // the function queries are kreplay's
+  std::string why;
+  std::shared_ptr<kernel_node_t> kernel = plan_kernel_node(params, driver_, &why);
+  graphs_.node_set(
+      exec, node,
+      [&kernel, &why](planned_node& planned) {
+        if (!why.empty() || planned.type != CU_GRAPH_NODE_TYPE_KERNEL || planned.kernel == nullptr) {
+          return false;
+        }
+        kernel->cooperative = planned.kernel->cooperative;  // a node's attributes stay
+        planned.kernel = std::move(kernel);
+        return true;
+      },
+      why.empty() ? "a kernel node kreplay cannot place" : why);
+}
+
+void replayer::memcpy_set(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D& copy,
+                          const tracked_memory_t& tracked) {
+  graphs_.changed(exec, memcpy_node_problem(copy, tracked));
+  graphs_.node_set(
+      exec, node,
+      [&copy](planned_node& planned) {
+        planned.copy = copy;
+        return planned.type == CU_GRAPH_NODE_TYPE_MEMCPY;
+      },
+      "a memcpy node kreplay cannot place");
+}
+
+void replayer::memset_set(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& set,
+                          const tracked_memory_t& tracked) {
+  graphs_.changed(exec, memset_node_problem(set.dst, set.pitch, set.elementSize, set.width, set.height, tracked));
+  graphs_.node_set(
+      exec, node,
+      [&set](planned_node& planned) {
+        planned.set = set;
+        return planned.type == CU_GRAPH_NODE_TYPE_MEMSET;
+      },
+      "a memset node kreplay cannot place");
+}
+
+void replayer::event_set(CUgraphExec exec, CUgraphNode node, CUevent event) {
+  graphs_.node_set(
+      exec, node,
+      [event](planned_node& planned) {
+        planned.event = event;
+        return planned.type == CU_GRAPH_NODE_TYPE_EVENT_RECORD || planned.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+      },
+      "an event node kreplay cannot place");
 }
 
 void replayer::child_changed(CUgraphExec exec, CUgraph child, CUcontext context) {
   const graph_facts facts = inspect(child, 0, context);
   graphs_.changed(exec, facts.why_not);
+  graphs_.node_mode_off(exec, "a child graph was set after instantiation");
   for (const std::string& kernel : facts.kernels) {
     graphs_.kernel_set(exec, kernel);
   }
 }
 
-void replayer::generic_node_changed(CUgraphExec exec, const CUgraphNodeParams& node, CUcontext context,
-                                    const tracked_memory_t& tracked) {
-  switch (node.type) {
-    case CU_GRAPH_NODE_TYPE_MEMCPY: graphs_.changed(exec, memcpy_node_problem(node.memcpy.copyParams, tracked)); return;
-    case CU_GRAPH_NODE_TYPE_MEMSET:
-      graphs_.changed(exec, memset_node_problem(node.memset.dst, node.memset.pitch, node.memset.elementSize,
-                                                node.memset.width, node.memset.height, tracked));
-      return;
-    case CU_GRAPH_NODE_TYPE_KERNEL:
-      graphs_.kernel_set(exec, kernel_node_name(node.kernel.func, node.kernel.kern, driver_));
-      return;
-    case CU_GRAPH_NODE_TYPE_GRAPH: return child_changed(exec, node.graph.graph, context);
-    default: return;
+void replayer::generic_node_changed(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params,
+                                    CUcontext context, const tracked_memory_t& tracked) {
+  switch (params.type) {
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return memcpy_set(exec, node, params.memcpy.copyParams, tracked);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = params.memset;
+      CUDA_MEMSET_NODE_PARAMS set{};
+      set.dst = m.dst, set.pitch = m.pitch, set.value = m.value, set.elementSize = m.elementSize;
+      set.width = m.width, set.height = m.height;
+      return memset_set(exec, node, set, tracked);
+    }
+    case CU_GRAPH_NODE_TYPE_KERNEL: return kernel_set(exec, node, as_v2(params.kernel));
+    case CU_GRAPH_NODE_TYPE_GRAPH: return child_changed(exec, params.graph.graph, context);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return event_set(exec, node, params.eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return event_set(exec, node, params.eventWait.event);
+    default: return graphs_.node_mode_off(exec, "a node of type " + std::to_string(static_cast<int>(params.type)) +
+                                                    " was set after instantiation");
   }
 }
 
@@ -211,11 +301,19 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   }
   p.graph = std::move(*facts);
   p.row.kernel = graph_row_name(p.graph);
+  // Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the
+  // whole graph as one launch.
+  const bool by_node = config_.graphs == graph_profiling::node && node_mode_problem(p.graph).empty();
   {
     std::lock_guard<std::mutex> lock(selector_mutex_);
     std::vector<std::string> names = p.graph.kernels;
     names.insert(names.end(), p.graph.set_later.begin(), p.graph.set_later.end());
-    const launch_selector::verdict verdict = selector_.classify_graph(names);
+    const launch_selector::verdict verdict =
+        by_node ? selector_.precheck_nodes(planned_kernel_names(p.graph)) : selector_.classify_graph(names);
+    if (verdict == launch_selector::verdict::excluded && by_node) {
+      return "graph launch: a kernel node is excluded (a communication kernel, --exclude): node mode would run it "
+             "twice, run once";
+    }
     if (verdict != launch_selector::verdict::replay) {
       return launch_selector::text(verdict);
     }
@@ -228,6 +326,47 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   }
   if (driver_.graph_launch == nullptr) {
     return "graph launch: the driver has no cuGraphLaunch, run once";
+  }
+  if (by_node) {
+    p.row.graph_mode = "node";
+    p.row.holds_nodes = true;
+  } else if (config_.graphs == graph_profiling::node) {
+    p.row.graph_mode = "graph: " + node_mode_problem(p.graph);
+  } else {
+    p.row.graph_mode = "graph";
+  }
+  p.row.graph_launch = p.row.index;
+  return "";
+}
+
+// The kernel nodes' names in the plan's order (what node mode numbers and selects).
+std::vector<std::string> planned_kernel_names(const graph_facts& graph) {
+  std::vector<std::string> names;
+  for (const planned_node& node : graph.plan) {
+    if (node.type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      names.push_back(node.kernel->name);
+    }
+  }
+  return names;
+}
+
+// Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead.
+std::string replayer::node_mode_problem(const graph_facts& graph) const {
+  if (!graph.node_why_not.empty()) {
+    return graph.node_why_not;
+  }
+  const bool copies = std::any_of(graph.plan.begin(), graph.plan.end(), [](const planned_node& n) {
+    return n.type == CU_GRAPH_NODE_TYPE_MEMCPY || n.type == CU_GRAPH_NODE_TYPE_MEMSET;
+  });
+  if (copies && (driver_.memcpy_3d_async == nullptr || driver_.memset_d2d8_async == nullptr ||
+                 driver_.memset_d2d16_async == nullptr || driver_.memset_d2d32_async == nullptr)) {
+    return "the driver lacks cuMemcpy3DAsync or cuMemsetD2D*Async";
+  }
+  const bool events = std::any_of(graph.plan.begin(), graph.plan.end(), [](const planned_node& n) {
+    return n.type == CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+  });
+  if (events && driver_.stream_wait_event == nullptr) {
+    return "the driver lacks cuStreamWaitEvent";
   }
   return "";
 }

@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <utility>
+
+#include "replay/launch.hpp"
 
 namespace kreplay::cuda::inject {
 namespace {
@@ -37,6 +40,7 @@ class graph_walk {
     if (!nodes_of(graph, nodes)) {
       return;
     }
+    order_by_edges(graph, nodes);
     for (CUgraphNode node : nodes) {
       visit_node(node, depth);
       if (!why_not_.empty()) {
@@ -65,6 +69,12 @@ class graph_walk {
       }
     }
     facts_.why_not = why_not_;
+    if (!why_not_.empty()) {
+      facts_.plan.clear();  // nothing of it is run
+    } else if (!allocations_.empty() || !frees_.empty()) {
+      no_node_mode("allocation or free nodes (graph memory is mapped only while the graph runs)");
+    }
+    facts_.node_why_not = node_why_not_;
     return std::move(facts_);
   }
 
@@ -86,6 +96,73 @@ class graph_walk {
     return true;
   }
 
+  // `nodes` reordered so that every node comes after those it depends on (Kahn's algorithm, the driver's order
+  // among ready nodes). Node mode only: a whole-graph replay never runs nodes itself.
+  void order_by_edges(CUgraph graph, std::vector<CUgraphNode>& nodes) {
+    if (nodes.size() < 2 || !node_why_not_.empty()) {
+      return;
+    }
+    size_t count = 0;
+    if (driver_.graph_get_edges == nullptr || driver_.graph_get_edges(graph, nullptr, nullptr, nullptr, &count) !=
+                                                  CUDA_SUCCESS) {
+      return no_node_mode("its edges could not be listed (cuGraphGetEdges)");
+    }
+    std::vector<CUgraphNode> from(count);
+    std::vector<CUgraphNode> to(count);
+    if (count != 0 && driver_.graph_get_edges(graph, from.data(), to.data(), nullptr, &count) != CUDA_SUCCESS) {
+      return no_node_mode("its edges could not be listed (cuGraphGetEdges)");
+    }
+    std::map<CUgraphNode, size_t> position;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      position[nodes[i]] = i;
+    }
+    std::vector<size_t> waiting(nodes.size(), 0);
+    std::vector<std::vector<size_t>> after(nodes.size());
+    for (size_t e = 0; e < std::min(count, from.size()); ++e) {
+      const auto a = position.find(from[e]);
+      const auto b = position.find(to[e]);
+      if (a == position.end() || b == position.end()) {
+        return no_node_mode("an edge names a node outside its graph");
+      }
+      after[a->second].push_back(b->second);
+      ++waiting[b->second];
+    }
+    std::vector<CUgraphNode> ordered;
+    ordered.reserve(nodes.size());
+    std::vector<bool> done(nodes.size(), false);
+    while (ordered.size() < nodes.size()) {
+      size_t next = 0;
+      while (next < nodes.size() && (done[next] || waiting[next] != 0)) {
+        ++next;
+      }
+      if (next == nodes.size()) {
+        return no_node_mode("its edges form a cycle");
+      }
+      done[next] = true;
+      ordered.push_back(nodes[next]);
+      for (size_t later : after[next]) {
+        --waiting[later];
+      }
+    }
+    nodes = std::move(ordered);
+  }
+
+  void no_node_mode(const std::string& why) {
+    if (node_why_not_.empty()) {
+      node_why_not_ = why;
+    }
+  }
+
+  void plan(CUgraphNode node, CUgraphNodeType type, const std::function<void(planned_node&)>& fill = {}) {
+    planned_node planned;
+    planned.node = node;
+    planned.type = type;
+    if (fill) {
+      fill(planned);
+    }
+    facts_.plan.push_back(std::move(planned));
+  }
+
   void visit_node(CUgraphNode node, int depth) {
     CUgraphNodeType type{};
     if (driver_.graph_node_get_type == nullptr || driver_.graph_node_get_type(node, &type) != CUDA_SUCCESS) {
@@ -100,9 +177,9 @@ class graph_walk {
       case CU_GRAPH_NODE_TYPE_GRAPH: return visit_child(node, depth);
       case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return read_allocation(node);
       case CU_GRAPH_NODE_TYPE_MEM_FREE: return read_free(node);
-      case CU_GRAPH_NODE_TYPE_EMPTY:
+      case CU_GRAPH_NODE_TYPE_EMPTY: return plan(node, type);
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return;
+      case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return read_event(node, type);
       case CU_GRAPH_NODE_TYPE_CONDITIONAL:
         why_not_ = "a conditional node: its handle may keep a value across launches, so passes could branch apart";
         return;
@@ -126,12 +203,47 @@ class graph_walk {
     if (driver_.graph_kernel_node_get_params == nullptr ||
         driver_.graph_kernel_node_get_params(node, &params) != CUDA_SUCCESS) {
       facts_.kernels.push_back("(unnamed)");
-      return;
+      return no_node_mode("a kernel node's parameters could not be read (cuGraphKernelNodeGetParams)");
     }
     facts_.kernels.push_back(kernel_node_name(params.func, params.kern, driver_));
     if (params.func == nullptr && params.ctx != nullptr && params.ctx != context_) {
       why_not_ = "a kernel node runs in another context (" + facts_.kernels.back().substr(0, 80) + ")";
+      return;
     }
+    std::string why;
+    std::shared_ptr<kernel_node_t> kernel = plan_kernel_node(params, driver_, &why);
+    read_kernel_attributes(node, *kernel, &why);
+    if (!why.empty()) {
+      return no_node_mode(why);
+    }
+    plan(node, CU_GRAPH_NODE_TYPE_KERNEL, [&kernel](planned_node& p) { p.kernel = std::move(kernel); });
+  }
+
+  // Launch attributes set on the node: cooperative is kept; a cluster shape is not reproduced by a plain launch.
+  void read_kernel_attributes(CUgraphNode node, kernel_node_t& kernel, std::string* why) {
+    if (driver_.graph_kernel_node_get_attribute == nullptr) {
+      return;
+    }
+    CUkernelNodeAttrValue value{};
+    if (driver_.graph_kernel_node_get_attribute(node, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &value) == CUDA_SUCCESS) {
+      kernel.cooperative = value.cooperative != 0;
+    }
+    value = {};
+    if (driver_.graph_kernel_node_get_attribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value) ==
+            CUDA_SUCCESS &&
+        value.clusterDim.x * value.clusterDim.y * value.clusterDim.z > 1 && why->empty()) {
+      *why = "a kernel node with a cluster shape set on the node (" + kernel.name.substr(0, 80) + ")";
+    }
+  }
+
+  void read_event(CUgraphNode node, CUgraphNodeType type) {
+    const auto get = type == CU_GRAPH_NODE_TYPE_EVENT_RECORD ? driver_.graph_event_record_node_get_event
+                                                             : driver_.graph_event_wait_node_get_event;
+    CUevent event = nullptr;
+    if (get == nullptr || get(node, &event) != CUDA_SUCCESS) {
+      return no_node_mode("an event node's event could not be read");
+    }
+    plan(node, type, [event](planned_node& p) { p.event = event; });
   }
 
   void read_memset(CUgraphNode node) {
@@ -142,6 +254,7 @@ class graph_walk {
       return;
     }
     memsets_.push_back(set);
+    plan(node, CU_GRAPH_NODE_TYPE_MEMSET, [&set](planned_node& p) { p.set = set; });
   }
 
   void read_memcpy(CUgraphNode node) {
@@ -152,6 +265,7 @@ class graph_walk {
       return;
     }
     copies_.push_back(copy);
+    plan(node, CU_GRAPH_NODE_TYPE_MEMCPY, [&copy](planned_node& p) { p.copy = copy; });
   }
 
   void visit_child(CUgraphNode node, int depth) {
@@ -216,6 +330,7 @@ class graph_walk {
   const tracked_memory_t& tracked_;
   graph_facts facts_;
   std::string why_not_;
+  std::string node_why_not_;
   std::vector<CUDA_MEMCPY3D> copies_;
   std::vector<CUDA_MEMSET_NODE_PARAMS> memsets_;
   std::vector<graph_allocation> allocations_;
@@ -241,6 +356,49 @@ std::string kernel_node_name(CUfunction function, CUkernel kernel, const driver_
     return name;
   }
   return "(unnamed)";
+}
+
+std::shared_ptr<kernel_node_t> plan_kernel_node(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver,
+                                                std::string* why) {
+  auto kernel = std::make_shared<kernel_node_t>();
+  kernel->name = kernel_node_name(params.func, params.kern, driver);
+  kernel->function = params.func != nullptr ? params.func : reinterpret_cast<CUfunction>(params.kern);
+  kernel->grid[0] = params.gridDimX, kernel->grid[1] = params.gridDimY, kernel->grid[2] = params.gridDimZ;
+  kernel->block[0] = params.blockDimX, kernel->block[1] = params.blockDimY, kernel->block[2] = params.blockDimZ;
+  kernel->shared_bytes = params.sharedMemBytes;
+  launch_t launch;
+  launch.function = kernel->function;
+  launch.kernel_params = params.kernelParams;
+  launch.extra = params.extra;
+  (void)resolve_function(launch, driver);
+  kernel->loaded = launch.loaded;
+  if (launch.loaded == nullptr) {
+    *why = "a kernel node's function cannot be queried (" + kernel->name.substr(0, 80) + ")";
+    return kernel;
+  }
+  copy_arguments(launch, driver);
+  kernel->argument_bytes = std::move(launch.argument_bytes);
+  if (!launch.argument_pointers.empty()) {
+    for (void* at : launch.argument_pointers) {
+      kernel->argument_offsets.push_back(static_cast<size_t>(static_cast<unsigned char*>(at) -
+                                                             kernel->argument_bytes.data()));
+    }
+    return kernel;
+  }
+  if (!launch.extra_copy.empty()) {
+    kernel->packed = true;
+    return kernel;
+  }
+  // Nothing copied: right for a kernel without parameters, else its arguments would be gone by the launch.
+  size_t offset = 0;
+  size_t size = 0;
+  const bool has_parameters = driver.func_get_param_info != nullptr
+                                  ? driver.func_get_param_info(launch.loaded, 0, &offset, &size) == CUDA_SUCCESS
+                                  : params.kernelParams != nullptr || params.extra != nullptr;
+  if (has_parameters) {
+    *why = "a kernel node's arguments could not be copied (" + kernel->name.substr(0, 80) + ")";
+  }
+  return kernel;
 }
 
 std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_size, size_t width, size_t height,
@@ -312,6 +470,29 @@ void graph_registry::kernel_set(CUgraphExec exec, const std::string& name) {
   auto found = execs_.find(exec);
   if (found != execs_.end()) {
     found->second.set_later.insert(name);
+  }
+}
+
+void graph_registry::node_set(CUgraphExec exec, CUgraphNode node, const std::function<bool(planned_node&)>& change,
+                              const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = execs_.find(exec);
+  if (found == execs_.end() || !found->second.node_why_not.empty()) {
+    return;
+  }
+  graph_facts& facts = found->second;
+  auto planned = std::find_if(facts.plan.begin(), facts.plan.end(),
+                              [node](const planned_node& p) { return p.node == node; });
+  if (planned == facts.plan.end() || !change(*planned)) {
+    facts.node_why_not = why + " (set after instantiation)";
+  }
+}
+
+void graph_registry::node_mode_off(CUgraphExec exec, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = execs_.find(exec);
+  if (found != execs_.end() && found->second.node_why_not.empty()) {
+    found->second.node_why_not = why;
   }
 }
 

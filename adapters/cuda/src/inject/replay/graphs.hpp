@@ -19,11 +19,22 @@
 //     memory), or a node type this build does not know;
 //   - flags of device launch (its kernels may launch graphs kreplay never sees), kept across updates.
 // Event record and wait nodes, empty nodes and child graphs (inspected as their parent) are replayed.
+//
+// Node mode (--graph-profiling node) keeps more: every node's parameters as of instantiation (a kernel node's
+// arguments copied then, since the program may destroy the graph), in an order that respects the graph's edges,
+// child graphs inlined; the calls that change an executable's nodes in place (cuGraphExec*SetParams, an update
+// from another graph) change this plan too. At a launch, kreplay runs the plan itself on the launch's stream,
+// each selected kernel node replayed as a stream launch is, then puts back the memory as it was before the graph
+// and lets the program's own launch run the graph once. Besides what stops a whole-graph replay, node mode
+// cannot run a graph with allocation or free nodes (graph memory is mapped only while the graph runs), a kernel
+// node with a cluster shape set on the node or arguments that cannot be copied, or a node enabled, disabled or
+// replaced by a child graph after instantiation: those are replayed in graph mode, with why.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -37,6 +48,30 @@
 
 namespace kreplay::cuda::inject {
 
+// A kernel node as node mode launches it: the function and shape, and a private copy of the arguments.
+struct kernel_node_t {
+  std::string name;
+  CUfunction function = nullptr;   // the node's function (or its CUkernel, passed as a CUfunction)
+  CUfunction loaded = nullptr;     // a CUfunction of it in the instantiating context, for the queries
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  unsigned shared_bytes = 0;
+  bool cooperative = false;
+  std::vector<unsigned char> argument_bytes;  // the parameter buffer
+  std::vector<size_t> argument_offsets;       // where each parameter lies in it (empty: `packed`, or none)
+  bool packed = false;                        // passed as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER)
+};
+
+// One node of the plan node mode runs, in an order that respects the edges.
+struct planned_node {
+  CUgraphNode node = nullptr;  // its handle in the graph the executable follows (as SetParams calls name it)
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  std::shared_ptr<const kernel_node_t> kernel;  // kernel nodes
+  CUDA_MEMCPY3D copy{};                         // memcpy nodes
+  CUDA_MEMSET_NODE_PARAMS set{};                // memset nodes
+  CUevent event = nullptr;                      // event record and wait nodes
+};
+
 // What an executable graph holds, as far as the replay needs to know.
 struct graph_facts {
   size_t nodes = 0;                  // every node, those of child graphs included
@@ -45,7 +80,14 @@ struct graph_facts {
   std::set<std::string> set_later;   // kernels set into nodes since (cuGraphExec*SetParams): for selection only
   std::string why_not;               // empty: replayable whole; else why a whole-graph replay would be unfaithful
   unsigned long long flags = 0;      // the executable's instantiation flags (an update keeps them)
+  std::vector<planned_node> plan;    // node mode: every node to run, in order (child graphs inlined)
+  std::string node_why_not;          // empty: node mode can run it; else why it is replayed in graph mode
 };
+
+// A kernel node's launch as node mode makes it, from its parameters (the arguments copied now). Empty `why`
+// when it can be launched later, after the graph that held it is gone.
+std::shared_ptr<kernel_node_t> plan_kernel_node(const CUDA_KERNEL_NODE_PARAMS_v2& params, const driver_api_t& driver,
+                                                std::string* why);
 
 // Whether every byte of [start, start + bytes) lies in tracked device allocations of the launching device (memory
 // kreplay's snapshots of that device hold): "" when it does, else what lies at the first byte that does not
@@ -73,6 +115,9 @@ std::string memset_node_problem(CUdeviceptr dst, size_t pitch, unsigned element_
 // A graph launch's name in the report: "graph: 9 kernels, 12 nodes (first, second, third, ...)".
 std::string graph_row_name(const graph_facts& graph);
 
+// The kernel nodes' names in the plan's order (what node mode numbers and selects).
+std::vector<std::string> planned_kernel_names(const graph_facts& graph);
+
 // The executable graphs of the process and their facts. Thread-safe.
 class graph_registry {
  public:
@@ -81,6 +126,12 @@ class graph_registry {
   void changed(CUgraphExec exec, const std::string& why);
   // A kernel set into a node of `exec` after instantiation: selection sees its name too (each name once).
   void kernel_set(CUgraphExec exec, const std::string& name);
+  // A node of `exec` set anew in place: `change` edits its planned form (false: it could not, and node mode is
+  // off for `exec` with `why`). A node the plan does not hold turns node mode off too.
+  void node_set(CUgraphExec exec, CUgraphNode node, const std::function<bool(planned_node&)>& change,
+                const std::string& why);
+  // Something node mode cannot follow happened to `exec` (a node enabled or disabled, a child graph set).
+  void node_mode_off(CUgraphExec exec, const std::string& why);
   void destroyed(CUgraphExec exec);
   // A copy of the facts; nothing when the executable was never seen instantiated.
   std::optional<graph_facts> find(CUgraphExec exec) const;

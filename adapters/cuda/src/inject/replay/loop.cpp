@@ -13,14 +13,6 @@
 namespace kreplay::cuda::inject {
 namespace {
 
-// The median of the passes' costs: for an even count the mean of the two middle ones (with a learned write set, a
-// window of 5 passes has two full restores, the learning one and the last check, and two partial ones).
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 thread_local replayer::pending_t* t_pending = nullptr;
 thread_local int t_launch_depth = 0;  // launch callbacks in progress on this thread (another tool's may nest)
 thread_local uint64_t t_copy_token = 0;
@@ -143,6 +135,10 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     return;
   }
   p->replaying = true;
+  if (p->row.holds_nodes) {
+    run_graph_nodes(*p);  // node mode: the graph's kernel nodes replayed, then the memory before it put back
+    return;
+  }
   configure_counting(*p);
   run_own_passes(*p);
 }
@@ -202,8 +198,10 @@ bool replayer::open_window(pending_t& p) {
   kreplay_window_options_t options{};
   options.struct_size = sizeof(options);
   options.passes = p.passes;
-  // A graph: one window over its kernels (at least one, why_graph_runs_once checked).
-  options.dispatches = p.launch.kind == launch_kind::graph ? static_cast<uint32_t>(p.graph.kernels.size()) : 1;
+  // A graph: one window over its kernels (at least one, why_graph_runs_once checked). In node mode at least two,
+  // so that the nodes' own snapshots inside it are the host's per-dispatch snapshots (kreplay_window_options_t).
+  const auto kernels = static_cast<uint32_t>(p.graph.kernels.size());
+  options.dispatches = p.launch.kind != launch_kind::graph ? 1 : p.row.holds_nodes ? std::max(kernels, 2U) : kernels;
   for (int attempt = 0;; ++attempt) {
     kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
     if (kreplay_window_open(p.agent, &options, &p.window, &reason) == KREPLAY_STATUS_SUCCESS) {
@@ -225,11 +223,17 @@ bool replayer::open_window(pending_t& p) {
 
 bool replayer::plan_passes(pending_t& p) {
   p.passes = config_.passes;
+  if (p.row.holds_nodes) {
+    // Node mode: the program's launch of the graph is its one pass; its kernel nodes have passes of their own.
+    p.passes = 1;
+    p.row.passes_asked = 1;
+    return true;
+  }
   if (counters_ == nullptr) {
     return true;
   }
   if (p.launch.kind == launch_kind::graph) {
-    p.row.counters = "not counted: a graph launch (each of its kernels would be a range of its own)";
+    p.row.counters = "not counted: a graph launch in graph mode (its kernels are counted in node mode)";
     return true;
   }
   uint32_t needed = 0;

@@ -73,7 +73,8 @@ inline constexpr CUpti_CallbackId replay_capture_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
 };
 inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
-// With --graph-profiling graph: the calls that make, change and destroy executable graphs (graph_launches.cpp).
+// With --graph-profiling node or graph: the calls that make, change and destroy executable graphs
+// (graph_launches.cpp).
 inline constexpr CUpti_CallbackId replay_graph_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate,
     CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiate_v2,
@@ -88,6 +89,9 @@ inline constexpr CUpti_CallbackId replay_graph_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecNodeSetParams,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecChildGraphNodeSetParams,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecEventRecordNodeSetEvent,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphExecEventWaitNodeSetEvent,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
 };
 
@@ -114,7 +118,7 @@ class replayer {
   // The replay_graph_ids, at their exit: what each executable graph holds (replay/graphs.hpp).
   void on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   // Whether graph launches are replayed, so that the graph calls are worth following.
-  bool replays_graphs() const { return config_.graphs == graph_profiling::graph; }
+  bool replays_graphs() const { return config_.graphs != graph_profiling::off; }
   // CONTEXT_DESTROY_STARTING: a launch of that context between its entry and its exit (on another thread)
   // makes no driver call with its handles any more (events, saved memory) and is reported as cut short.
   void on_context_destroyed(CUcontext context);
@@ -138,8 +142,20 @@ class replayer {
   tracked_memory_t tracked_memory(CUcontext context) const;
   void node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void child_changed(CUgraphExec exec, CUgraph child, CUcontext context);
-  void generic_node_changed(CUgraphExec exec, const CUgraphNodeParams& node, CUcontext context,
+  void generic_node_changed(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params, CUcontext context,
                             const tracked_memory_t& tracked);
+  void kernel_set(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v2& params);
+  void memcpy_set(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D& copy, const tracked_memory_t& tracked);
+  void memset_set(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& set,
+                  const tracked_memory_t& tracked);
+  void event_set(CUgraphExec exec, CUgraphNode node, CUevent event);
+  std::string node_mode_problem(const graph_facts& graph) const;
+  // Node mode (graph_nodes.cpp): at a graph launch's entry, inside its window and after its snapshot, the plan
+  // run on the launch's stream, each selected kernel node replayed, then the memory before the graph put back.
+  void run_graph_nodes(pending_t& p);
+  bool run_planned(pending_t& p, const planned_node& node, uint32_t kernel_index);
+  bool replay_kernel_node(pending_t& graph, const kernel_node_t& kernel, uint32_t kernel_index);
+  bool run_node_passes(pending_t& n);
   bool open_window(pending_t& p);
   bool drain(pending_t& p);
   bool take_snapshot(pending_t& p);

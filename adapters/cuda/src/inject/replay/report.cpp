@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cinttypes>
@@ -43,16 +44,30 @@ std::string shortest(double value) {
   return written.ec == std::errc() ? std::string(text, written.ptr) : std::string();
 }
 
+// An index, or an empty cell for none (-1).
+std::string index_or_empty(int64_t index) { return index < 0 ? std::string() : std::to_string(index); }
+
 }  // namespace
 
 double ms_between(replay_clock::time_point a, replay_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) {
+    return 0;
+  }
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+
 std::string csv_header(const std::vector<std::string>& metrics) {
   std::string header =
       "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
-      "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses";
+      "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses,graph_mode,"
+      "graph_launch,graph_node";
   if (!metrics.empty()) {
     header += ",counters";
     for (const std::string& metric : metrics) {
@@ -77,7 +92,8 @@ std::string csv_row(const launch_row_t& r, size_t metrics) {
   return std::to_string(r.index) + "," + quoted(r.kernel) + "," + shape + fixed4(r.snapshot_ms) + "," +
          fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
          (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "," +
-         std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + counted + "\n";
+         std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + "," + quoted(r.graph_mode) +
+         "," + index_or_empty(r.graph_launch) + "," + index_or_empty(r.graph_node) + counted + "\n";
 }
 
 std::string decline_text(kreplay_decline_reason_t reason) {
@@ -139,7 +155,9 @@ void replay_report::add(const launch_row_t& row, double replay_ms) {
   if (summary_ != nullptr) {
     summary_->add(row);
   }
-  if (row.replayed) {
+  if (row.holds_nodes) {
+    ++graphs_by_node_;  // its kernel nodes have their rows (and counts)
+  } else if (row.replayed) {
     ++replayed_;
   } else {
     ++declined_[row.reason.substr(0, row.reason.find(':'))];
@@ -195,6 +213,10 @@ void replay_report::finish(int64_t in_flight) {
   }
   if (!metrics_.empty()) {
     std::fprintf(stderr, "; counters: %" PRIu64 " launches counted (%zu metrics)", counted_, metrics_.size());
+  }
+  if (graphs_by_node_ > 0) {
+    // Their kernel nodes are among the launches above, one row each.
+    std::fprintf(stderr, "; graphs: %" PRIu64 " launches replayed node by node", graphs_by_node_);
   }
   if (write_set_missed_ > 0) {
     // Their results are exact (the full check restored the missed blocks); some of their passes may not be.

@@ -19,6 +19,9 @@ namespace kreplay::cuda::inject {
 
 using replay_clock = std::chrono::steady_clock;
 double ms_between(replay_clock::time_point a, replay_clock::time_point b);
+// The median of the passes' costs: for an even count the mean of the two middle ones (with a learned write set, a
+// window of 5 passes has two full restores, the learning one and the last check, and two partial ones). 0 for none.
+double median(std::vector<double> values);
 
 // One row of the report.
 struct launch_row_t {
@@ -43,6 +46,12 @@ struct launch_row_t {
   uint32_t write_set_miss_pass = 0;  // the first pass that may have started from such a state
   std::vector<double> metrics;   // one value per counted metric, empty when the launch was not counted
   std::string counters;          // with counters: "" when counted, else why not
+  // Graphs: "graph" (the whole graph replayed as one window), "node" (a kernel node, or the launch of a graph whose
+  // kernel nodes were replayed), "graph: <why node mode could not run it>"; "" for a stream launch.
+  std::string graph_mode;
+  int64_t graph_launch = -1;     // the graph launch's index (a graph launch's own, or a node's graph's); -1: none
+  int64_t graph_node = -1;       // a kernel node's place among its graph's kernel nodes, from 0; -1: none
+  bool holds_nodes = false;      // the program's launch of a graph whose kernel nodes have rows of their own
 };
 // A decline's C name and its text: "HOST_BUDGET (the snapshot would exceed ...)".
 std::string decline_text(kreplay_decline_reason_t reason);
@@ -89,6 +98,7 @@ class replay_report {
   FILE* csv_ = nullptr;
   std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'
   uint64_t replayed_ = 0;
+  uint64_t graphs_by_node_ = 0;  // graph launches whose kernel nodes were replayed one by one
   uint64_t differed_ = 0;
   uint64_t write_set_missed_ = 0;  // launches whose last full check found write-set misses
   double replay_ms_ = 0;
