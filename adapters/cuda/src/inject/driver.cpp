@@ -58,6 +58,7 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuMemsetD2D16Async", out.memset_d2d16_async);
   find_symbol(cuda, "cuMemsetD2D32Async", out.memset_d2d32_async);
   find_symbol(cuda, "cuStreamWaitEvent", out.stream_wait_event);
+  find_symbol(cuda, "cuGraphNodeGetParams", out.graph_node_get_params);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
 }

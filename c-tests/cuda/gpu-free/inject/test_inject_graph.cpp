@@ -191,7 +191,7 @@ std::vector<CUgraphNode> in_edge_order(CUgraph graph) {
 void run_graph(CUgraph graph) {
   for (CUgraphNode handle : in_edge_order(graph)) {
     const node_t& node = g_nodes.at(handle);
-    if (node.type == CU_GRAPH_NODE_TYPE_GRAPH) {
+    if (node.type == CU_GRAPH_NODE_TYPE_GRAPH || node.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {  // an if, taken
       run_graph(node.child);
     } else if (node.body) {
       node.body();
@@ -260,6 +260,19 @@ CUresult memset_32(CUdeviceptr dst, size_t, unsigned value, size_t width, size_t
   std::fill_n(reinterpret_cast<unsigned*>(dst), width, value);
   return CUDA_SUCCESS;
 }
+// Conditional nodes: an if whose handle is the node's `address`, its body the node's `child`.
+CUresult node_params(CUgraphNode node, CUgraphNodeParams* params) {
+  node_t& n = g_nodes.at(node);
+  *params = {};
+  params->type = n.type;
+  if (n.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    params->conditional.handle = n.address;
+    params->conditional.type = CU_GRAPH_COND_TYPE_IF;
+    params->conditional.size = 1;
+    params->conditional.phGraph_out = &n.child;
+  }
+  return CUDA_SUCCESS;
+}
 CUresult event_of(CUgraphNode node, CUevent* event) {
   *event = g_nodes.at(node).event;
   return CUDA_SUCCESS;
@@ -311,6 +324,7 @@ driver_api_t graph_driver() {
     return CUDA_ERROR_NOT_SUPPORTED;
   };
   d.memset_d2d32_async = memset_32;
+  d.graph_node_get_params = node_params;
   d.graph_event_record_node_get_event = event_of;
   d.graph_event_wait_node_get_event = event_of;
   d.event_record = [](CUevent, CUstream) {
@@ -499,7 +513,7 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"memset to untracked", [&scratch] { CUgraph g = training_step(); add_memset(g, &scratch, 1); return g; }, 0,
        "memset node writes memory"},
       {"conditional", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_CONDITIONAL); return g; }, 0,
-       "a conditional node"},
+       "a conditional node whose handle keeps its value"},
       {"semaphore", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT); return g; }, 0,
        "external semaphore"},
       {"unknown node", [] { CUgraph g = training_step(); add_type(g, static_cast<CUgraphNodeType>(30)); return g; }, 0,
@@ -887,6 +901,55 @@ void what_node_mode_cannot_run_is_replayed_whole_with_its_reason() {
   fill_buffer();
 }
 
+// The program creates a conditional handle (cuGraphConditionalHandleCreate) with `flags`.
+CUgraphConditionalHandle create_handle(replayer& r, unsigned flags) {
+  static CUgraphConditionalHandle next = 0x77;
+  CUgraphConditionalHandle handle = next++;
+  cuGraphConditionalHandleCreate_params p{&handle, nullptr, ctx0, 1, flags};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate, callback_data(CUPTI_API_EXIT, &p, &ok));
+  return handle;
+}
+
+// A step whose scale kernel runs inside a conditional node's body.
+CUgraph conditional_step(CUgraphConditionalHandle handle) {
+  CUgraph graph = new_graph();
+  CUgraph body = new_graph();
+  add_axpb(body, axpb_scale, "axpb_scale", {0, 512, 2, 1});
+  node_t node;
+  node.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  node.child = body;
+  node.address = handle;
+  add(graph, std::move(node));
+  add_kernel(graph, sum_kernel, "sum_kernel", [] { g_buffer[0] += g_buffer[1]; });
+  return graph;
+}
+
+void a_conditional_node_is_replayed_whole_when_its_handle_resets_at_every_launch() {
+  for (const unsigned flags : {0U, static_cast<unsigned>(CU_GRAPH_COND_ASSIGN_DEFAULT)}) {
+    clear_runs();
+    std::vector<int> expected;
+    with_replayer(node_mode, [&](replayer& r) {
+      const CUgraph graph = conditional_step(create_handle(r, flags));
+      expected = after_one_launch(graph);
+      g_inputs.clear();
+      program_launch(r, instantiate(r, graph));
+    });
+    CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+    const std::vector<std::string> rows = report_rows();
+    CHECK(rows.size() == 1);
+    if (flags == 0) {  // the handle could keep a value from the pass before: run once
+      CHECK(rows[0].find("keeps its value across launches") != std::string::npos);
+      CHECK(g_inputs["axpb_scale"].size() == 1);
+    } else {  // whole, three passes from the same memory; node mode says why not
+      CHECK(rows[0].find(",3,3,") != std::string::npos);
+      CHECK(rows[0].find("\"graph: a conditional node (the device decides") != std::string::npos);
+      CHECK(g_inputs["axpb_scale"].size() == 3 && all_equal(g_inputs["axpb_scale"]));
+    }
+    fill_buffer();
+  }
+}
+
 void selection_numbers_kernel_nodes_as_launches_in_node_mode() {
   CUgraphNode scale = nullptr;
   const CUgraph graph = node_step(&scale);
@@ -928,5 +991,6 @@ int main() {
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);
   RUN_TEST(what_node_mode_cannot_run_is_replayed_whole_with_its_reason);
   RUN_TEST(selection_numbers_kernel_nodes_as_launches_in_node_mode);
+  RUN_TEST(a_conditional_node_is_replayed_whole_when_its_handle_resets_at_every_launch);
   return 0;
 }

@@ -112,7 +112,8 @@ tracked_memory_t replayer::tracked_memory(CUcontext context) const {
 
 graph_facts replayer::inspect(CUgraph graph, unsigned long long flags, CUcontext context) const {
   own_call_scope own;  // the graph queries are kreplay's
-  return inspect_graph(graph, flags, context, driver_, tracked_memory(context));
+  return inspect_graph(graph, flags, context, driver_, tracked_memory(context),
+                       [this](CUgraphConditionalHandle handle) { return graphs_.resets_at_launch(handle); });
 }
 
 void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
@@ -140,6 +141,13 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
       graphs_.destroyed(params<cuGraphExecDestroy_params>(data).hGraphExec);
       return;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate: {
+      const auto& made = params<cuGraphConditionalHandleCreate_params>(data);
+      if (made.pHandle_out != nullptr) {
+        graphs_.handle_created(*made.pHandle_out, made.flags);
+      }
+      return;
+    }
     default: return node_changed(cbid, data);
   }
 }

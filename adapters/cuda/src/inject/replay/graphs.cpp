@@ -25,8 +25,9 @@ std::string untracked(const tracked_memory_t& tracked, CUdeviceptr start, size_t
 // One walk over a graph and its children: counts, names, and what may make it unreplayable.
 class graph_walk {
  public:
-  graph_walk(CUcontext context, const driver_api_t& driver, const tracked_memory_t& tracked)
-      : context_(context), driver_(driver), tracked_(tracked) {}
+  graph_walk(CUcontext context, const driver_api_t& driver, const tracked_memory_t& tracked,
+             const resets_at_launch_t& resets)
+      : context_(context), driver_(driver), tracked_(tracked), resets_(resets) {}
 
   void visit(CUgraph graph, int depth) {
     if (!why_not_.empty()) {
@@ -180,9 +181,7 @@ class graph_walk {
       case CU_GRAPH_NODE_TYPE_EMPTY: return plan(node, type);
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return read_event(node, type);
-      case CU_GRAPH_NODE_TYPE_CONDITIONAL:
-        why_not_ = "a conditional node: its handle may keep a value across launches, so passes could branch apart";
-        return;
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: return read_conditional(node, depth);
       case CU_GRAPH_NODE_TYPE_HOST:
         why_not_ = "a host node: the program's host function would run on every pass";
         return;
@@ -244,6 +243,26 @@ class graph_walk {
       return no_node_mode("an event node's event could not be read");
     }
     plan(node, type, [event](planned_node& p) { p.event = event; });
+  }
+
+  // Replayed whole when its handle is set to its default at every launch; its bodies read as child graphs.
+  void read_conditional(CUgraphNode node, int depth) {
+    no_node_mode("a conditional node (the device decides how often its bodies run)");
+    CUgraphNodeParams params{};
+    if (driver_.graph_node_get_params == nullptr || driver_.graph_node_get_params(node, &params) != CUDA_SUCCESS ||
+        params.type != CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      why_not_ = "a conditional node whose parameters could not be read (cuGraphNodeGetParams)";
+      return;
+    }
+    const CUDA_CONDITIONAL_NODE_PARAMS& conditional = params.conditional;
+    if (!resets_ || !resets_(conditional.handle)) {
+      why_not_ = "a conditional node whose handle keeps its value across launches (not created with "
+                 "CU_GRAPH_COND_ASSIGN_DEFAULT while kreplay watched), so passes could branch apart";
+      return;
+    }
+    for (unsigned body = 0; conditional.phGraph_out != nullptr && body < conditional.size; ++body) {
+      visit(conditional.phGraph_out[body], depth + 1);
+    }
   }
 
   void read_memset(CUgraphNode node) {
@@ -328,6 +347,7 @@ class graph_walk {
   CUcontext context_;
   const driver_api_t& driver_;
   const tracked_memory_t& tracked_;
+  const resets_at_launch_t& resets_;
   graph_facts facts_;
   std::string why_not_;
   std::string node_why_not_;
@@ -438,8 +458,9 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
 }
 
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
-                          const driver_api_t& driver, const tracked_memory_t& tracked) {
-  graph_walk walk(context, driver, tracked);
+                          const driver_api_t& driver, const tracked_memory_t& tracked,
+                          const resets_at_launch_t& resets) {
+  graph_walk walk(context, driver, tracked, resets);
   walk.visit(graph, 0);
   graph_facts facts = walk.finish();
   facts.flags = instantiate_flags;
@@ -499,6 +520,17 @@ void graph_registry::node_mode_off(CUgraphExec exec, const std::string& why) {
 void graph_registry::destroyed(CUgraphExec exec) {
   std::lock_guard<std::mutex> lock(mutex_);
   execs_.erase(exec);
+}
+
+void graph_registry::handle_created(CUgraphConditionalHandle handle, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  handles_[handle] = flags;
+}
+
+bool graph_registry::resets_at_launch(CUgraphConditionalHandle handle) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = handles_.find(handle);
+  return found != handles_.end() && (found->second & CU_GRAPH_COND_ASSIGN_DEFAULT) != 0;
 }
 
 std::optional<graph_facts> graph_registry::find(CUgraphExec exec) const {

@@ -13,12 +13,15 @@
 //     launching device (or memory the graph allocates and frees itself): host, managed or a peer's memory, an
 //     array, untracked memory are not captured, so a pass after the first would read what the one before wrote;
 //   - a kernel node bound to another context (its writes are neither drained nor captured);
-//   - a conditional node (its handle can keep a value in the executable across launches, outside device memory,
-//     so later passes could take other branches; its body is not read either);
+//   - a conditional node whose handle keeps its value across launches (created without
+//     CU_GRAPH_COND_ASSIGN_DEFAULT, or before kreplay saw it): the value lives outside device memory, so later
+//     passes could take other branches. With the default assigned at every launch, each pass starts from the same
+//     value and the node is replayed with the graph; its bodies are read as child graphs are;
 //   - external semaphore or batch memory-operation nodes (they signal or wait on things outside the device
 //     memory), or a node type this build does not know;
 //   - flags of device launch (its kernels may launch graphs kreplay never sees), kept across updates.
-// Event record and wait nodes, empty nodes and child graphs (inspected as their parent) are replayed.
+// Event record and wait nodes, empty nodes and child graphs (inspected as their parent) are replayed. Node mode
+// never runs conditional nodes (the device decides how often their bodies run): such graphs are replayed whole.
 //
 // Node mode (--graph-profiling node) keeps more: every node's parameters as of instantiation (a kernel node's
 // arguments copied then, since the program may destroy the graph), in an order that respects the graph's edges,
@@ -94,11 +97,16 @@ std::shared_ptr<kernel_node_t> plan_kernel_node(const CUDA_KERNEL_NODE_PARAMS_v2
 // ("page-locked host memory at 0x...", "no allocation kreplay tracks at 0x...").
 using tracked_memory_t = std::function<std::string(CUdeviceptr start, size_t bytes)>;
 
+// Whether a conditional handle is set to its default at every launch (created with CU_GRAPH_COND_ASSIGN_DEFAULT,
+// as kreplay saw it created).
+using resets_at_launch_t = std::function<bool(CUgraphConditionalHandle handle)>;
+
 // Reads `graph` (and its child graphs) with the driver's graph queries. `instantiate_flags`: the flags the
 // executable was instantiated with; `context`: the instantiating context. A query that fails makes the graph
 // unreplayable, with the query named.
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
-                          const driver_api_t& driver, const tracked_memory_t& tracked);
+                          const driver_api_t& driver, const tracked_memory_t& tracked,
+                          const resets_at_launch_t& resets = {});
 
 // An address as "0x7f0ae2c00000", for the reasons in the report.
 std::string hex(CUdeviceptr address);
@@ -133,12 +141,16 @@ class graph_registry {
   // Something node mode cannot follow happened to `exec` (a node enabled or disabled, a child graph set).
   void node_mode_off(CUgraphExec exec, const std::string& why);
   void destroyed(CUgraphExec exec);
+  // A conditional handle created (cuGraphConditionalHandleCreate) with `flags`.
+  void handle_created(CUgraphConditionalHandle handle, unsigned flags);
+  bool resets_at_launch(CUgraphConditionalHandle handle) const;
   // A copy of the facts; nothing when the executable was never seen instantiated.
   std::optional<graph_facts> find(CUgraphExec exec) const;
 
  private:
   mutable std::mutex mutex_;
   std::unordered_map<CUgraphExec, graph_facts> execs_;
+  std::unordered_map<CUgraphConditionalHandle, unsigned> handles_;  // the flags each was created with
 };
 
 }  // namespace kreplay::cuda::inject

@@ -93,6 +93,7 @@ inline constexpr CUpti_CallbackId replay_graph_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecEventWaitNodeSetEvent,
     CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate,
 };
 
 class replayer {
