@@ -5,14 +5,26 @@ run_graphs_counters.sh):
 
 WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), declined_other (declined for
 anything but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's
-number), graph_reasons (why graph launches ran once), reasons (why launches ran once), differs (launches whose
-passes differed under --verify, and up to five of their kernels). A missing report counts as empty."""
+number), graph_reasons (why graph launches ran once), graph_modes (how graph launches were replayed, with
+counts), nodes (kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the
+median extra_pass_ms of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a
+graph launch), reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to
+five of their kernels). A missing report counts as empty."""
+import collections
 import csv
+import statistics
 import sys
+
+
+def median_of(rows, column):
+    values = [float(r[column]) for r in rows]
+    return f"{statistics.median(values):.4f}" if values else "none"
 
 
 def figure(rows, what):
     graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
+    nodes = [r for r in rows if r.get("graph_node", "") != ""]
+    replayed = [r for r in rows if r["replayed"] == "1"]
     declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
     if what == "rows":
         return len(rows)
@@ -32,6 +44,22 @@ def figure(rows, what):
         return min([int(r["launch"]) for r in graph] or [0])
     if what == "graph_reasons":
         return "; ".join(sorted({r["reason"] for r in graph if r["replayed"] != "1"})) or "none"
+    if what == "graph_modes":
+        counts = collections.Counter(r.get("graph_mode", "")[:100] or "(run once)" for r in graph)
+        return "; ".join(f"{n} x {mode}" for mode, n in sorted(counts.items())) or "none"
+    if what == "nodes":
+        return len(nodes)
+    if what == "nodes_replayed":
+        return sum(r["replayed"] == "1" for r in nodes)
+    if what == "node_extra":
+        return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
+    if what == "stream_extra":
+        return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
+    if what == "graph_extra":
+        return median_of([r for r in graph if r["replayed"] == "1" and r.get("graph_mode", "").startswith("graph")],
+                         "extra_pass_ms")
+    if what == "graph_kernel_ms":
+        return median_of([r for r in graph if r["replayed"] == "1"], "kernel_ms")
     if what == "reasons":
         return "; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none"
     if what == "differs":

@@ -6,12 +6,17 @@
 #
 # Same requirements as run_replay.sh (and Nsight Compute's ncu for the counters). Sections, each skipped when its
 # variable is 0:
+#   KREPLAY_RUN_NATIVE    graphs.cu: a graph of every node kind node mode runs, changed in place between launches
+#                         (step), and a graph with a conditional while node (while); in node mode and graph mode
+#   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, node and graph mode;
+#                         the cost figures: a kernel node's median extra pass against the stream launches' (the same
+#                         kernels in its warm-up steps), a whole graph's against its own time
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
 #   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
-#   no-restore control differs.
+#   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs.
 #   KREPLAY_RUN_COUNTERS  ResNet-18, 1 step, the first KREPLAY_COUNTER_LAUNCHES (default 60) launches: kreplay's
 #                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
@@ -30,7 +35,8 @@ kreplay_replay_begin graphs_counters
   python3 -c 'import torch, jax; print("torch", torch.__version__, "jax", jax.__version__)' 2>&1
   command -v ncu && ncu --version | tail -1
 } >"$work/env.log" 2>&1
-kreplay_replay_launcher "kreplay_cuda_inject kreplay_cuda_replay"
+kreplay_replay_launcher "kreplay_cuda_inject kreplay_cuda_replay replay_graphs"
+graphs_program=$(find "$build" -name replay_graphs -type f | head -1)
 
 # The checksum of ResNet-18's one plain step (the counters and the set sections compare with it), run once.
 resnet_plain() {
@@ -38,32 +44,57 @@ resnet_plain() {
   sed -n 's/^CHECKSUM //p' "$work/resnet.plain.log" | tail -1
 }
 
-# graph_program NAME CMD...: plain, host + --verify, device, control; every graph launch replayed.
+# graph_program NAME CMD...: the plain run, then for each mode of KREPLAY_GRAPH_MODES: host tier + --verify,
+# device tier, the control; every graph launch replayed.
 graph_program() {
   local name=$1
   shift
-  local plain sum tier graphs replayed control
+  local plain mode
   plain=$(run "$work/$name.plain.log" "$@")
   verdict "$name: the plain run gives a checksum (${plain:-none})" test -n "$plain"
+  for mode in ${KREPLAY_GRAPH_MODES:-node}; do
+    graph_program_mode "$name.$mode" "$mode" "$plain" "$@"
+  done
+}
+
+graph_program_mode() {
+  local name=$1 mode=$2 plain=$3
+  shift 3
+  local sum tier csv graphs replayed control
   for tier in host device; do
     local verify=()
     [[ $tier == host ]] && verify=(--verify)
-    sum=$(run "$work/$name.$tier.log" "$launcher" --passes 3 --tier "$tier" "${verify[@]}" --progress 10 \
-          -o "$work/$name.$tier.csv" -- "$@")
+    csv=$work/$name.$tier.csv
+    sum=$(run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes 3 --tier "$tier" "${verify[@]}" \
+          --progress 10 -o "$csv" -- "$@")
     verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-    graphs=$(csv_figure "$work/$name.$tier.csv" graphs)
-    replayed=$(csv_figure "$work/$name.$tier.csv" graphs_replayed)
-    verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(csv_figure "$work/$name.$tier.csv" graph_reasons))" \
+    graphs=$(csv_figure "$csv" graphs)
+    replayed=$(csv_figure "$csv" graphs_replayed)
+    verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(csv_figure "$csv" graph_reasons))" \
       test "$graphs" -gt 0 -a "$replayed" = "$graphs"
-    row "INFO $name, $tier tier: $(csv_figure "$work/$name.$tier.csv" replayed) of $(csv_figure "$work/$name.$tier.csv" rows) launches replayed; not: $(csv_figure "$work/$name.$tier.csv" reasons)"
+    verdict "$name, $tier tier: every kernel-node row replayed ($(csv_figure "$csv" nodes_replayed) of $(csv_figure "$csv" nodes))" \
+      test "$(csv_figure "$csv" nodes_replayed)" = "$(csv_figure "$csv" nodes)"
+    row "INFO $name, $tier tier: graph launches: $(csv_figure "$csv" graph_modes)"
+    row "INFO $name, $tier tier: kernel-node rows $(csv_figure "$csv" nodes), replayed $(csv_figure "$csv" nodes_replayed); median extra pass ms: kernel node $(csv_figure "$csv" node_extra), stream launch $(csv_figure "$csv" stream_extra), whole graph $(csv_figure "$csv" graph_extra) (graph's own time $(csv_figure "$csv" graph_kernel_ms))"
+    row "INFO $name, $tier tier: $(csv_figure "$csv" replayed) of $(csv_figure "$csv" rows) rows replayed; not: $(csv_figure "$csv" reasons)"
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
   row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
-  control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --passes 3 --debug-no-restore --progress 10 \
-            --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" -o "$work/$name.control.csv" -- "$@")
+  control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+            --debug-no-restore --progress 10 --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" \
+            -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
     test -n "$control" -a "$control" != "$plain"
 }
+
+if [[ ${KREPLAY_RUN_NATIVE:-1} != 0 ]]; then
+  KREPLAY_GRAPH_MODES="node graph" graph_program graphs_step "$graphs_program" step
+  KREPLAY_GRAPH_MODES="node graph" graph_program graphs_while "$graphs_program" while
+fi
+
+if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
+  KREPLAY_PROG_STEPS=4 KREPLAY_GRAPH_MODES="node graph" graph_program cudagraph python3 "$src/torch_prog.py" cudagraph
+fi
 
 if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
   # One compile worker: no pool of processes under the injection. The plain run fills Inductor's caches (code

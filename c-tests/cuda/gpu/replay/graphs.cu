@@ -1,0 +1,241 @@
+// CUDA graphs built node by node, for --graph-profiling node and graph on a GPU (issue 29):
+//
+//   replay_graphs step    a graph of every node kind node mode runs: kernels, a memset, a memcpy, a child graph
+//                         whose kernel reads both buffers, event record and wait nodes, an empty node, with edges
+//                         that make the driver's node order differ from a valid one; launched four times, its
+//                         executable changed in place between launches (a kernel node's arguments set, then an
+//                         update from a second graph of the same shape)
+//   replay_graphs while   a graph with a conditional while node (its handle reset at every launch): an init
+//                         kernel sets a counter, the body runs until the counter reaches zero, each iteration
+//                         folding the counter into an accumulator; launched twice
+//
+// Every kernel reads what it writes, so a pass from any state but the one before it ends elsewhere. Prints
+// "CHECKSUM <hex>" over the buffers at the end (the scripts compare it with the plain run's) and exits 1 on a
+// CUDA error.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int n = 1 << 16;
+
+__global__ void axpb(float* x, int count, float a, float b) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) {
+    x[i] = a * x[i] + b;
+  }
+}
+
+__global__ void mix(float* x, const float* y, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) {
+    x[i] += 0.5f * y[(i * 7) % count];
+  }
+}
+
+__global__ void set_counter(int* counter, int value) { *counter = value; }
+
+__global__ void loop_body(int* counter, float* accumulator, cudaGraphConditionalHandle handle) {
+  *accumulator = *accumulator * 1.5f + static_cast<float>(*counter);
+  *counter -= 1;
+  cudaGraphSetConditional(handle, *counter > 0 ? 1 : 0);
+}
+
+bool ok(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) {
+    std::fprintf(stderr, "replay_graphs: %s: %s\n", what, cudaGetErrorString(result));
+  }
+  return result == cudaSuccess;
+}
+
+#define CHECK(call)          \
+  do {                       \
+    if (!ok((call), #call)) { \
+      return false;          \
+    }                        \
+  } while (0)
+
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t hash = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) {
+    hash = (hash ^ p[i]) * 1099511628211ull;
+  }
+  return hash;
+}
+
+// The kernel node parameters of axpb over all of `x`, its arguments held here (so never copied).
+struct axpb_node {
+  float* x;
+  int count = n;
+  float a;
+  float b;
+  void* args[4] = {&x, &count, &a, &b};
+  cudaKernelNodeParams params{};
+  axpb_node(float* buffer, float scale, float shift) : x(buffer), a(scale), b(shift) {
+    params.func = reinterpret_cast<void*>(axpb);
+    params.gridDim = dim3((count + 255) / 256);
+    params.blockDim = dim3(256);
+    params.kernelParams = args;
+  }
+  axpb_node(const axpb_node&) = delete;
+  axpb_node& operator=(const axpb_node&) = delete;
+};
+
+// The step graph: k1 = axpb(x) -> memcpy of x's first half into y's second half -> child{mix(x, y)} -> event
+// record -> k2 = axpb(y); a memset of y's first quarter before the child; an event wait and an empty node. The
+// memcpy is added before k1, so the driver's order is not a valid one. `first`: k1's node.
+bool build_step(cudaGraph_t* graph, axpb_node& k1, axpb_node& k2, float* x, float* y, cudaEvent_t event,
+                cudaGraphNode_t* first) {
+  CHECK(cudaGraphCreate(graph, 0));
+  cudaGraphNode_t copy, scale, memset_node, child_node, record, wait, empty, last;
+  CHECK(cudaGraphAddMemcpyNode1D(&copy, *graph, nullptr, 0, y + n / 2, x, n / 2 * sizeof(float),
+                                 cudaMemcpyDeviceToDevice));
+  CHECK(cudaGraphAddKernelNode(&scale, *graph, nullptr, 0, &k1.params));
+  CHECK(cudaGraphAddDependencies(*graph, &scale, &copy, nullptr, 1));
+  cudaMemsetParams set{};
+  set.dst = y;
+  set.value = 0;
+  set.elementSize = 4;
+  set.width = n / 4;
+  set.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&memset_node, *graph, nullptr, 0, &set));
+  cudaGraph_t child;
+  CHECK(cudaGraphCreate(&child, 0));
+  cudaGraphNode_t mix_node;
+  cudaKernelNodeParams mix_params{};
+  int count = n;
+  void* mix_args[] = {&x, &y, &count};
+  mix_params.func = reinterpret_cast<void*>(mix);
+  mix_params.gridDim = dim3(n / 256);
+  mix_params.blockDim = dim3(256);
+  mix_params.kernelParams = mix_args;
+  CHECK(cudaGraphAddKernelNode(&mix_node, child, nullptr, 0, &mix_params));
+  const cudaGraphNode_t before_child[] = {copy, memset_node};
+  CHECK(cudaGraphAddChildGraphNode(&child_node, *graph, before_child, 2, child));
+  CHECK(cudaGraphDestroy(child));  // the node holds a copy
+  CHECK(cudaGraphAddEventRecordNode(&record, *graph, &child_node, 1, event));
+  CHECK(cudaGraphAddEventWaitNode(&wait, *graph, &record, 1, event));
+  CHECK(cudaGraphAddEmptyNode(&empty, *graph, &wait, 1));
+  CHECK(cudaGraphAddKernelNode(&last, *graph, &empty, 1, &k2.params));
+  *first = scale;
+  return true;
+}
+
+bool step(float* x, float* y, uint64_t* hash) {
+  cudaStream_t stream;
+  cudaEvent_t event;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  axpb_node k1(x, 1.01f, 0.5f), k2(y, 0.99f, -0.25f);
+  cudaGraph_t graph;
+  cudaGraphNode_t scale;
+  if (!build_step(&graph, k1, k2, x, y, event, &scale)) {
+    return false;
+  }
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphDestroy(graph));  // the program lets the graph go: the executable is all that is left
+  for (int launch = 0; launch < 4; ++launch) {
+    if (launch == 1) {  // a kernel node's arguments set into the executable
+      axpb_node changed(x, 1.02f, 0.25f);
+      CHECK(cudaGraphExecKernelNodeSetParams(exec, scale, &changed.params));
+    }
+    if (launch == 2) {  // the executable updated from another graph of the same shape
+      axpb_node u1(x, 0.98f, 1.0f), u2(y, 1.03f, 0.125f);
+      cudaGraph_t other;
+      cudaGraphNode_t other_scale;
+      if (!build_step(&other, u1, u2, x, y, event, &other_scale)) {
+        return false;
+      }
+      cudaGraphExecUpdateResultInfo info{};
+      CHECK(cudaGraphExecUpdate(exec, other, &info));
+      CHECK(cudaGraphDestroy(other));
+    }
+    CHECK(cudaGraphLaunch(exec, stream));
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> host(n);
+  CHECK(cudaMemcpy(host.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost));
+  *hash = fnv1a(host.data(), n * sizeof(float), *hash);
+  CHECK(cudaMemcpy(host.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+  *hash = fnv1a(host.data(), n * sizeof(float), *hash);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaEventDestroy(event));
+  CHECK(cudaStreamDestroy(stream));
+  return true;
+}
+
+bool while_loop(float* accumulator, int* counter, uint64_t* hash) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaGraphConditionalHandle handle;
+  CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 1, cudaGraphCondAssignDefault));
+  cudaGraphNode_t init;
+  cudaKernelNodeParams init_params{};
+  int start = 5;
+  void* init_args[] = {&counter, &start};
+  init_params.func = reinterpret_cast<void*>(set_counter);
+  init_params.gridDim = init_params.blockDim = dim3(1);
+  init_params.kernelParams = init_args;
+  CHECK(cudaGraphAddKernelNode(&init, graph, nullptr, 0, &init_params));
+  cudaGraphNodeParams loop{};
+  loop.type = cudaGraphNodeTypeConditional;
+  loop.conditional.handle = handle;
+  loop.conditional.type = cudaGraphCondTypeWhile;
+  loop.conditional.size = 1;
+  cudaGraphNode_t loop_node;
+  CHECK(cudaGraphAddNode(&loop_node, graph, &init, nullptr, 1, &loop));
+  cudaGraph_t body = loop.conditional.phGraph_out[0];
+  cudaGraphNode_t body_node;
+  cudaKernelNodeParams body_params{};
+  void* body_args[] = {&counter, &accumulator, &handle};
+  body_params.func = reinterpret_cast<void*>(loop_body);
+  body_params.gridDim = body_params.blockDim = dim3(1);
+  body_params.kernelParams = body_args;
+  CHECK(cudaGraphAddKernelNode(&body_node, body, nullptr, 0, &body_params));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 2; ++launch) {
+    CHECK(cudaGraphLaunch(exec, stream));
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  float value = 0;
+  CHECK(cudaMemcpy(&value, accumulator, sizeof(value), cudaMemcpyDeviceToHost));
+  std::printf("accumulator %g\n", value);
+  *hash = fnv1a(&value, sizeof(value), *hash);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(stream));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool loop = argc > 1 && std::strcmp(argv[1], "while") == 0;
+  float* x = nullptr;
+  float* y = nullptr;
+  int* counter = nullptr;
+  std::vector<float> start(n);
+  for (int i = 0; i < n; ++i) {
+    start[i] = static_cast<float>(i % 113) / 7.0f;
+  }
+  if (!ok(cudaMalloc(&x, n * sizeof(float)), "cudaMalloc") || !ok(cudaMalloc(&y, n * sizeof(float)), "cudaMalloc") ||
+      !ok(cudaMalloc(&counter, sizeof(int)), "cudaMalloc") ||
+      !ok(cudaMemcpy(x, start.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy") ||
+      !ok(cudaMemcpy(y, start.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy")) {
+    return 1;
+  }
+  uint64_t hash = 1469598103934665603ull;
+  if (!(loop ? while_loop(x, counter, &hash) : step(x, y, &hash))) {
+    return 1;
+  }
+  std::printf("CHECKSUM %016llx\n", static_cast<unsigned long long>(hash));
+  return 0;
+}
