@@ -59,6 +59,9 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuMemsetD2D32Async", out.memset_d2d32_async);
   find_symbol(cuda, "cuStreamWaitEvent", out.stream_wait_event);
   find_symbol(cuda, "cuGraphNodeGetParams", out.graph_node_get_params);
+  find_symbol(cuda, "cuDeviceGetAttribute", out.device_get_attribute);
+  find_symbol(cuda, "cuMemAlloc_v2", out.mem_alloc);
+  find_symbol(cuda, "cuMemFree_v2", out.mem_free);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
 }

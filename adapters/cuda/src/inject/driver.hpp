@@ -71,6 +71,11 @@ struct driver_api_t {
   CUresult (*memset_d2d32_async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream) = nullptr;
   CUresult (*stream_wait_event)(CUstream, CUevent, unsigned) = nullptr;            // cuStreamWaitEvent
   CUresult (*graph_node_get_params)(CUgraphNode, CUgraphNodeParams*) = nullptr;    // cuGraphNodeGetParams (13.0)
+
+  // --cache-control all: the L2's size and a buffer to flush it with (replay/cache_flush.hpp).
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;  // cuDeviceGetAttribute
+  CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;                           // cuMemAlloc_v2
+  CUresult (*mem_free)(CUdeviceptr) = nullptr;                                     // cuMemFree_v2
 };
 
 // Resolves the table from the libcuda.so.1 already in the process (RTLD_NOLOAD). False when there is none.

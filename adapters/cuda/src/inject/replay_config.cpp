@@ -98,6 +98,9 @@ constexpr replay_option_t options[] = {
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
    "Profiler in user replay: a launch gets at least the passes they need; graph launches are not counted"},
+  {"cache-control", 0, "KREPLAY_REPLAY_CACHE_CONTROL", choice<&c::caches>("all|none"), "all",
+   "with counters: all writes a buffer twice the L2's size before every counted pass (as Nsight Compute does), so "
+   "each pass starts from a cold cache; none leaves the caches as the restore left them"},
   {"exclude", 0, "KREPLAY_REPLAY_EXCLUDE", text<&c::exclude>(k::pattern_or_empty), default_exclude,
    "kernels never replayed, run once (communication kernels hang under replay; \"\" excludes nothing)"},
   {"progress", 0, "KREPLAY_REPLAY_PROGRESS", seconds<&c::progress_seconds>(86400), "5",

@@ -23,6 +23,8 @@ enum class replay_backend : uint8_t { kreplay, cupti };
 enum class graph_profiling : uint8_t { node, graph, off };
 // A named list of metrics (--set), counted before --metrics' own.
 enum class metric_set : uint8_t { none, counts, speed, full };
+// With counters: the L2 flushed before every counted pass (all, Nsight Compute's default), or left warm (none).
+enum class cache_control : uint8_t { all, none };
 
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
 inline constexpr const char* default_exclude = "nccl|nvshmem";
@@ -45,6 +47,7 @@ struct replay_config_t {
   graph_profiling graphs = graph_profiling::node;  // what a graph launch gets
   metric_set set = metric_set::none;         // counted metrics by name
   std::string metrics;                       // counted metrics, "a,b,c" ("" = replay only)
+  cache_control caches = cache_control::all; // with counters: flush the L2 before each counted pass
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
   bool restore = true;                       // false: debug, relaunch without restoring

@@ -113,8 +113,32 @@ CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, 
   return CUDA_SUCCESS;
 }
 
+// --cache-control: the flush buffer comes from here, and each flush is a call ("flush") with its size checked.
+alignas(64) unsigned g_scratch[2048];
+const char* g_cache_control = "none";  // the tests of the loop's protocol leave the caches alone
+bool g_scratch_alloc_fails = false;
+
 driver_api_t counter_driver() {
   driver_api_t d = fake::driver();
+  d.device_get_attribute = [](int* value, CUdevice_attribute attribute, CUdevice) {
+    CHECK(attribute == CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    *value = 4096;
+    return CUDA_SUCCESS;
+  };
+  d.mem_alloc = [](CUdeviceptr* address, size_t bytes) {
+    CHECK(bytes == 2 * 4096);
+    if (g_scratch_alloc_fails) {
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *address = reinterpret_cast<CUdeviceptr>(g_scratch);
+    return CUDA_SUCCESS;
+  };
+  d.memset_d2d32_async = [](CUdeviceptr address, size_t, unsigned value, size_t words, size_t height, CUstream) {
+    CHECK(address == reinterpret_cast<CUdeviceptr>(g_scratch) && words == 2048 && height == 1);
+    std::fill_n(g_scratch, words, value);
+    g_calls.push_back("flush");
+    return CUDA_SUCCESS;
+  };
   d.ctx_synchronize = [] { return CUDA_SUCCESS; };
   d.launch_kernel = launch;
   d.launch_kernel_ex = [](const CUlaunchConfig*, CUfunction, void**, void**) { return CUDA_ERROR_NOT_SUPPORTED; };
@@ -253,7 +277,8 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
                                                {"KREPLAY_REPLAY_PROGRESS", "0"},
                                                {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
                                                {"KREPLAY_REPLAY_OUTPUT", csv_path()},
-                                               {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"}};
+                                               {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"},
+                                               {"KREPLAY_REPLAY_CACHE_CONTROL", g_cache_control}};
   replay_config_t config;
   std::string error;
   CHECK(parse_replay_config(
@@ -320,6 +345,24 @@ void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot
   CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
   CHECK(ends_with(lines[1], ",\"\",4,0.25"));  // counted: no note, then the two values
+}
+
+// --cache-control all: the L2 flushed before each counted pass's range, none before the uncounted ones; without
+// memory for the buffer the launch is still counted, with a note.
+void caches_are_flushed_before_every_counted_pass() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  g_cache_control = "all";
+  std::vector<std::string> lines = replay_one_launch(4);
+  CHECK(g_calls == calls({"open", "configure", "flush", "begin", "end", "flush", "begin", "end", "collect", "gone"}));
+  CHECK(one_run_s_result() && ends_with(lines[1], ",\"\",2,0.25"));
+  g_scratch_alloc_fails = true;
+  // The buffer is made once per context: a new replayer (a new process, as it were) tries again and fails.
+  lines = replay_one_launch(4);
+  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(ends_with(lines[1], ",\"caches not flushed: no device memory for the 8192-byte flush buffer\",2,0.25"));
+  g_scratch_alloc_fails = false;
+  g_cache_control = "none";
 }
 
 void passes_beyond_the_counted_ones_run_without_counters() {
@@ -540,6 +583,7 @@ int main() {
 
   RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot);
   RUN_TEST(passes_beyond_the_counted_ones_run_without_counters);
+  RUN_TEST(caches_are_flushed_before_every_counted_pass);
   RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);
   RUN_TEST(a_failed_pass_drops_the_counters_and_the_replay_goes_on);
   RUN_TEST(the_control_without_restores_ends_elsewhere);

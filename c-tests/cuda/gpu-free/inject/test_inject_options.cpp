@@ -72,6 +72,7 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parsed.write_set && parsed.host_budget_percent == 50);
   CHECK(parsed.graphs == plain.graphs && parsed.graphs == graph_profiling::node);
   CHECK(parsed.metrics == plain.metrics && parsed.metrics.empty());
+  CHECK(parsed.caches == plain.caches && parsed.caches == cache_control::all);
   // They reach the policy: learn_write_set and host_budget_percent.
   const kreplay_policy_t policy = replay_policy(parsed, kreplay_policy_t{});
   CHECK(policy.learn_write_set && policy.host_budget_percent == 50);
@@ -134,7 +135,7 @@ void the_launcher_s_help_lists_every_row_with_a_flag() {
     }
     ++listed;
   }
-  CHECK(listed == 18);
+  CHECK(listed == 19);
   CHECK(help.find("-o, --output FILE") != std::string::npos);
   CHECK(help.find("--frobnicate") == std::string::npos);  // control: the search can fail
 }

@@ -4,8 +4,8 @@
 // (the program's own launch, the last, is never counted), configures the session inside the launch's window,
 // brackets passes 1 to k with begin_pass / end_pass, and collects the values after pass k. A source that fails
 // never changes what the program computes: the launch is then replayed without counters, with the reason in its
-// row's `counters` column (or, when its context cannot be counted at all, run once). Graph launches are not
-// counted yet (each of their kernels would be a range of its own).
+// row's `counters` column (or, when its context cannot be counted at all, run once). A graph's kernel nodes are
+// counted in node mode, each as a stream launch; a graph replayed whole is not counted.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_COUNTERS_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_COUNTERS_HPP
 

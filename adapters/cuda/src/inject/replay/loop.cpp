@@ -287,6 +287,7 @@ void replayer::on_context_destroyed(CUcontext context) {
   if (counters_ != nullptr) {
     counters_->context_gone(context);
   }
+  caches_.context_gone(context);
   std::lock_guard<std::mutex> lock(gone_mutex_);
   const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
   if (gone_.size() >= gone_kept) {

@@ -100,6 +100,11 @@ void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   if (p.counting == nullptr || pass > p.counted_passes) {
     return;
   }
+  // Before the range starts, so the flush is never counted; a flush that fails leaves a note, not a lost pass.
+  if (std::string why; config_.caches == cache_control::all && !caches_.flush(p.context, p.launch.stream, &why) &&
+                       p.row.counters.empty()) {
+    p.row.counters = why;
+  }
   if (std::string why; !p.counting->begin_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
   }

@@ -41,6 +41,7 @@
 
 #include "driver.hpp"
 #include "kreplay.h"
+#include "replay/cache_flush.hpp"
 #include "replay/counters.hpp"
 #include "replay/graphs.hpp"
 #include "replay/report.hpp"
@@ -194,6 +195,7 @@ class replayer {
   std::atomic<int64_t> in_flight_{0};    // launches between their ENTER and EXIT now
   replay_report report_;
   graph_registry graphs_;
+  cache_flusher caches_{driver_};  // --cache-control all
   // Contexts destroyed, each with its number in contexts_destroyed_ (the last few: a launch in flight through
   // more resets than that takes its context for gone).
   static constexpr size_t gone_kept = 64;
