@@ -138,7 +138,7 @@ replay_config_t read_replay_config() {
 // --set and --metrics: CUPTI's Range Profiler as the replay's counter source. False, with one line on stderr, when
 // the list or the library will not do: nothing is replayed then (a profile without its counters is not what was
 // asked).
-bool make_counters(std::vector<std::string> metrics, std::unique_ptr<counter_source>* out) {
+bool make_counters(std::vector<std::string> metrics, counter_replay replay, std::unique_ptr<counter_source>* out) {
   std::string why;
   range_profiler_api_t api;
   if (!resolve_range_profiler(api, &why)) {
@@ -147,7 +147,7 @@ bool make_counters(std::vector<std::string> metrics, std::unique_ptr<counter_sou
   }
   *out = make_range_profiler_source(api, std::move(metrics), [](CUcontext context) {
     return g_injection.owner->device_of(context);
-  });
+  }, replay);
   return *out != nullptr;
 }
 
@@ -166,7 +166,9 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
     std::fprintf(stderr, "kreplay-cuda-replay: --metrics: %s; nothing is replayed\n", why.c_str());
     return;
   }
-  if (!metrics.empty() && !make_counters(std::move(metrics), &counters)) {
+  const counter_replay replay = config.backend == replay_backend::cupti_kernel_replay ? counter_replay::cupti_kernel
+                                                                                    : counter_replay::kreplay;
+  if (!metrics.empty() && !make_counters(std::move(metrics), replay, &counters)) {
     return;
   }
   g_injection.replay =

@@ -84,8 +84,9 @@ constexpr replay_option_t options[] = {
    "device memory snapshots may hold (K, M, G; default: the tier's)"},
   {"verify", 0, "KREPLAY_REPLAY_VERIFY", flag<&c::verify>(k::flag_on), nullptr,
    "compare every pass's footprint with pass 1's (block digests)"},
-  {"backend", 0, "KREPLAY_REPLAY_BACKEND", choice<&c::backend>("kreplay|cupti"), "kreplay",
-   "kreplay, or CUPTI's Checkpoint API (device memory) for a side-by-side measurement"},
+  {"backend", 0, "KREPLAY_REPLAY_BACKEND", choice<&c::backend>("kreplay|cupti|cupti-kernel-replay"), "kreplay",
+   "kreplay; or for a side-by-side measurement CUPTI's Checkpoint API (cupti), or CUPTI's own kernel replay with "
+   "the same metrics (cupti-kernel-replay: needs --set or --metrics; CUPTI saves, restores and runs the passes)"},
   {"graph-profiling", 0, "KREPLAY_REPLAY_GRAPH_PROFILING", choice<&c::graphs>("node|graph|off"), "node",
    "CUDA graph launches: node replays each selected kernel node as a stream launch is (its own snapshot, passes "
    "and row) and then runs the graph itself once from the memory before it; graph replays the whole graph as one "
@@ -416,7 +417,13 @@ bool parse_replay_config(const std::function<const char*(const char*)>& get, rep
     }
     option.value.store(&config, value);
   }
-  if (config.backend == replay_backend::cupti && config.tier != replay_tier::host) {
+  if (config.backend == replay_backend::cupti_kernel_replay && config.metrics.empty() &&
+      config.set == metric_set::none) {
+    *error = std::string(variable_of<&replay_config_t::backend>()) +
+             "=cupti-kernel-replay counts metrics: give --set or --metrics";
+    return false;
+  }
+  if (config.backend != replay_backend::kreplay && config.tier != replay_tier::host) {
     // CUPTI's Checkpoint API chooses its own storage (device memory first): the tier options are kreplay's.
     config.tier = replay_tier::host;
   }

@@ -17,7 +17,9 @@
 namespace kreplay::cuda::inject {
 
 enum class replay_tier : uint8_t { host, device, automatic };
-enum class replay_backend : uint8_t { kreplay, cupti };
+// Who saves and restores memory: kreplay, CUPTI's Checkpoint API (cupti), or CUPTI's Range Profiler in its own
+// kernel replay (cupti_kernel_replay: counters only, kreplay runs no pass; for measuring side by side).
+enum class replay_backend : uint8_t { kreplay, cupti, cupti_kernel_replay };
 // CUDA graph launches: each kernel node replayed on its own (node, Nsight Compute's default), the whole graph as
 // one window (graph: every pass launches the whole graph), or run once (off).
 enum class graph_profiling : uint8_t { node, graph, off };

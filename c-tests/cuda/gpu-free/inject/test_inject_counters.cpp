@@ -116,6 +116,7 @@ CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, 
 // --cache-control: the flush buffer comes from here, and each flush is a call ("flush") with its size checked.
 alignas(64) unsigned g_scratch[2048];
 const char* g_cache_control = "none";  // the tests of the loop's protocol leave the caches alone
+bool g_kernel_replay = false;          // --backend cupti-kernel-replay
 bool g_scratch_alloc_fails = false;
 
 driver_api_t counter_driver() {
@@ -244,7 +245,8 @@ range_profiler_api_t fake_cupti() {
   a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
     g_cupti.push_back("set_config");
     CHECK(!g_started);
-    CHECK(p->range == CUPTI_AutoRange && p->replayMode == CUPTI_UserReplay && p->maxRangesPerPass == 1);
+    CHECK(p->range == CUPTI_AutoRange && p->maxRangesPerPass == 1);
+    CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
     return CUPTI_SUCCESS;
@@ -259,6 +261,10 @@ range_profiler_api_t fake_cupti() {
     g_cupti.push_back("stop");
     CHECK(g_started);
     g_started = false;
+    if (g_kernel_replay) {  // CUPTI ran every pass inside the launch
+      CHECK(g_runs == 1);
+      g_stops = static_cast<int>(kFakePasses) - 1;
+    }
     p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) ? 1 : 0;
     return CUPTI_SUCCESS;
   };
@@ -279,6 +285,10 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
                                                {"KREPLAY_REPLAY_OUTPUT", csv_path()},
                                                {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"},
                                                {"KREPLAY_REPLAY_CACHE_CONTROL", g_cache_control}};
+  if (g_kernel_replay) {
+    values["KREPLAY_REPLAY_BACKEND"] = "cupti-kernel-replay";
+    values["KREPLAY_REPLAY_METRICS"] = "smsp__inst_executed.sum";
+  }
   replay_config_t config;
   std::string error;
   CHECK(parse_replay_config(
@@ -423,8 +433,9 @@ void the_control_without_restores_ends_elsewhere() {
   CHECK(!one_run_s_result());
 }
 
-std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics) {
-  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; });
+std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics,
+                                               counter_replay replay = counter_replay::kreplay) {
+  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; }, replay);
 }
 
 // The Range Profiler source on a fake CUPTI that asks for 3 passes: set up once, configured per launch for user
@@ -447,6 +458,32 @@ void the_range_profiler_source_brackets_every_pass_cupti_asks_for() {
     CHECK(lines[row].find(",4,4,") != std::string::npos);
     CHECK(ends_with(lines[row], ",\"\",30,0.5"));
   }
+}
+
+// --backend cupti-kernel-replay: the same source in CUPTI's kernel replay. One Start before the program's launch,
+// one Stop after it (CUPTI runs its 3 passes inside the launch), no pass of kreplay's, the values in the row.
+void cupti_s_kernel_replay_runs_the_passes_itself() {
+  g_cupti.clear();
+  g_kernel_replay = true;
+  const std::vector<std::string> lines =
+      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"},
+                                                counter_replay::cupti_kernel));
+  g_kernel_replay = false;
+  CHECK(g_runs == 1 && one_run_s_result());
+  const std::vector<std::string> expected = {"init",  "chip", "host_init", "add_metrics", "enable", "image",
+                                             "set_config", "start", "stop", "decode", "evaluate", "disable"};
+  CHECK(g_cupti == expected);
+  CHECK(lines[1].find(",3,3,") != std::string::npos);  // CUPTI's passes
+  CHECK(ends_with(lines[1], ",\"\",30,0.5"));
+  // Without metrics it is refused when the options are read.
+  replay_config_t config;
+  std::string error;
+  CHECK(!parse_replay_config(
+      [](const char* name) -> const char* {
+        return std::string(name) == "KREPLAY_REPLAY_BACKEND" ? "cupti-kernel-replay" : nullptr;
+      },
+      &config, &error));
+  CHECK(error.find("give --set or --metrics") != std::string::npos);
 }
 
 // A session given up between Start and Stop (an exception on the way, say) stops its range: the next launch's
@@ -589,6 +626,7 @@ int main() {
   RUN_TEST(the_control_without_restores_ends_elsewhere);
   RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
+  RUN_TEST(cupti_s_kernel_replay_runs_the_passes_itself);
   RUN_TEST(a_session_dropped_inside_a_pass_stops_its_range);
   RUN_TEST(a_metric_cupti_does_not_know_is_left_out_and_the_others_counted);
   RUN_TEST(a_list_cupti_knows_none_of_runs_the_launches_once_with_the_reason);

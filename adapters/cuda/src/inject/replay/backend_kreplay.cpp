@@ -102,6 +102,7 @@ std::unique_ptr<snapshot_backend> make_kreplay_backend(tracker& tracker) {
 }
 
 std::unique_ptr<snapshot_backend> make_backend(replay_backend which, tracker& tracker) {
+  // cupti-kernel-replay takes no snapshot: kreplay's backend is there, unused.
   return which == replay_backend::cupti ? make_cupti_backend() : make_kreplay_backend(tracker);
 }
 

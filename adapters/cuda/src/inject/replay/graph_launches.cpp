@@ -303,6 +303,9 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   if (config_.backend == replay_backend::cupti) {
     return "graph launch: CUPTI's Checkpoint API may not be used with graphs, run once";
   }
+  if (config_.backend == replay_backend::cupti_kernel_replay) {
+    return "graph launch: --backend cupti-kernel-replay counts stream launches only, run once";
+  }
   std::optional<graph_facts> facts = graphs_.find(p.launch.graph);
   if (!facts) {
     return "graph launch: its executable was not seen instantiated, run once";

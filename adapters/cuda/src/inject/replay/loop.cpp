@@ -27,7 +27,7 @@ replayer::replayer(tracker& tracker, const replay_config_t& config, const krepla
       backend_(make_backend(config.backend, tracker)),
       counters_(std::move(counters)),
       selector_(config),
-      report_(config, backend_->name(),
+      report_(config, config.backend == replay_backend::cupti_kernel_replay ? "cupti-kernel-replay" : backend_->name(),
               counters_ != nullptr ? counters_->metrics() : std::vector<std::string>{}) {}
 
 replayer::~replayer() = default;
@@ -115,6 +115,10 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   describe(*p, cbid, data);
   if (const std::string reason = why_run_once(*p); !reason.empty()) {
     run_once_fenced(*p, reason);
+    return;
+  }
+  if (config_.backend == replay_backend::cupti_kernel_replay) {
+    begin_cupti_kernel_replay(*p);
     return;
   }
   if (!plan_passes(*p)) {
@@ -281,6 +285,48 @@ void replayer::run_once_fenced(pending_t& p, const std::string& reason) {
   }
 }
 
+// ---- --backend cupti-kernel-replay: CUPTI runs the passes ----------------------------------------------------
+
+// The range started before the program's launch: CUPTI replays that launch itself, inside the call, as often as
+// the metrics need (saving and restoring memory its own way). kreplay runs no pass and takes no snapshot.
+void replayer::begin_cupti_kernel_replay(pending_t& p) {
+  uint32_t needed = 0;
+  std::string why;
+  p.counting = counters_ != nullptr ? counters_->open(p.context, &needed, &why) : nullptr;
+  if (p.counting == nullptr) {
+    run_once_fenced(p, "counters: " + (counters_ != nullptr ? why : std::string("no metrics")) + ", run once");
+    return;
+  }
+  p.row.passes_asked = std::max<uint32_t>(needed, 1);
+  own_call_scope own;
+  if (!p.counting->configure(&why) || !p.counting->begin_pass(&why)) {
+    p.counting.reset();
+    run_once_fenced(p, "counters: " + why + ", run once");
+    return;
+  }
+  p.cupti_replaying = true;
+  p.timer.create();
+  p.timer.start(p.launch.stream);
+}
+
+void replayer::end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data) {
+  own_call_scope own;
+  p.timer.stop(p.launch.stream);
+  const bool ran = succeeded(data) && driver_.ctx_synchronize() == CUDA_SUCCESS;
+  std::string why;
+  const bool stopped = p.counting->end_pass(&why);
+  if (!ran) {
+    p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
+  } else if (!stopped || !p.counting->collect(&p.row.metrics, &why)) {
+    p.row.metrics.clear();
+    p.row.counters = "not collected: " + why;
+  } else {
+    p.row.passes_run = p.row.passes_asked;  // CUPTI's passes, all inside the one launch
+  }
+  p.counting.reset();
+  p.row.kernel_ms = p.timer.elapsed_ms();  // the launch with every pass CUPTI ran inside it
+}
+
 // ---- Contexts destroyed -------------------------------------------------------------------------------------
 
 void replayer::on_context_destroyed(CUcontext context) {
@@ -323,7 +369,9 @@ void replayer::exit(const CUpti_CallbackData& data) {
     return;
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  if (p->replaying && context_gone(*p)) {
+  if (p->cupti_replaying) {
+    end_cupti_kernel_replay(*p, data);
+  } else if (p->replaying && context_gone(*p)) {
     // Its events and saved memory went with the context: let go of them without calling into it.
     p->timer.forget();
     if (p->saved != nullptr) {
@@ -342,7 +390,7 @@ void replayer::exit(const CUpti_CallbackData& data) {
   if (p->row.reason.empty() && !p->row.replayed) {
     p->row.reason = "fewer passes than asked";
   }
-  report_.add(p->row, p->replaying ? ms_between(p->entered, replay_clock::now()) : 0.0);
+  report_.add(p->row, p->replaying || p->cupti_replaying ? ms_between(p->entered, replay_clock::now()) : 0.0);
 }
 
 }  // namespace kreplay::cuda::inject

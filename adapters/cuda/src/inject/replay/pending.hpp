@@ -25,6 +25,7 @@ struct replayer::pending_t {
   uint64_t destroyed_at_entry = 0; // contexts destroyed before its entry (replayer::contexts_destroyed_)
   kreplay_agent_t agent{0};
   bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
+  bool cupti_replaying = false;    // --backend cupti-kernel-replay: a range started, CUPTI runs the passes
   uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
   uint32_t passes = 0;             // the launch's passes: --passes, or more when its counters need more
   uint32_t counted_passes = 0;     // passes 1 to counted_passes carry counters (0: none)

@@ -109,6 +109,7 @@ struct session_inputs {
   std::shared_ptr<profiler_images> images;
   uint32_t passes;
   size_t metrics;  // the source's
+  CUpti_ProfilerReplayMode replay;  // user replay (kreplay's passes), or CUPTI's own kernel replay
 };
 
 class range_session final : public counter_session {
@@ -126,8 +127,9 @@ class range_session final : public counter_session {
     }
   }
 
-  // The counter-data image initialized afresh, and the configuration: user replay, automatic ranges, one range
-  // per pass.
+  // The counter-data image initialized afresh, and the configuration: automatic ranges, one range per pass, in
+  // user replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between
+  // Start and Stop, saving and restoring memory itself).
   bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
@@ -145,7 +147,7 @@ class range_session final : public counter_session {
     config.counterDataImageSize = image_.size();
     config.pCounterDataImage = image_.data();
     config.range = CUPTI_AutoRange;
-    config.replayMode = CUPTI_UserReplay;
+    config.replayMode = in_.replay;
     config.maxRangesPerPass = 1;
     config.numNestingLevels = 1;
     config.minNestingLevel = 1;
@@ -243,8 +245,12 @@ class range_session final : public counter_session {
 
 class range_profiler_source final : public counter_source {
  public:
-  range_profiler_source(const range_profiler_api_t& api, std::vector<std::string> metrics, device_of_t device_of)
-      : api_(api), metrics_(std::move(metrics)), device_of_(std::move(device_of)) {
+  range_profiler_source(const range_profiler_api_t& api, std::vector<std::string> metrics, device_of_t device_of,
+                        counter_replay replay)
+      : api_(api),
+        metrics_(std::move(metrics)),
+        device_of_(std::move(device_of)),
+        replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay) {
     for (const std::string& metric : metrics_) {
       names_.push_back(metric.c_str());
     }
@@ -295,7 +301,7 @@ class range_profiler_source final : public counter_source {
     }
     *passes = setup.passes;
     return std::make_unique<range_session>(
-        api_, session_inputs{setup.host, setup.object, setup.images, setup.passes, names_.size()});
+        api_, session_inputs{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_});
   }
 
  private:
@@ -461,6 +467,7 @@ class range_profiler_source final : public counter_source {
   std::vector<const char*> names_;  // metrics_'s, for CUPTI
   device_of_t device_of_;
   std::mutex mutex_;
+  CUpti_ProfilerReplayMode replay_;
   std::map<CUcontext, context_setup> contexts_;
   bool initialized_ = false;
   bool warned_ = false;
@@ -482,8 +489,9 @@ bool resolve_range_profiler(range_profiler_api_t& out, std::string* why) {
 }
 
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
-                                                           std::vector<std::string> metrics, device_of_t device_of) {
-  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of));
+                                                           std::vector<std::string> metrics, device_of_t device_of,
+                                                           counter_replay replay) {
+  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of), replay);
 }
 
 }  // namespace kreplay::cuda::inject

@@ -1,5 +1,5 @@
 // The counter source of --metrics: CUPTI's Range Profiler (CUDA 12.6 and later) in user replay with automatic
-// ranges, one range per launch. Per context, once: the host side turns the metric names into a config image and
+// ranges, one range per launch (or, for --backend cupti-kernel-replay, in CUPTI's own kernel replay). Per context, once: the host side turns the metric names into a config image and
 // says how many passes they need; the target side enables the profiler on the context and sizes a counter-data
 // image. Per launch (a session, configured inside the launch's window): a fresh counter-data image and SetConfig;
 // Start and Stop around each counted pass (the loop restores the memory between them); then DecodeData and the
@@ -57,8 +57,14 @@ bool resolve_range_profiler(range_profiler_api_t& out, std::string* why);
 // The device ordinal of a context (the tracker's), for the chip name; -1 when unknown.
 using device_of_t = std::function<int(CUcontext)>;
 
+// Who runs the passes: kreplay (user replay, the replay loop's passes) or CUPTI itself (kernel replay: one Start,
+// the program's launch, which CUPTI replays internally as often as the metrics need, one Stop; for
+// --backend cupti-kernel-replay, the side-by-side measurement).
+enum class counter_replay : uint8_t { kreplay, cupti_kernel };
+
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
-                                                           std::vector<std::string> metrics, device_of_t device_of);
+                                                           std::vector<std::string> metrics, device_of_t device_of,
+                                                           counter_replay replay = counter_replay::kreplay);
 
 }  // namespace kreplay::cuda::inject
 

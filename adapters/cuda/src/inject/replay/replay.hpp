@@ -176,6 +176,8 @@ class replayer {
   void begin_counted_pass(pending_t& p, uint32_t pass);
   void end_counted_pass(pending_t& p, uint32_t pass, bool ran);
   void stop_counting(pending_t& p, const std::string& why);
+  void begin_cupti_kernel_replay(pending_t& p);
+  void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
   void close_window(pending_t& p);
