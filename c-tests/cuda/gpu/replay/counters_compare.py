@@ -1,9 +1,10 @@
 """Compares kreplay-cuda-replay's --metrics columns with Nsight Compute's values for the same launches.
 
   python3 counters_compare.py KREPLAY_CSV NCU_RAW_CSV
+  python3 counters_compare.py KREPLAY_CSV OTHER_KREPLAY_CSV
 
 KREPLAY_CSV: the launcher's report; NCU_RAW_CSV: `ncu --csv --page raw --log-file` of the same program, metrics
-and launches. Launches pair in order (the n-th counted launch of each); a pair whose kernel names disagree is
+and launches; or another report of the launcher (--backend cupti-kernel-replay: CUPTI's own kernel replay). Launches pair in order (the n-th counted launch of each); a pair whose kernel names disagree is
 counted and left out. A metric agrees on a launch when the values are equal (instruction and warp counts) or
 within 1 % (the others). Prints one line per metric and exits 1 unless every metric agrees on at least 95 % of
 the paired launches for the four count metrics of issue 30's bar (BAR); the others are reported as INFO."""
@@ -34,6 +35,9 @@ def kreplay_rows(path, metrics_from):
 
 def ncu_rows(path):
     lines = open(path, errors="replace").read().splitlines()
+    if lines and lines[0].startswith("launch,kernel,"):  # another kreplay report: its counted rows, ncu's keys
+        metrics, _, counted = kreplay_rows(path, "counters")
+        return [dict({m: r[m] for m in metrics}, **{"Kernel Name": r["kernel"]}) for r in counted]
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return []

@@ -11,6 +11,8 @@
 #   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, node and graph mode;
 #                         the cost figures: a kernel node's median extra pass against the stream launches' (the same
 #                         kernels in its warm-up steps), a whole graph's against its own time
+#   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay,
+#                         --backend cupti-kernel-replay and ncu, each timed whole, the values compared in pairs
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
@@ -92,8 +94,59 @@ if [[ ${KREPLAY_RUN_NATIVE:-1} != 0 ]]; then
   KREPLAY_GRAPH_MODES="node graph" graph_program graphs_while "$graphs_program" while
 fi
 
+counts="smsp__inst_executed.sum,sm__warps_launched.sum,smsp__sass_inst_executed_op_global_ld.sum,l1tex__t_bytes.sum"
+more="$counts,smsp__sass_inst_executed_op_global_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
+more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum"
+more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
+more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+
+# counted_against_ncu NAME METRICS NCU_ARGS -- CMD...: kreplay's --metrics and ncu's on the same program, their
+# checksums, times and agreement (counters_compare.py).
+counted_against_ncu() {
+  local name=$1 metrics=$2 ncu_args=$3 plain=$4
+  shift 5
+  local sum start
+  start=$SECONDS
+  sum=$(run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 -o "$work/$name.kreplay.csv" \
+        -- "$@")
+  row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
+  verdict "$name: kreplay with counters: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  start=$SECONDS
+  # shellcheck disable=SC2086
+  timeout -k 10 "$timeout_s" ncu --metrics "$metrics" $ncu_args --cache-control all --clock-control none --csv \
+    --page raw --log-file "$work/$name.ncu.csv" "$@" >"$work/$name.ncu.log" 2>&1
+  row "INFO $name: ncu $ncu_args: exit $?, $((SECONDS - start)) s"
+  python3 "$src/counters_compare.py" "$work/$name.kreplay.csv" "$work/$name.ncu.csv" >"$work/$name.compare.txt" 2>&1
+  local compare_rc=$?
+  tee -a "$summary" <"$work/$name.compare.txt"
+  verdict "$name: kreplay and ncu agree (counters_compare.py)" test "$compare_rc" = 0
+}
+
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   KREPLAY_PROG_STEPS=4 KREPLAY_GRAPH_MODES="node graph" graph_program cudagraph python3 "$src/torch_prog.py" cudagraph
+  # The kernel nodes counted (node mode) against Nsight Compute's node mode, on the same loop.
+  KREPLAY_PROG_STEPS=4 counted_against_ncu cudagraph_counted "$counts" "--replay-mode kernel --graph-profiling node" \
+    "$(sed -n 's/^CHECKSUM //p' "$work/cudagraph.plain.log" | tail -1)" -- python3 "$src/torch_prog.py" cudagraph
+  row "INFO cudagraph_counted: kernel-node rows $(csv_figure "$work/cudagraph_counted.kreplay.csv" nodes), replayed $(csv_figure "$work/cudagraph_counted.kreplay.csv" nodes_replayed)"
+fi
+
+if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
+  # ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (10 passes on GH100): the plain run,
+  # kreplay, CUPTI's own kernel replay and Nsight Compute, each timed whole; values compared in pairs.
+  export KREPLAY_PROG_STEPS=${KREPLAY_SIDE_STEPS:-1}
+  cmd=(python3 "$src/torch_prog.py" resnet)
+  start=$SECONDS
+  plain=$(run "$work/side.plain.log" "${cmd[@]}")
+  row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s"
+  counted_against_ncu side "$more" "--replay-mode kernel" "$plain" -- "${cmd[@]}"
+  start=$SECONDS
+  sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
+        -o "$work/side.cupti.csv" -- "${cmd[@]}")
+  row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1)"
+  verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
+  sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
+  unset KREPLAY_PROG_STEPS
 fi
 
 if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
@@ -111,11 +164,6 @@ fi
 
 if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then
   launches=${KREPLAY_COUNTER_LAUNCHES:-60}
-  counts="smsp__inst_executed.sum,sm__warps_launched.sum,smsp__sass_inst_executed_op_global_ld.sum,l1tex__t_bytes.sum"
-  more="$counts,smsp__sass_inst_executed_op_global_st.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
-  more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum"
-  more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
-  more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
   export KREPLAY_PROG_STEPS=1
   cmd=(python3 "$src/torch_prog.py" resnet)
   plain=$(resnet_plain)
