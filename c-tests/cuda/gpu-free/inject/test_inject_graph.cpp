@@ -872,6 +872,42 @@ void node_mode_follows_kernel_arguments_set_into_the_executable() {
   fill_buffer();
 }
 
+// An update from another graph of the same shape, then a kernel node set by the handle of the graph the executable
+// was instantiated from (the executable's nodes keep that identity): node mode runs the update's nodes with the
+// arguments set last.
+void node_mode_follows_an_update_and_later_sets_by_the_first_graph_s_nodes() {
+  CUgraphNode instantiated_scale = nullptr;
+  CUgraphNode update_scale = nullptr;
+  const CUgraph instantiated = node_step(&instantiated_scale);
+  const CUgraph update_graph = node_step(&update_scale);
+  g_nodes.at(update_scale).axpb[2] = 4;
+  g_exec_arguments[update_scale] = {0, 512, 5, 1};  // what the driver runs after the set
+  const std::vector<int> expected = after_one_launch(update_graph);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) {
+    const CUgraphExec exec = instantiate(r, instantiated);
+    update(r, exec, update_graph);
+    int arguments[4] = {0, 512, 5, 1};
+    void* pointers[4] = {&arguments[0], &arguments[1], &arguments[2], &arguments[3]};
+    CUDA_KERNEL_NODE_PARAMS_v2 set{};
+    set.func = axpb_scale;
+    set.gridDimX = set.gridDimY = set.gridDimZ = 1;
+    set.blockDimX = 128, set.blockDimY = set.blockDimZ = 1;
+    set.kernelParams = pointers;
+    cuGraphExecKernelNodeSetParams_v2_params p{exec, instantiated_scale, &set};
+    CUresult ok = CUDA_SUCCESS;
+    r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
+                     callback_data(CUPTI_API_EXIT, &p, &ok));
+    g_exec_arguments[update_scale] = {0, 512, 5, 1};
+    program_launch(r, exec);
+  });
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  CHECK(first("axpb_scale a=5") < g_log.size() && first("axpb_scale a=4") == g_log.size());
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4 && rows[3].find(",\"node\",0,") != std::string::npos);
+  fill_buffer();
+}
+
 void what_node_mode_cannot_run_is_replayed_whole_with_its_reason() {
   // Allocation and free nodes that pair up: fine whole, not node by node.
   CUgraph graph = new_graph();
@@ -989,6 +1025,7 @@ int main() {
   RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
   RUN_TEST(node_mode_without_restores_differs);
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);
+  RUN_TEST(node_mode_follows_an_update_and_later_sets_by_the_first_graph_s_nodes);
   RUN_TEST(what_node_mode_cannot_run_is_replayed_whole_with_its_reason);
   RUN_TEST(selection_numbers_kernel_nodes_as_launches_in_node_mode);
   RUN_TEST(a_conditional_node_is_replayed_whole_when_its_handle_resets_at_every_launch);

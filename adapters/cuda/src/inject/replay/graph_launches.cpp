@@ -75,6 +75,24 @@ CUDA_KERNEL_NODE_PARAMS_v2 as_v2(const CUDA_KERNEL_NODE_PARAMS_v1& v1) {
   return v2;
 }
 
+// After cuGraphExecUpdate the executable's nodes keep their identity: later cuGraphExec*SetParams calls name
+// them by the nodes of the graph it was instantiated from, not of the update's. An update needs the same
+// topology, so the plans pair node for node: the new plan takes the old handles where every node's kind matches
+// (otherwise it keeps its own, and a later SetParams turns node mode off for the executable).
+void keep_node_handles(const graph_facts& before, graph_facts& after) {
+  if (before.plan.size() != after.plan.size()) {
+    return;
+  }
+  for (size_t i = 0; i < before.plan.size(); ++i) {
+    if (before.plan[i].type != after.plan[i].type) {
+      return;
+    }
+  }
+  for (size_t i = 0; i < before.plan.size(); ++i) {
+    after.plan[i].node = before.plan[i].node;
+  }
+}
+
 }  // namespace
 
 tracked_memory_t replayer::tracked_memory(CUcontext context) const {
@@ -134,7 +152,9 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
       // instantiation flags stay. One never seen instantiated stays unknown: its flags are not known.
       const auto& update = params<cuGraphExecUpdate_v2_params>(data);
       if (const std::optional<graph_facts> before = graphs_.find(update.hGraphExec); before) {
-        graphs_.instantiated(update.hGraphExec, inspect(update.hGraph, before->flags, data.context));
+        graph_facts after = inspect(update.hGraph, before->flags, data.context);
+        keep_node_handles(*before, after);
+        graphs_.instantiated(update.hGraphExec, std::move(after));
       }
       return;
     }
