@@ -22,6 +22,46 @@ std::string untracked(const tracked_memory_t& tracked, CUdeviceptr start, size_t
   return tracked ? tracked(start, bytes) : "no allocation kreplay tracks at " + hex(start);
 }
 
+// `nodes` reordered so that each edge's source (`from[e]`) comes before its target (`to[e]`): Kahn's algorithm,
+// the given order among the nodes that are ready. Empty when it could, else why not (`nodes` then unchanged).
+std::string order_topologically(std::vector<CUgraphNode>& nodes, const std::vector<CUgraphNode>& from,
+                                const std::vector<CUgraphNode>& to) {
+  std::map<CUgraphNode, size_t> position;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    position[nodes[i]] = i;
+  }
+  std::vector<size_t> waiting(nodes.size(), 0);  // edges into each node not yet satisfied
+  std::vector<std::vector<size_t>> after(nodes.size());
+  for (size_t e = 0; e < from.size(); ++e) {
+    const auto a = position.find(from[e]);
+    const auto b = position.find(to[e]);
+    if (a == position.end() || b == position.end()) {
+      return "an edge names a node outside its graph";
+    }
+    after[a->second].push_back(b->second);
+    ++waiting[b->second];
+  }
+  std::vector<CUgraphNode> ordered;
+  ordered.reserve(nodes.size());
+  std::vector<bool> done(nodes.size(), false);
+  while (ordered.size() < nodes.size()) {
+    size_t next = 0;
+    while (next < nodes.size() && (done[next] || waiting[next] != 0)) {
+      ++next;
+    }
+    if (next == nodes.size()) {
+      return "its edges form a cycle";
+    }
+    done[next] = true;
+    ordered.push_back(nodes[next]);
+    for (size_t later : after[next]) {
+      --waiting[later];
+    }
+  }
+  nodes = std::move(ordered);
+  return "";
+}
+
 // One walk over a graph and its children: counts, names, and what may make it unreplayable.
 class graph_walk {
  public:
@@ -97,8 +137,8 @@ class graph_walk {
     return true;
   }
 
-  // `nodes` reordered so that every node comes after those it depends on (Kahn's algorithm, the driver's order
-  // among ready nodes). Node mode only: a whole-graph replay never runs nodes itself.
+  // `nodes` reordered so that every node comes after those it depends on. Node mode only: a whole-graph replay
+  // never runs nodes itself.
   void order_by_edges(CUgraph graph, std::vector<CUgraphNode>& nodes) {
     if (nodes.size() < 2 || !node_why_not_.empty()) {
       return;
@@ -113,39 +153,11 @@ class graph_walk {
     if (count != 0 && driver_.graph_get_edges(graph, from.data(), to.data(), nullptr, &count) != CUDA_SUCCESS) {
       return no_node_mode("its edges could not be listed (cuGraphGetEdges)");
     }
-    std::map<CUgraphNode, size_t> position;
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      position[nodes[i]] = i;
+    from.resize(std::min(count, from.size()));
+    to.resize(from.size());
+    if (const std::string why = order_topologically(nodes, from, to); !why.empty()) {
+      no_node_mode(why);
     }
-    std::vector<size_t> waiting(nodes.size(), 0);
-    std::vector<std::vector<size_t>> after(nodes.size());
-    for (size_t e = 0; e < std::min(count, from.size()); ++e) {
-      const auto a = position.find(from[e]);
-      const auto b = position.find(to[e]);
-      if (a == position.end() || b == position.end()) {
-        return no_node_mode("an edge names a node outside its graph");
-      }
-      after[a->second].push_back(b->second);
-      ++waiting[b->second];
-    }
-    std::vector<CUgraphNode> ordered;
-    ordered.reserve(nodes.size());
-    std::vector<bool> done(nodes.size(), false);
-    while (ordered.size() < nodes.size()) {
-      size_t next = 0;
-      while (next < nodes.size() && (done[next] || waiting[next] != 0)) {
-        ++next;
-      }
-      if (next == nodes.size()) {
-        return no_node_mode("its edges form a cycle");
-      }
-      done[next] = true;
-      ordered.push_back(nodes[next]);
-      for (size_t later : after[next]) {
-        --waiting[later];
-      }
-    }
-    nodes = std::move(ordered);
   }
 
   void no_node_mode(const std::string& why) {
