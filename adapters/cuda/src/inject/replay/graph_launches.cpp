@@ -130,8 +130,10 @@ tracked_memory_t replayer::tracked_memory(CUcontext context) const {
 
 graph_facts replayer::inspect(CUgraph graph, unsigned long long flags, CUcontext context) const {
   own_call_scope own;  // the graph queries are kreplay's
-  return inspect_graph(graph, flags, context, driver_, tracked_memory(context),
-                       [this](CUgraphConditionalHandle handle) { return graphs_.resets_at_launch(handle); });
+  return inspect_graph(
+      graph, flags, context, driver_, tracked_memory(context),
+      [this](CUgraphConditionalHandle handle) { return graphs_.resets_at_launch(handle); },
+      config_.graphs == graph_profiling::node);
 }
 
 void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {

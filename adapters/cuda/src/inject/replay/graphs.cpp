@@ -66,8 +66,12 @@ std::string order_topologically(std::vector<CUgraphNode>& nodes, const std::vect
 class graph_walk {
  public:
   graph_walk(CUcontext context, const driver_api_t& driver, const tracked_memory_t& tracked,
-             const resets_at_launch_t& resets)
-      : context_(context), driver_(driver), tracked_(tracked), resets_(resets) {}
+             const resets_at_launch_t& resets, bool plan_nodes)
+      : context_(context), driver_(driver), tracked_(tracked), resets_(resets) {
+    if (!plan_nodes) {
+      node_why_not_ = "--graph-profiling graph";  // no plan: nothing below orders nodes or copies arguments
+    }
+  }
 
   void visit(CUgraph graph, int depth) {
     if (!why_not_.empty()) {
@@ -110,12 +114,13 @@ class graph_walk {
       }
     }
     facts_.why_not = why_not_;
-    if (!why_not_.empty()) {
-      facts_.plan.clear();  // nothing of it is run
-    } else if (!allocations_.empty() || !frees_.empty()) {
+    if (!allocations_.empty() || !frees_.empty()) {
       no_node_mode("allocation or free nodes (graph memory is mapped only while the graph runs)");
     }
     facts_.node_why_not = node_why_not_;
+    if (!why_not_.empty() || !node_why_not_.empty()) {
+      facts_.plan.clear();  // node mode will not run it
+    }
     return std::move(facts_);
   }
 
@@ -167,6 +172,9 @@ class graph_walk {
   }
 
   void plan(CUgraphNode node, CUgraphNodeType type, const std::function<void(planned_node&)>& fill = {}) {
+    if (!node_why_not_.empty()) {
+      return;  // node mode will not run this graph: no plan
+    }
     planned_node planned;
     planned.node = node;
     planned.type = type;
@@ -219,6 +227,9 @@ class graph_walk {
     facts_.kernels.push_back(kernel_node_name(params.func, params.kern, driver_));
     if (params.func == nullptr && params.ctx != nullptr && params.ctx != context_) {
       why_not_ = "a kernel node runs in another context (" + facts_.kernels.back().substr(0, 80) + ")";
+      return;
+    }
+    if (!node_why_not_.empty()) {
       return;
     }
     std::string why;
@@ -471,8 +482,8 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
 
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
                           const driver_api_t& driver, const tracked_memory_t& tracked,
-                          const resets_at_launch_t& resets) {
-  graph_walk walk(context, driver, tracked, resets);
+                          const resets_at_launch_t& resets, bool plan_nodes) {
+  graph_walk walk(context, driver, tracked, resets, plan_nodes);
   walk.visit(graph, 0);
   graph_facts facts = walk.finish();
   facts.flags = instantiate_flags;

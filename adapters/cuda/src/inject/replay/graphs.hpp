@@ -104,9 +104,11 @@ using resets_at_launch_t = std::function<bool(CUgraphConditionalHandle handle)>;
 // Reads `graph` (and its child graphs) with the driver's graph queries. `instantiate_flags`: the flags the
 // executable was instantiated with; `context`: the instantiating context. A query that fails makes the graph
 // unreplayable, with the query named.
+// `plan_nodes`: node mode may run it, so its plan is made (false: --graph-profiling graph, no plan, and
+// node_why_not says so).
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
                           const driver_api_t& driver, const tracked_memory_t& tracked,
-                          const resets_at_launch_t& resets = {});
+                          const resets_at_launch_t& resets = {}, bool plan_nodes = true);
 
 // An address as "0x7f0ae2c00000", for the reasons in the report.
 std::string hex(CUdeviceptr address);
