@@ -99,6 +99,14 @@ constexpr replay_option_t options[] = {
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
    "Profiler in user replay: a launch gets at least the passes they need; graph launches are not counted"},
+  {"replay-mode", 0, "KREPLAY_REPLAY_MODE", choice<&c::mode>("kernel|range"), "kernel",
+   "kernel: every launch its own window and passes; range: up to --range-size consecutive launches of a thread "
+   "run first as the program made them, then kreplay's passes replay them together from the memory before the "
+   "first (with counters: one profiler range per launch, the profiler's cost per pass paid once for all), and the "
+   "memory after the last is put back; a range ends early at a copy, memset, synchronisation or free on its "
+   "thread, and at a launch it does not take"},
+  {"range-size", 0, "KREPLAY_REPLAY_RANGE_SIZE", count<&c::range_size>(1, 4096, "a number of launches"), "32",
+   "range mode: launches per range at most, 1 to 4096"},
   {"cache-control", 0, "KREPLAY_REPLAY_CACHE_CONTROL", choice<&c::caches>("all|none"), "all",
    "with counters: all writes a buffer twice the L2's size before every counted pass (as Nsight Compute does), so "
    "each pass starts from a cold cache; none leaves the caches as the restore left them"},

@@ -27,6 +27,8 @@ enum class graph_profiling : uint8_t { node, graph, off };
 enum class metric_set : uint8_t { none, counts, speed, full };
 // With counters: the L2 flushed before every counted pass (all, Nsight Compute's default), or left warm (none).
 enum class cache_control : uint8_t { all, none };
+// One window per launch (kernel), or up to --range-size consecutive launches of a thread per window (range).
+enum class replay_mode : uint8_t { kernel, range };
 
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
 inline constexpr const char* default_exclude = "nccl|nvshmem";
@@ -50,6 +52,8 @@ struct replay_config_t {
   metric_set set = metric_set::none;         // counted metrics by name
   std::string metrics;                       // counted metrics, "a,b,c" ("" = replay only)
   cache_control caches = cache_control::all; // with counters: flush the L2 before each counted pass
+  replay_mode mode = replay_mode::kernel;     // a window per launch, or per range of launches
+  uint32_t range_size = 32;                   // range mode: launches per window at most
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
   bool restore = true;                       // false: debug, relaunch without restoring

@@ -55,6 +55,7 @@ class fake_session final : public counter_session {
     g_calls.push_back("configure");
     return true;
   }
+  explicit fake_session(uint32_t ranges = 1) : ranges_(ranges) {}
   bool begin_pass(std::string*) override {
     g_calls.push_back("begin");
     runs_at_begin_ = g_runs;
@@ -67,8 +68,8 @@ class fake_session final : public counter_session {
       *why = "the fake's end_pass failed";
       return false;
     }
-    // The counted launch ran between begin and end (or failed there): the loop bracketed exactly one pass.
-    CHECK(g_runs == runs_at_begin_ + 1 || g_failed_runs > 0);
+    // The counted launches ran between begin and end (or failed there): the loop bracketed exactly one pass.
+    CHECK(g_runs == runs_at_begin_ + static_cast<int>(ranges_) || g_failed_runs > 0);
     return true;
   }
   bool collect(std::vector<double>* values, std::string*) override {
@@ -76,8 +77,17 @@ class fake_session final : public counter_session {
     *values = {static_cast<double>(ended_), 0.25};
     return true;
   }
+  bool collect_range(size_t index, std::vector<double>* values, std::string* why) override {
+    if (ranges_ == 1) {
+      return counter_session::collect_range(index, values, why);
+    }
+    g_calls.push_back("collect " + std::to_string(index));
+    *values = {static_cast<double>(ended_), static_cast<double>(index)};
+    return true;
+  }
 
  private:
+  uint32_t ranges_ = 1;
   uint32_t ended_ = 0;
   int runs_at_begin_ = 0;
 };
@@ -94,6 +104,13 @@ class fake_source final : public counter_source {
     }
     *passes = g_plan.passes;
     return std::make_unique<fake_session>();
+  }
+  std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
+                                               std::string*) override {
+    g_calls.push_back("open_ranges " + std::to_string(ranges));
+    CHECK(context == ctx0);
+    *passes = g_plan.passes;
+    return std::make_unique<fake_session>(ranges);
   }
 
  private:
@@ -117,6 +134,7 @@ CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, 
 alignas(64) unsigned g_scratch[2048];
 const char* g_cache_control = "none";  // the tests of the loop's protocol leave the caches alone
 bool g_kernel_replay = false;          // --backend cupti-kernel-replay
+std::map<std::string, std::string> g_options;  // more options for the next replay (range mode's)
 bool g_scratch_alloc_fails = false;
 
 driver_api_t counter_driver() {
@@ -167,6 +185,7 @@ std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(g
 
 // ---- A fake CUPTI Range Profiler, for the real source -----------------------------------------------------------
 std::vector<std::string> g_cupti;  // the calls, in order
+size_t g_ranges_per_pass = 1;      // what SetConfig must be asked for (range mode: the range's launches)
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
 CUpti_RangeProfiler_Object* const g_object = fake::handle<CUpti_RangeProfiler_Object*>(0x0B);
@@ -213,7 +232,7 @@ range_profiler_api_t fake_cupti() {
   };
   a.host_evaluate_to_gpu_values = [](CUpti_Profiler_Host_EvaluateToGpuValues_Params* p) {
     g_cupti.push_back("evaluate");
-    CHECK(p->pHostObject == g_host && p->rangeIndex == 0 && p->numMetrics >= 1);
+    CHECK(p->pHostObject == g_host && p->rangeIndex < g_ranges_per_pass && p->numMetrics >= 1);
     p->pMetricValues[0] = 10.0 * g_stops;  // depends on the passes seen, so the test sees them
     for (size_t i = 1; i < p->numMetrics; ++i) {
       p->pMetricValues[i] = 0.5;
@@ -233,7 +252,10 @@ range_profiler_api_t fake_cupti() {
     return CUPTI_SUCCESS;
   };
   a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
-    CHECK(p->pRangeProfilerObject == g_object && p->maxNumOfRanges == 1 && p->numMetrics >= 1);
+    CHECK(p->pRangeProfilerObject == g_object && p->numMetrics >= 1);
+    if (p->maxNumOfRanges != 1) {
+      g_cupti.push_back("size for " + std::to_string(p->maxNumOfRanges));
+    }
     p->counterDataSize = 256;
     return CUPTI_SUCCESS;
   };
@@ -245,7 +267,7 @@ range_profiler_api_t fake_cupti() {
   a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
     g_cupti.push_back("set_config");
     CHECK(!g_started);
-    CHECK(p->range == CUPTI_AutoRange && p->maxRangesPerPass == 1);
+    CHECK(p->range == CUPTI_AutoRange && p->maxRangesPerPass == g_ranges_per_pass);
     CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -285,6 +307,7 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
                                                {"KREPLAY_REPLAY_OUTPUT", csv_path()},
                                                {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"},
                                                {"KREPLAY_REPLAY_CACHE_CONTROL", g_cache_control}};
+  values.insert(g_options.begin(), g_options.end());
   if (g_kernel_replay) {
     values["KREPLAY_REPLAY_BACKEND"] = "cupti-kernel-replay";
     values["KREPLAY_REPLAY_METRICS"] = "smsp__inst_executed.sum";
@@ -486,6 +509,93 @@ void cupti_s_kernel_replay_runs_the_passes_itself() {
   CHECK(error.find("give --set or --metrics") != std::string::npos);
 }
 
+// What `steps` runs of the kernel leave, from the buffer's start (7 everywhere).
+bool after_steps(int steps) {
+  int expected = 7;
+  for (int i = 0; i < steps; ++i) {
+    expected = 3 * expected + 1;
+  }
+  return std::all_of(std::begin(g_buffer), std::end(g_buffer), [expected](int v) { return v == expected; });
+}
+
+// --replay-mode range: the program's three launches run first; at the third's exit the range's passes run them
+// again together from the memory before the first (one session, one Start and Stop per pass around all three,
+// each launch a range), and the memory after the program's own launches is put back.
+void a_range_s_passes_run_its_launches_together_after_the_program_s() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "3"}};
+  std::vector<std::string> lines = replay_one_launch(2, true, nullptr, 3);
+  CHECK(g_runs == 3 + 2 * 3);  // the program's three, then two passes of three
+  CHECK(after_steps(3));       // the program's result, not the passes'
+  CHECK(g_calls == calls({"open_ranges 3", "configure", "begin", "end", "begin", "end", "collect 0", "collect 1",
+                          "collect 2", "gone"}));
+  for (size_t row = 1; row <= 3; ++row) {
+    CHECK(lines[row].find(",3,3,") != std::string::npos);  // two passes of kreplay's and the program's own
+    CHECK(ends_with(lines[row], ",\"\",2," + std::to_string(row - 1)));  // counted: its range's values
+  }
+  // The control: no restores, so the passes start from the program's result and it keeps theirs.
+  lines = replay_one_launch(2, false, nullptr, 3);
+  CHECK(g_runs == 9 && !after_steps(3));
+  g_options.clear();
+}
+
+// Range mode on the Range Profiler source: a counter-data image sized for the range's two launches, SetConfig
+// for two ranges a pass, Start and Stop around both launches in each of CUPTI's 3 passes, one decode, then each
+// launch's range evaluated.
+void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
+  g_cupti.clear();
+  g_plan = fake_plan{};
+  g_ranges_per_pass = 2;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  const std::vector<std::string> lines =
+      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}), 2);
+  g_options.clear();
+  g_ranges_per_pass = 1;
+  CHECK(g_runs == 2 + 3 * 2 && after_steps(2));
+  const std::vector<std::string> expected = {
+      "init",  "chip", "host_init", "add_metrics", "enable", "size for 2", "image", "set_config", "start", "stop",
+      "start", "stop", "start",     "stop",        "decode", "evaluate",   "evaluate", "disable"};
+  CHECK(g_cupti == expected);
+  CHECK(lines[1].find(",4,4,") != std::string::npos && ends_with(lines[2], ",\"\",30,0.5"));
+}
+
+// A copy on the range's thread ends it early: its two launches get their passes and rows before the copy runs.
+void a_copy_ends_the_range_before_it() {
+  g_plan = fake_plan{};
+  g_plan.passes = 1;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "8"}};
+  replay_config_t config;
+  std::string error;
+  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_PROGRESS", "0"},
+                                               {"KREPLAY_REPLAY_PASSES", "2"}, {"KREPLAY_REPLAY_CACHE_CONTROL", "none"}};
+  values.insert(g_options.begin(), g_options.end());
+  CHECK(parse_replay_config(
+      [&](const char* name) -> const char* {
+        auto found = values.find(name);
+        return found != values.end() ? found->second.c_str() : nullptr;
+      },
+      &config, &error));
+  for (int& v : g_buffer) {
+    v = 7;
+  }
+  g_runs = 0;
+  g_calls.clear();
+  replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+  std::string why;
+  CHECK(r.start(nullptr, &why));
+  program_launch(r);
+  program_launch(r);
+  CHECK(g_runs == 2 && g_calls.empty());  // the range is still open
+  CUresult ok = CUDA_SUCCESS;
+  r.on_copy(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
+  CHECK(g_runs == 4 && after_steps(2));  // one pass of the two, before the copy; the program's result kept
+  CHECK(g_calls == calls({"open_ranges 2", "configure", "begin", "end", "collect 0", "collect 1", "gone"}));
+  r.on_copy(fake::callback_data(CUPTI_API_EXIT, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
+  r.finish();
+  g_options.clear();
+}
+
 // A session given up between Start and Stop (an exception on the way, say) stops its range: the next launch's
 // configuration must not find the profiler started.
 void a_session_dropped_inside_a_pass_stops_its_range() {
@@ -627,6 +737,9 @@ int main() {
   RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
   RUN_TEST(cupti_s_kernel_replay_runs_the_passes_itself);
+  RUN_TEST(a_range_s_passes_run_its_launches_together_after_the_program_s);
+  RUN_TEST(a_copy_ends_the_range_before_it);
+  RUN_TEST(the_range_profiler_counts_a_range_s_launches_in_one_pass);
   RUN_TEST(a_session_dropped_inside_a_pass_stops_its_range);
   RUN_TEST(a_metric_cupti_does_not_know_is_left_out_and_the_others_counted);
   RUN_TEST(a_list_cupti_knows_none_of_runs_the_launches_once_with_the_reason);

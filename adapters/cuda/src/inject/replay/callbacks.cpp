@@ -62,6 +62,12 @@ switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer&
                   [&replay](CUpti_CallbackId id, const void* data) { replay.on_graph_built(id, api_data(data)); });
     }
   }
+  if (replay.replays_ranges()) {
+    for (CUpti_CallbackId cbid : replay_range_end_ids) {
+      board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
+                  [&replay](CUpti_CallbackId, const void* data) { replay.on_range_end_call(api_data(data)); });
+    }
+  }
   for (CUpti_CallbackId cbid : copy_ids(api)) {
     board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
                 [&replay](CUpti_CallbackId, const void* data) { replay.on_copy(api_data(data)); });

@@ -30,6 +30,14 @@ class counter_session {
   virtual bool end_pass(std::string* why) = 0;
   // After the last counted pass: one value per metric, in the source's order.
   virtual bool collect(std::vector<double>* values, std::string* why) = 0;
+  // Range mode: the values of the `index`-th launch of the pass (from 0); collect() is range 0's.
+  virtual bool collect_range(size_t index, std::vector<double>* values, std::string* why) {
+    if (index != 0) {
+      *why = "this source counts one launch per pass";
+      return false;
+    }
+    return collect(values, why);
+  }
 };
 
 // Where sessions come from. Windows on two devices may open and run sessions at the same time, from two threads:
@@ -42,6 +50,16 @@ class counter_source {
   // The counting of a launch in `context`, not yet configured; `*passes`: the passes the metrics need, at least
   // 1. Null, with why, when launches in this context cannot be counted.
   virtual std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) = 0;
+  // Range mode (--replay-mode range): a session whose every pass runs `ranges` launches, each a range of its own
+  // (automatic ranges), so that the profiler's cost per pass is paid once for all of them.
+  virtual std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
+                                                       std::string* why) {
+    if (ranges == 1) {
+      return open(context, passes, why);
+    }
+    *why = "this source counts one launch per pass";
+    return nullptr;
+  }
   // `context` was destroyed: whatever the source keeps for it goes, without a call into it.
   virtual void context_gone(CUcontext context) { (void)context; }
 };

@@ -61,6 +61,9 @@ void replayer::on_copy(const CUpti_CallbackData& data) {
   // the window's close (kreplay's fence), then counts as in flight until its call returns. An asynchronous
   // copy still queued when a later window opens is drained by that window's synchronisation.
   if (data.callbackSite == CUPTI_API_ENTER) {
+    if (config_.mode == replay_mode::range) {
+      end_range("a copy or memset");  // before it changes what the range's launches read or wrote
+    }
     const int device = tracker_.device_of(data.context);
     if (device >= 0) {
       const kreplay_agent_t agent = agent_of_device(device);
@@ -113,7 +116,15 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   t_pending = p;
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   describe(*p, cbid, data);
-  if (const std::string reason = why_run_once(*p); !reason.empty()) {
+  const std::string reason = why_run_once(*p);
+  if (config_.mode == replay_mode::range) {
+    if (reason.empty() && p->launch.kind != launch_kind::graph && config_.backend == replay_backend::kreplay) {
+      join_range(*p);
+      return;
+    }
+    end_range(reason.empty() ? "a graph launch" : "a launch run once");
+  }
+  if (!reason.empty()) {
     run_once_fenced(*p, reason);
     return;
   }
@@ -334,6 +345,7 @@ void replayer::on_context_destroyed(CUcontext context) {
     counters_->context_gone(context);
   }
   caches_.context_gone(context);
+  drop_ranges_of(context);
   std::lock_guard<std::mutex> lock(gone_mutex_);
   const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
   if (gone_.size() >= gone_kept) {
@@ -367,6 +379,9 @@ void replayer::exit(const CUpti_CallbackData& data) {
   t_pending = nullptr;
   if (p == nullptr) {
     return;
+  }
+  if (p->in_range) {
+    return launched_in_range(std::move(p));  // still in flight: its row comes when the range ends
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   if (p->cupti_replaying) {

@@ -26,6 +26,7 @@ struct replayer::pending_t {
   kreplay_agent_t agent{0};
   bool replaying = false;          // window and snapshot held, kreplay's passes run: EXIT closes the window
   bool cupti_replaying = false;    // --backend cupti-kernel-replay: a range started, CUPTI runs the passes
+  bool in_range = false;           // --replay-mode range: handed to its thread's range at the exit
   uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
   uint32_t passes = 0;             // the launch's passes: --passes, or more when its counters need more
   uint32_t counted_passes = 0;     // passes 1 to counted_passes carry counters (0: none)
@@ -55,6 +56,17 @@ struct replayer::pending_t {
       kreplay_copy_end(fence_token);
     }
   }
+};
+
+// --replay-mode range: one thread's launches gathered for one range window (ranges.cpp).
+struct replayer::range_t {
+  CUcontext context = nullptr;
+  int device = -1;
+  kreplay_agent_t agent{0};
+  std::unique_ptr<saved_memory> before;              // the memory before the range's first launch
+  std::vector<std::unique_ptr<pending_t>> launches;  // handed over at their exits, in order
+  pending_t* entering = nullptr;                     // a launch between its entry and its exit
+  std::string why_ended;
 };
 
 }  // namespace kreplay::cuda::inject

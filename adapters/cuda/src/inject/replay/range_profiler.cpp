@@ -87,6 +87,8 @@ bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* 
 struct profiler_images {
   std::vector<uint8_t> config;
   std::vector<uint8_t> counter_data;
+  // Range mode: a counter-data image for each number of ranges per pass asked for (kept like the others).
+  std::map<uint32_t, std::vector<uint8_t>> range_data;
   // The metrics the context's device knows (the names CUPTI is given), and their columns among the source's
   // metrics; the others' columns stay empty. Fixed once the set-up is done.
   std::vector<const char*> names;
@@ -110,12 +112,14 @@ struct session_inputs {
   uint32_t passes;
   size_t metrics;  // the source's
   CUpti_ProfilerReplayMode replay;  // user replay (kreplay's passes), or CUPTI's own kernel replay
+  uint32_t ranges = 1;              // launches (ranges) per pass
+  std::vector<uint8_t>* image = nullptr;  // the counter-data image for `ranges` (in images)
 };
 
 class range_session final : public counter_session {
  public:
   range_session(const range_profiler_api_t& api, session_inputs inputs)
-      : api_(api), in_(std::move(inputs)), image_(in_.images->counter_data) {}
+      : api_(api), in_(std::move(inputs)), image_(in_.image != nullptr ? *in_.image : in_.images->counter_data) {}
   range_session(const range_session&) = delete;
   range_session& operator=(const range_session&) = delete;
 
@@ -148,7 +152,7 @@ class range_session final : public counter_session {
     config.pCounterDataImage = image_.data();
     config.range = CUPTI_AutoRange;
     config.replayMode = in_.replay;
-    config.maxRangesPerPass = 1;
+    config.maxRangesPerPass = in_.ranges;
     config.numNestingLevels = 1;
     config.minNestingLevel = 1;
     config.passIndex = 0;
@@ -166,19 +170,15 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
-  bool collect(std::vector<double>* values, std::string* why) override {
+  bool collect(std::vector<double>* values, std::string* why) override { return collect_range(0, values, why); }
+
+  // The data decoded once (after the last pass), then each range evaluated.
+  bool collect_range(size_t index, std::vector<double>* values, std::string* why) override {
     if (!all_submitted_) {
       *why = "CUPTI needs more passes than it said (" + std::to_string(in_.passes) + ")";
       return false;
     }
-    CUpti_RangeProfiler_DecodeData_Params decode{};
-    decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
-    decode.pRangeProfilerObject = in_.object;
-    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why) || !one_range(why)) {
-      return false;
-    }
-    if (decode.numOfRangeDropped != 0) {
-      *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more than one kernel in the pass?)";
+    if (!decoded_ && !decode(why)) {
       return false;
     }
     const profiler_images& images = *in_.images;
@@ -188,7 +188,7 @@ class range_session final : public counter_session {
     evaluate.pHostObject = in_.host;
     evaluate.pCounterDataImage = image_.data();
     evaluate.counterDataImageSize = image_.size();
-    evaluate.rangeIndex = 0;
+    evaluate.rangeIndex = index;
     evaluate.ppMetricNames = const_cast<const char**>(images.names.data());
     evaluate.numMetrics = images.names.size();
     evaluate.pMetricValues = known.data();
@@ -215,8 +215,23 @@ class range_session final : public counter_session {
     return true;
   }
 
-  // Exactly one range was recorded: the launch's (where the library can say).
-  bool one_range(std::string* why) const {
+  bool decode(std::string* why) {
+    CUpti_RangeProfiler_DecodeData_Params decode{};
+    decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+    decode.pRangeProfilerObject = in_.object;
+    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why) || !all_ranges(why)) {
+      return false;
+    }
+    if (decode.numOfRangeDropped != 0) {
+      *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more kernels in the pass than launches?)";
+      return false;
+    }
+    decoded_ = true;
+    return true;
+  }
+
+  // Exactly one range per launch of the pass was recorded (where the library can say).
+  bool all_ranges(std::string* why) const {
     if (api_.get_counter_data_info == nullptr) {
       return true;
     }
@@ -227,8 +242,9 @@ class range_session final : public counter_session {
     if (!ok(api_.get_counter_data_info(&info), "cuptiRangeProfilerGetCounterDataInfo", why)) {
       return false;
     }
-    if (info.numTotalRanges != 1) {
-      *why = std::to_string(info.numTotalRanges) + " ranges recorded where the launch is one";
+    if (info.numTotalRanges != in_.ranges) {
+      *why = std::to_string(info.numTotalRanges) + " ranges recorded for " + std::to_string(in_.ranges) +
+             (in_.ranges == 1 ? " launch" : " launches");
       return false;
     }
     return true;
@@ -241,6 +257,7 @@ class range_session final : public counter_session {
   std::vector<uint8_t>& image_;  // in_.images's counter data
   bool started_ = false;
   bool all_submitted_ = false;
+  bool decoded_ = false;
 };
 
 class range_profiler_source final : public counter_source {
@@ -302,6 +319,39 @@ class range_profiler_source final : public counter_source {
     *passes = setup.passes;
     return std::make_unique<range_session>(
         api_, session_inputs{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_});
+  }
+
+  std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
+                                               std::string* why) override {
+    std::unique_ptr<counter_session> single = open(context, passes, why);
+    if (single == nullptr || ranges == 1) {
+      return single;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = contexts_.find(context);
+    if (found == contexts_.end()) {
+      *why = "the context went while its session was made";
+      return nullptr;
+    }
+    const context_setup& setup = found->second;
+    std::vector<uint8_t>& image = setup.images->range_data[ranges];
+    if (image.empty()) {
+      CUpti_RangeProfiler_GetCounterDataSize_Params size{};
+      size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+      size.pRangeProfilerObject = setup.object;
+      size.pMetricNames = const_cast<const char**>(setup.images->names.data());
+      size.numMetrics = setup.images->names.size();
+      size.maxNumOfRanges = ranges;
+      set_tree_nodes(size, ranges);
+      if (!succeeded(api_, api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", why)) {
+        return nullptr;
+      }
+      image.resize(size.counterDataSize);
+    }
+    session_inputs inputs{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_};
+    inputs.ranges = ranges;
+    inputs.image = &image;
+    return std::make_unique<range_session>(api_, std::move(inputs));
   }
 
  private:

@@ -33,6 +33,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,14 @@ inline constexpr CUpti_CallbackId replay_capture_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz,
 };
 inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
+// With --replay-mode range: the calls that end the calling thread's range at their entry (the program waits on or
+// frees what the range's launches wrote), besides every memcpy and memset.
+inline constexpr CUpti_CallbackId replay_range_end_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz, CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,           CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+};
 // With --graph-profiling node or graph: the calls that make, change and destroy executable graphs
 // (graph_launches.cpp).
 inline constexpr CUpti_CallbackId replay_graph_ids[] = {
@@ -117,6 +127,9 @@ class replayer {
   void on_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_capture(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void on_copy(const CUpti_CallbackData& data);
+  // The replay_range_end_ids, at their entry: the calling thread's range ends (ranges.cpp).
+  void on_range_end_call(const CUpti_CallbackData& data);
+  bool replays_ranges() const { return config_.mode == replay_mode::range; }
   // The replay_graph_ids, at their exit: what each executable graph holds (replay/graphs.hpp).
   void on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   // Whether graph launches are replayed, so that the graph calls are worth following.
@@ -129,6 +142,7 @@ class replayer {
   void finish();
 
   struct pending_t;  // pending.hpp: a launch between its ENTER and EXIT on one thread
+  struct range_t;    // ranges.cpp: a thread's launches gathered for one range window
 
  private:
   // At the launch's entry: describe -> select -> window -> drain -> snapshot -> passes (loop.cpp).
@@ -176,6 +190,19 @@ class replayer {
   void begin_counted_pass(pending_t& p, uint32_t pass);
   void end_counted_pass(pending_t& p, uint32_t pass, bool ran);
   void stop_counting(pending_t& p, const std::string& why);
+  // ranges.cpp (--replay-mode range): a launch joins its thread's range at its entry (the range begun with the
+  // snapshot of the memory before it), is handed over at its exit, and the range ends when full or at a boundary.
+  void join_range(pending_t& p);
+  void launched_in_range(std::unique_ptr<pending_t> p);
+  void end_range(const std::string& why_ended);
+  void drop_ranges_of(CUcontext context);
+  void replay_range(range_t& range);
+  std::unique_ptr<counter_session> range_counting(range_t& range, uint32_t* counted);
+  uint32_t run_range_passes(range_t& range, uint32_t passes, counter_session* counting, uint32_t counted,
+                            std::vector<double>* per_launch_ms);
+  void collect_range(range_t& range, counter_session& counting, bool complete);
+  void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, double extra_ms);
+  bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
@@ -204,6 +231,9 @@ class replayer {
   std::mutex gone_mutex_;
   std::vector<std::pair<CUcontext, uint64_t>> gone_;
   std::atomic<uint64_t> contexts_destroyed_{0};
+  // Range mode: each thread's open range (its launches are in flight until it ends).
+  std::mutex ranges_mutex_;
+  std::unordered_map<std::thread::id, std::unique_ptr<range_t>> ranges_;
 };
 
 // The replay as an optional consumer of the CUPTI layer: its launches, stream captures and every memcpy and

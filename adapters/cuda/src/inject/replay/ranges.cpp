@@ -1,0 +1,320 @@
+// --replay-mode range: up to --range-size consecutive stream launches of one thread replayed as one window.
+//
+// A launch cannot be held back from a launch callback, and the launches after it are not known at its entry, so a
+// range runs the other way round from a kernel-mode window: the program's own launches run first, as the program
+// makes them, and kreplay's passes come after the last.
+//
+//   1. The first launch of a range, at its entry: a window (other threads wait), drain, the snapshot of the
+//      memory before the range; the window closes, the snapshot stays. Each launch of the range then has its
+//      arguments copied at its entry and runs as the program made it.
+//   2. The range ends when it is full (at the exit of its last launch) or at a boundary on its thread: a copy or
+//      memset, a synchronisation or a free the program makes (it waits on, reads or frees what the launches
+//      wrote), a launch the range does not take (a graph, one run once), another context.
+//   3. At the end: a window, drain, a second snapshot (the memory after the range: what the program computed),
+//      then the memory before the range put back, and every pass runs the range's launches in order, with the
+//      memory before the range restored between passes. With counters, each pass is one Start and Stop of the
+//      profiler around all the launches, each launch its own automatic range: the profiler's cost per pass is
+//      paid once for the range. Last, the memory after the range is put back (checked whole) and the window
+//      closes: what the program sees is what its own launches computed, never kreplay's passes.
+//
+// One row per launch, written when its range ends; a range still open when the process exits has no rows (the
+// summary counts its launches as in progress). Other threads' copies are not held back between the range's
+// launches (a window held open across the program's launches could wait on a thread that waits on this one): a
+// copy of another thread into the range's memory meanwhile changes what kreplay's passes start from, not what
+// the program computes. --verify and graph launches are kernel mode's.
+#include <algorithm>
+
+#include "guard.hpp"
+#include "replay/pending.hpp"
+
+namespace kreplay::cuda::inject {
+
+namespace {
+
+// Opens a window on `agent` over `dispatches`, retrying a nested one a few times (another thread's window).
+kreplay_window_t* open_range_window(kreplay_agent_t agent, uint32_t dispatches, uint32_t passes, std::string* why) {
+  kreplay_window_options_t options{};
+  options.struct_size = sizeof(options);
+  options.passes = passes;
+  options.dispatches = std::max<uint32_t>(dispatches, 2);  // the range's two snapshots are the host's (kreplay.h)
+  for (int attempt = 0;; ++attempt) {
+    kreplay_window_t* window = nullptr;
+    kreplay_decline_reason_t reason = KREPLAY_DECLINE_NONE;
+    if (kreplay_window_open(agent, &options, &window, &reason) == KREPLAY_STATUS_SUCCESS) {
+      return window;
+    }
+    if (reason != KREPLAY_DECLINE_WINDOW_NESTED || attempt == 3) {
+      *why = "window declined: " + decline_text(reason);
+      return nullptr;
+    }
+    uint64_t token = 0;
+    if (kreplay_copy_begin(&agent, 1, &token) == KREPLAY_STATUS_SUCCESS) {
+      kreplay_copy_end(token);
+    }
+  }
+}
+
+// Every row of the range gets `field` set to `text`.
+void for_rows(std::vector<std::unique_ptr<replayer::pending_t>>& launches, std::string launch_row_t::*field,
+              const std::string& text) {
+  for (auto& p : launches) {
+    p->row.*field = text;
+  }
+}
+
+}  // namespace
+
+// A context destroyed: its ranges end without passes (their snapshots went with it); the launches ran once.
+void replayer::drop_ranges_of(CUcontext context) {
+  std::vector<std::unique_ptr<range_t>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    for (auto at = ranges_.begin(); at != ranges_.end();) {
+      if (at->second->context == context && at->second->entering == nullptr) {
+        dropped.push_back(std::move(at->second));
+        at = ranges_.erase(at);
+      } else {
+        ++at;
+      }
+    }
+  }
+  for (auto& range : dropped) {
+    range->before->context_gone();
+    for (auto& p : range->launches) {
+      p->row.reason = "range: its context was destroyed before it ended, its launches ran once";
+      in_flight_.fetch_sub(1, std::memory_order_relaxed);
+      report_.add(p->row, 0.0);
+    }
+  }
+}
+
+// At a launch's entry: the thread's range (begun here when there is none, or when the open one is of another
+// context), the launch's arguments copied. The launch then runs as the program made it.
+void replayer::join_range(pending_t& p) {
+  {
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    auto found = ranges_.find(std::this_thread::get_id());
+    if (found != ranges_.end() && found->second->context == p.context) {
+      copy_arguments(p.launch, driver_);
+      found->second->entering = &p;
+      p.in_range = true;
+      return;
+    }
+  }
+  end_range("a launch in another context");
+  auto range = std::make_unique<range_t>();
+  range->context = p.context;
+  range->device = p.device;
+  range->agent = p.agent;
+  std::string why;
+  kreplay_window_t* window = open_range_window(p.agent, 2, 1, &why);
+  if (window == nullptr) {
+    return run_once_fenced(p, why);
+  }
+  if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
+    why = "the context could not be synchronised before the range";
+  } else {
+    range->before = backend_->capture(p.agent, p.context, p.row);
+  }
+  (void)kreplay_window_close(window, nullptr);
+  if (range->before == nullptr) {
+    return run_once_fenced(p, why.empty() ? p.row.reason : why);
+  }
+  copy_arguments(p.launch, driver_);
+  range->entering = &p;
+  p.in_range = true;
+  std::lock_guard<std::mutex> lock(ranges_mutex_);
+  ranges_[std::this_thread::get_id()] = std::move(range);
+}
+
+// At a range launch's exit: handed to its range; a full range ends now.
+void replayer::launched_in_range(std::unique_ptr<pending_t> p) {
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    auto found = ranges_.find(std::this_thread::get_id());
+    if (found == ranges_.end()) {
+      return;  // ended while the launch was in its call (a reset): its row was written then
+    }
+    range_t& range = *found->second;
+    range.entering = nullptr;
+    range.launches.push_back(std::move(p));
+    full = range.launches.size() >= config_.range_size;
+  }
+  if (full) {
+    end_range("full");
+  }
+}
+
+void replayer::on_range_end_call(const CUpti_CallbackData& data) {
+  if (data.callbackSite == CUPTI_API_ENTER && !inside_own_call()) {
+    end_range(data.functionName != nullptr ? data.functionName : "a synchronisation or free");
+  }
+}
+
+// The calling thread's range, if it has one with launches handed over: its passes, its rows.
+void replayer::end_range(const std::string& why_ended) {
+  std::unique_ptr<range_t> range;
+  {
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    auto found = ranges_.find(std::this_thread::get_id());
+    if (found == ranges_.end() || found->second->entering != nullptr) {
+      return;  // none, or a launch of it is still in its call (the boundary is inside another tool's callback)
+    }
+    range = std::move(found->second);
+    ranges_.erase(found);
+  }
+  range->why_ended = why_ended;
+  const auto begun = replay_clock::now();
+  if (!range->launches.empty()) {
+    replay_range(*range);
+  }
+  // Each launch's share of the range's replay.
+  const double share = ms_between(begun, replay_clock::now()) / static_cast<double>(std::max<size_t>(1, range->launches.size()));
+  for (auto& p : range->launches) {
+    p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    report_.add(p->row, share);
+  }
+}
+
+// The range's counting: one session for all its launches (null, with the rows' `counters` saying why, without).
+std::unique_ptr<counter_session> replayer::range_counting(range_t& range, uint32_t* counted) {
+  *counted = 0;
+  if (counters_ == nullptr) {
+    return nullptr;
+  }
+  std::string why;
+  const auto n = static_cast<uint32_t>(range.launches.size());
+  std::unique_ptr<counter_session> counting = counters_->open_ranges(range.context, n, counted, &why);
+  if (counting == nullptr) {
+    for_rows(range.launches, &launch_row_t::counters, "not counted: " + why);
+  } else if (!counting->configure(&why)) {
+    for_rows(range.launches, &launch_row_t::counters, "not configured: " + why);
+    counting.reset();
+  }
+  if (counting == nullptr) {
+    *counted = 0;
+  }
+  return counting;
+}
+
+// The passes, inside a window, between the snapshot of the memory after the range and its restore.
+void replayer::replay_range(range_t& range) {
+  own_call_scope own;  // the relaunches and their callbacks are kreplay's
+  auto& launches = range.launches;
+  launch_row_t& first = launches.front()->row;
+  uint32_t counted = 0;
+  std::unique_ptr<counter_session> counting = range_counting(range, &counted);
+  // kreplay's passes come after the program's own run of the range: --passes counts that one too.
+  const uint32_t passes = std::max<uint32_t>({config_.passes > 1 ? config_.passes - 1 : 1, counted, 1});
+  std::string why;
+  kreplay_window_t* window =
+      open_range_window(range.agent, static_cast<uint32_t>(launches.size()), passes + 1, &why);
+  if (window == nullptr) {
+    return for_rows(launches, &launch_row_t::reason, "range: " + why + ", its launches ran once");
+  }
+  std::unique_ptr<saved_memory> after;
+  if (driver_.ctx_synchronize() == CUDA_SUCCESS) {
+    after = backend_->capture(range.agent, range.context, first);
+  }
+  if (after == nullptr) {
+    (void)kreplay_window_close(window, nullptr);
+    return for_rows(launches, &launch_row_t::reason,
+                    "range: the memory after it was not saved (" + first.reason + "), its launches ran once");
+  }
+  std::vector<double> per_launch_ms;
+  const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &per_launch_ms);
+  if (counting != nullptr) {
+    collect_range(range, *counting, ran >= counted);
+  }
+  // What the program's own launches computed, whatever the passes did (the control restores nothing).
+  const bool back = !config_.restore || after->restore(first, true);
+  after.reset();
+  (void)kreplay_window_close(window, nullptr);
+  finish_range_rows(range, passes, ran, back, median(per_launch_ms));
+}
+
+// Passes 1 to `passes` (the first `counted` of them counted), the memory before the range restored before each
+// (--debug-no-restore, the control: never). Returns the passes that ran; `per_launch_ms`: each pass after the
+// first, its cost per launch.
+uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_session* counting, uint32_t counted,
+                                    std::vector<double>* per_launch_ms) {
+  launch_row_t& first = range.launches.front()->row;
+  const bool restores = config_.restore;
+  const auto n = static_cast<double>(range.launches.size());
+  uint32_t ran = 0;
+  bool restored = !restores || range.before->restore(first, true);
+  for (uint32_t pass = 1; restored && pass <= passes; ++pass) {
+    const auto begun = replay_clock::now();
+    if (!run_range_pass(range, pass, pass <= counted ? counting : nullptr)) {
+      break;
+    }
+    ++ran;
+    restored = pass == passes || !restores || range.before->restore(first, false);
+    if (pass > 1) {
+      per_launch_ms->push_back(ms_between(begun, replay_clock::now()) / n);
+    }
+  }
+  return ran;
+}
+
+// Each launch's values, when every counted pass ran.
+void replayer::collect_range(range_t& range, counter_session& counting, bool complete) {
+  if (!complete) {
+    return for_rows(range.launches, &launch_row_t::counters, "stopped: a pass of the range did not run");
+  }
+  std::string why;
+  for (size_t i = 0; i < range.launches.size(); ++i) {
+    launch_row_t& row = range.launches[i]->row;
+    if (!counting.collect_range(i, &row.metrics, &why)) {
+      row.metrics.clear();
+      row.counters = "not collected: " + why;
+    }
+  }
+}
+
+void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, double extra_ms) {
+  launch_row_t figures;  // the range's snapshot and restores, shared by its rows
+  const bool accounted = range.before->account(figures);
+  const auto n = static_cast<double>(range.launches.size());
+  for (auto& p : range.launches) {
+    launch_row_t& row = p->row;
+    row.passes_asked = passes + 1;
+    row.passes_run = ran + 1;
+    row.extra_pass_ms = extra_ms;
+    if (accounted) {
+      row.footprint_bytes = figures.footprint_bytes;
+      row.digested_bytes = static_cast<size_t>(static_cast<double>(figures.digested_bytes) / n);
+      row.restore_ms = figures.restore_ms / n;
+    }
+    if (!back) {
+      row.reason = "range: the memory after it could not be put back; the program may see kreplay's passes";
+    } else if (ran < passes) {
+      row.reason = "range: pass " + std::to_string(ran + 1) + " of " + std::to_string(passes) + " did not run";
+    }
+  }
+}
+
+// One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
+// all (each launch an automatic range), the caches flushed before. False when a launch or the wait failed.
+bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting) {
+  std::string why;
+  launch_row_t& first = range.launches.front()->row;
+  if (counting != nullptr && config_.caches == cache_control::all &&
+      !caches_.flush(range.context, range.launches.front()->launch.stream, &why) && first.counters.empty()) {
+    for_rows(range.launches, &launch_row_t::counters, why);
+  }
+  const bool counted = counting != nullptr && counting->begin_pass(&why);
+  bool ran = true;
+  for (auto& p : range.launches) {
+    ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
+  }
+  ran = ran && driver_.ctx_synchronize() == CUDA_SUCCESS;
+  if (counted && !counting->end_pass(&why)) {
+    for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
+  }
+  return ran;
+}
+
+}  // namespace kreplay::cuda::inject
