@@ -11,8 +11,9 @@
 #   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, node and graph mode;
 #                         the cost figures: a kernel node's median extra pass against the stream launches' (the same
 #                         kernels in its warm-up steps), a whole graph's against its own time
-#   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay,
-#                         --backend cupti-kernel-replay and ncu, each timed whole, the values compared in pairs
+#   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
+#                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
+#                         values compared in pairs
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
@@ -146,6 +147,16 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
   sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
+  # Range mode: the same launches and metrics, KREPLAY_RANGE_SIZE (default 32) launches per profiler pass.
+  start=$SECONDS
+  sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
+        --metrics "$more" --progress 10 -o "$work/side.range.csv" -- "${cmd[@]}")
+  row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
+  verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
+  compare_rc=$?
+  sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
+  verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
   unset KREPLAY_PROG_STEPS
 fi
 
