@@ -70,7 +70,7 @@ void replayer::drop_ranges_of(CUcontext context) {
   {
     std::lock_guard<std::mutex> lock(ranges_mutex_);
     for (auto at = ranges_.begin(); at != ranges_.end();) {
-      if (at->second->context == context && at->second->entering == nullptr) {
+      if (at->second->context == context) {
         dropped.push_back(std::move(at->second));
         at = ranges_.erase(at);
       } else {
@@ -133,13 +133,18 @@ void replayer::launched_in_range(std::unique_ptr<pending_t> p) {
   {
     std::lock_guard<std::mutex> lock(ranges_mutex_);
     auto found = ranges_.find(std::this_thread::get_id());
-    if (found == ranges_.end()) {
-      return;  // ended while the launch was in its call (a reset): its row was written then
+    if (found != ranges_.end()) {
+      range_t& range = *found->second;
+      range.entering = nullptr;
+      range.launches.push_back(std::move(p));
+      full = range.launches.size() >= config_.range_size;
     }
-    range_t& range = *found->second;
-    range.entering = nullptr;
-    range.launches.push_back(std::move(p));
-    full = range.launches.size() >= config_.range_size;
+  }
+  if (p != nullptr) {  // its range is gone (its context was destroyed): the launch ran once
+    p->row.reason = "range: its context was destroyed before the launch returned, run once";
+    in_flight_.fetch_sub(1, std::memory_order_relaxed);
+    report_.add(p->row, 0.0);
+    return;
   }
   if (full) {
     end_range("full");
