@@ -298,20 +298,8 @@ range_profiler_api_t fake_cupti() {
   return a;
 }
 
-// One launch replayed with `passes` asked and the fake source; returns the report's lines (header, row).
-std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
-                                           std::unique_ptr<counter_source> source = nullptr, int launches = 1) {
-  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},
-                                               {"KREPLAY_REPLAY_PROGRESS", "0"},
-                                               {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
-                                               {"KREPLAY_REPLAY_OUTPUT", csv_path()},
-                                               {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"},
-                                               {"KREPLAY_REPLAY_CACHE_CONTROL", g_cache_control}};
-  values.insert(g_options.begin(), g_options.end());
-  if (g_kernel_replay) {
-    values["KREPLAY_REPLAY_BACKEND"] = "cupti-kernel-replay";
-    values["KREPLAY_REPLAY_METRICS"] = "smsp__inst_executed.sum";
-  }
+// The configuration `values` give, with the buffer, the runs and the calls back at their start.
+replay_config_t fresh_run(const std::map<std::string, std::string>& values) {
   replay_config_t config;
   std::string error;
   CHECK(parse_replay_config(
@@ -326,6 +314,24 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
   g_runs = 0;
   g_failed_runs = 0;
   g_calls.clear();
+  return config;
+}
+
+// One launch replayed with `passes` asked and the fake source; returns the report's lines (header, row).
+std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
+                                           std::unique_ptr<counter_source> source = nullptr, int launches = 1) {
+  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},
+                                               {"KREPLAY_REPLAY_PROGRESS", "0"},
+                                               {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
+                                               {"KREPLAY_REPLAY_OUTPUT", csv_path()},
+                                               {"KREPLAY_REPLAY_RESTORE", restore ? "1" : "0"},
+                                               {"KREPLAY_REPLAY_CACHE_CONTROL", g_cache_control}};
+  values.insert(g_options.begin(), g_options.end());
+  if (g_kernel_replay) {
+    values["KREPLAY_REPLAY_BACKEND"] = "cupti-kernel-replay";
+    values["KREPLAY_REPLAY_METRICS"] = "smsp__inst_executed.sum";
+  }
+  const replay_config_t config = fresh_run(values);
   {
     replayer r(*g_tracker, config, g_ops, counter_driver(),
                source != nullptr ? std::move(source) : std::make_unique<fake_source>());
@@ -565,22 +571,10 @@ void a_copy_ends_the_range_before_it() {
   g_plan = fake_plan{};
   g_plan.passes = 1;
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "8"}};
-  replay_config_t config;
-  std::string error;
   std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_PROGRESS", "0"},
                                                {"KREPLAY_REPLAY_PASSES", "2"}, {"KREPLAY_REPLAY_CACHE_CONTROL", "none"}};
   values.insert(g_options.begin(), g_options.end());
-  CHECK(parse_replay_config(
-      [&](const char* name) -> const char* {
-        auto found = values.find(name);
-        return found != values.end() ? found->second.c_str() : nullptr;
-      },
-      &config, &error));
-  for (int& v : g_buffer) {
-    v = 7;
-  }
-  g_runs = 0;
-  g_calls.clear();
+  const replay_config_t config = fresh_run(values);
   replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
   std::string why;
   CHECK(r.start(nullptr, &why));

@@ -802,6 +802,19 @@ void clear_runs() {
   g_exec_arguments.clear();
 }
 
+// The program sets the axpb_scale kernel with `arguments` into `node` of `exec` (cuGraphExecKernelNodeSetParams).
+void set_scale_arguments(replayer& r, CUgraphExec exec, CUgraphNode node, int (&arguments)[4]) {
+  void* pointers[4] = {&arguments[0], &arguments[1], &arguments[2], &arguments[3]};
+  CUDA_KERNEL_NODE_PARAMS_v2 set{};
+  set.func = axpb_scale;
+  set.gridDimX = set.gridDimY = set.gridDimZ = 1;
+  set.blockDimX = 128, set.blockDimY = set.blockDimZ = 1;
+  set.kernelParams = pointers;
+  cuGraphExecKernelNodeSetParams_v2_params p{exec, node, &set};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2, callback_data(CUPTI_API_EXIT, &p, &ok));
+}
+
 void node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result() {
   CUgraphNode scale = nullptr;
   const CUgraph graph = node_step(&scale);
@@ -851,16 +864,7 @@ void node_mode_follows_kernel_arguments_set_into_the_executable() {
   with_replayer(node_mode, [&](replayer& r) {
     const CUgraphExec exec = instantiate(r, graph);
     int arguments[4] = {0, 512, 3, 1};
-    void* pointers[4] = {&arguments[0], &arguments[1], &arguments[2], &arguments[3]};
-    CUDA_KERNEL_NODE_PARAMS_v2 set{};
-    set.func = axpb_scale;
-    set.gridDimX = set.gridDimY = set.gridDimZ = 1;
-    set.blockDimX = 128, set.blockDimY = set.blockDimZ = 1;
-    set.kernelParams = pointers;
-    cuGraphExecKernelNodeSetParams_v2_params p{exec, scale, &set};
-    CUresult ok = CUDA_SUCCESS;
-    r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
-                     callback_data(CUPTI_API_EXIT, &p, &ok));
+    set_scale_arguments(r, exec, scale, arguments);
     arguments[2] = 99;  // the program's copy is its own again: kreplay copied the arguments
     g_exec_arguments[scale] = {0, 512, 3, 1};
     program_launch(r, exec);
@@ -888,16 +892,7 @@ void node_mode_follows_an_update_and_later_sets_by_the_first_graph_s_nodes() {
     const CUgraphExec exec = instantiate(r, instantiated);
     update(r, exec, update_graph);
     int arguments[4] = {0, 512, 5, 1};
-    void* pointers[4] = {&arguments[0], &arguments[1], &arguments[2], &arguments[3]};
-    CUDA_KERNEL_NODE_PARAMS_v2 set{};
-    set.func = axpb_scale;
-    set.gridDimX = set.gridDimY = set.gridDimZ = 1;
-    set.blockDimX = 128, set.blockDimY = set.blockDimZ = 1;
-    set.kernelParams = pointers;
-    cuGraphExecKernelNodeSetParams_v2_params p{exec, instantiated_scale, &set};
-    CUresult ok = CUDA_SUCCESS;
-    r.on_graph_built(CUPTI_DRIVER_TRACE_CBID_cuGraphExecKernelNodeSetParams_v2,
-                     callback_data(CUPTI_API_EXIT, &p, &ok));
+    set_scale_arguments(r, exec, instantiated_scale, arguments);
     g_exec_arguments[update_scale] = {0, 512, 5, 1};
     program_launch(r, exec);
   });
