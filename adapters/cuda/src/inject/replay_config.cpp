@@ -98,7 +98,8 @@ constexpr replay_option_t options[] = {
    "with bytes and hit rates at each memory level, IPC, occupancy and pipes)"},
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
-   "Profiler in user replay: a launch gets at least the passes they need; graph launches are not counted"},
+   "Profiler in user replay: a launch gets at least the passes they need; in node mode every kernel node is "
+   "counted, a graph replayed whole is not"},
   {"replay-mode", 0, "KREPLAY_REPLAY_MODE", choice<&c::mode>("kernel|range"), "kernel",
    "kernel: every launch its own window and passes; range: up to --range-size consecutive launches of a thread "
    "run first as the program made them, then kreplay's passes replay them together from the memory before the "

@@ -156,6 +156,10 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
       if (const std::optional<graph_facts> before = graphs_.find(update.hGraphExec); before) {
         graph_facts after = inspect(update.hGraph, before->flags, data.context);
         keep_node_handles(*before, after);
+        if (after.node_why_not.empty() && !before->node_why_not.empty()) {
+          after.node_why_not = before->node_why_not;  // a change kreplay could not follow outlives the update
+          after.plan.clear();
+        }
         graphs_.instantiated(update.hGraphExec, std::move(after));
       }
       return;

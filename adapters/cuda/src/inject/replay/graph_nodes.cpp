@@ -128,6 +128,9 @@ bool replayer::replay_kernel_node(pending_t& graph, const kernel_node_t& kernel,
     n.row.reason = launch_selector::text(verdict);
   } else if (!plan_passes(n)) {
     replaying = false;
+  } else if (driver_.ctx_synchronize() != CUDA_SUCCESS) {  // the nodes before it, queued on the launch's stream
+    n.row.reason = "node mode: the nodes before it failed";
+    replaying = false;
   } else {
     n.saved = backend_->capture(n.agent, n.context, n.row);
     replaying = n.saved != nullptr;

@@ -250,6 +250,9 @@ class graph_walk {
     if (driver_.graph_kernel_node_get_attribute(node, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &value) == CUDA_SUCCESS) {
       kernel.cooperative = value.cooperative != 0;
     }
+    if (kernel.cooperative && kernel.packed && why->empty()) {  // a cooperative launch takes no packed buffer
+      *why = "a cooperative kernel node whose arguments are one packed buffer (" + kernel.name.substr(0, 80) + ")";
+    }
     value = {};
     if (driver_.graph_kernel_node_get_attribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value) ==
             CUDA_SUCCESS &&

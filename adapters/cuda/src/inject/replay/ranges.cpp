@@ -54,6 +54,19 @@ kreplay_window_t* open_range_window(kreplay_agent_t agent, uint32_t dispatches, 
   }
 }
 
+// Closes a window when it goes (also on an exception), so that no other thread waits on it for ever.
+struct window_guard {
+  kreplay_window_t* handle;
+  explicit window_guard(kreplay_window_t* window) : handle(window) {}
+  ~window_guard() {
+    if (handle != nullptr) {
+      (void)kreplay_window_close(handle, nullptr);
+    }
+  }
+  window_guard(const window_guard&) = delete;
+  window_guard& operator=(const window_guard&) = delete;
+};
+
 // Every row of the range gets `field` set to `text`.
 void for_rows(std::vector<std::unique_ptr<replayer::pending_t>>& launches, std::string launch_row_t::*field,
               const std::string& text) {
@@ -88,19 +101,47 @@ void replayer::drop_ranges_of(CUcontext context) {
   }
 }
 
+// Whether a relaunch after the program's call has returned has arguments of its own: the private copy, or none
+// needed (a kernel without parameters).
+static bool arguments_kept(const launch_t& launch, const driver_api_t& driver) {
+  if (!launch.argument_pointers.empty() || !launch.extra_copy.empty()) {
+    return true;
+  }
+  size_t offset = 0;
+  size_t size = 0;
+  return driver.func_get_param_info != nullptr
+             ? driver.func_get_param_info(launch.loaded, 0, &offset, &size) != CUDA_SUCCESS
+             : launch.kernel_params == nullptr && launch.extra == nullptr;
+}
+
 // At a launch's entry: the thread's range (begun here when there is none, or when the open one is of another
-// context), the launch's arguments copied. The launch then runs as the program made it.
+// context), the launch's arguments copied, and the fence taken as a launch run once takes it (so that no other
+// thread's window is open while it runs). The launch then runs as the program made it.
 void replayer::join_range(pending_t& p) {
+  copy_arguments(p.launch, driver_);
+  if (!arguments_kept(p.launch, driver_)) {
+    end_range("a launch whose arguments cannot be copied");
+    return run_once_fenced(p, "range: its arguments cannot be copied, run once");
+  }
+  bool joined = false;
   {
     std::lock_guard<std::mutex> lock(ranges_mutex_);
     auto found = ranges_.find(std::this_thread::get_id());
     if (found != ranges_.end() && found->second->context == p.context) {
-      copy_arguments(p.launch, driver_);
       found->second->entering = &p;
-      p.in_range = true;
-      return;
+      joined = true;
     }
   }
+  if (!joined && !begin_range(p)) {
+    return;
+  }
+  p.in_range = true;
+  run_once_fenced(p, "");
+}
+
+// A new range for the calling thread, from `p`: the memory before it saved inside a window. False (the launch
+// then runs once, with the reason) when the snapshot declined.
+bool replayer::begin_range(pending_t& p) {
   end_range("a launch in another context");
   auto range = std::make_unique<range_t>();
   range->context = p.context;
@@ -109,7 +150,8 @@ void replayer::join_range(pending_t& p) {
   std::string why;
   kreplay_window_t* window = open_range_window(p.agent, 2, 1, &why);
   if (window == nullptr) {
-    return run_once_fenced(p, why);
+    run_once_fenced(p, why);
+    return false;
   }
   if (driver_.ctx_synchronize() != CUDA_SUCCESS) {
     why = "the context could not be synchronised before the range";
@@ -118,17 +160,22 @@ void replayer::join_range(pending_t& p) {
   }
   (void)kreplay_window_close(window, nullptr);
   if (range->before == nullptr) {
-    return run_once_fenced(p, why.empty() ? p.row.reason : why);
+    run_once_fenced(p, why.empty() ? p.row.reason : why);
+    return false;
   }
-  copy_arguments(p.launch, driver_);
   range->entering = &p;
-  p.in_range = true;
   std::lock_guard<std::mutex> lock(ranges_mutex_);
   ranges_[std::this_thread::get_id()] = std::move(range);
+  return true;
 }
 
-// At a range launch's exit: handed to its range; a full range ends now.
-void replayer::launched_in_range(std::unique_ptr<pending_t> p) {
+// At a range launch's exit: the fence released, the launch handed to its range (one that failed runs once, with
+// why); a full range ends now.
+void replayer::launched_in_range(std::unique_ptr<pending_t> p, bool launched) {
+  if (p->fence_token != 0) {
+    kreplay_copy_end(p->fence_token);
+    p->fence_token = 0;
+  }
   bool full = false;
   {
     std::lock_guard<std::mutex> lock(ranges_mutex_);
@@ -136,12 +183,15 @@ void replayer::launched_in_range(std::unique_ptr<pending_t> p) {
     if (found != ranges_.end()) {
       range_t& range = *found->second;
       range.entering = nullptr;
-      range.launches.push_back(std::move(p));
-      full = range.launches.size() >= config_.range_size;
+      if (launched) {
+        range.launches.push_back(std::move(p));
+        full = range.launches.size() >= config_.range_size;
+      }
     }
   }
-  if (p != nullptr) {  // its range is gone (its context was destroyed): the launch ran once
-    p->row.reason = "range: its context was destroyed before the launch returned, run once";
+  if (p != nullptr) {  // its call failed, or its range is gone (its context was destroyed): it ran once
+    p->row.reason = launched ? "range: its context was destroyed before the launch returned, run once"
+                             : "the program's launch failed";
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     report_.add(p->row, 0.0);
     return;
@@ -171,8 +221,23 @@ void replayer::end_range(const std::string& why_ended) {
   }
   range->why_ended = why_ended;
   const auto begun = replay_clock::now();
-  if (!range->launches.empty()) {
-    replay_range(*range);
+  if (range->launches.empty()) {
+    // nothing to replay (its first launch failed): the snapshot goes
+  } else if (captures_.load(std::memory_order_relaxed) > 0) {
+    // A synchronisation now would invalidate the capture: the launches ran once, as the program made them.
+    for_rows(range->launches, &launch_row_t::reason, "range: ended inside a stream capture, its launches ran once");
+  } else {
+    CUcontext popped = nullptr;
+    const bool pushed = driver_.ctx_push != nullptr && driver_.ctx_push(range->context) == CUDA_SUCCESS;
+    try {
+      replay_range(*range);
+    } catch (...) {  // out of host memory on the way: the window guard closed the window
+      for_rows(range->launches, &launch_row_t::reason,
+               "range: internal error (out of host memory); the program's results may include kreplay's passes");
+    }
+    if (pushed) {
+      (void)driver_.ctx_pop(&popped);
+    }
   }
   // Each launch's share of the range's replay.
   const double share = ms_between(begun, replay_clock::now()) / static_cast<double>(std::max<size_t>(1, range->launches.size()));
@@ -183,7 +248,8 @@ void replayer::end_range(const std::string& why_ended) {
   }
 }
 
-// The range's counting: one session for all its launches (null, with the rows' `counters` saying why, without).
+// The range's counting, not yet configured: one session for all its launches (null, with the rows' `counters`
+// saying why, without).
 std::unique_ptr<counter_session> replayer::range_counting(range_t& range, uint32_t* counted) {
   *counted = 0;
   if (counters_ == nullptr) {
@@ -194,11 +260,6 @@ std::unique_ptr<counter_session> replayer::range_counting(range_t& range, uint32
   std::unique_ptr<counter_session> counting = counters_->open_ranges(range.context, n, counted, &why);
   if (counting == nullptr) {
     for_rows(range.launches, &launch_row_t::counters, "not counted: " + why);
-  } else if (!counting->configure(&why)) {
-    for_rows(range.launches, &launch_row_t::counters, "not configured: " + why);
-    counting.reset();
-  }
-  if (counting == nullptr) {
     *counted = 0;
   }
   return counting;
@@ -214,9 +275,8 @@ void replayer::replay_range(range_t& range) {
   // kreplay's passes come after the program's own run of the range: --passes counts that one too.
   const uint32_t passes = std::max<uint32_t>({config_.passes > 1 ? config_.passes - 1 : 1, counted, 1});
   std::string why;
-  kreplay_window_t* window =
-      open_range_window(range.agent, static_cast<uint32_t>(launches.size()), passes + 1, &why);
-  if (window == nullptr) {
+  const window_guard window(open_range_window(range.agent, static_cast<uint32_t>(launches.size()), passes + 1, &why));
+  if (window.handle == nullptr) {
     return for_rows(launches, &launch_row_t::reason, "range: " + why + ", its launches ran once");
   }
   std::unique_ptr<saved_memory> after;
@@ -224,9 +284,14 @@ void replayer::replay_range(range_t& range) {
     after = backend_->capture(range.agent, range.context, first);
   }
   if (after == nullptr) {
-    (void)kreplay_window_close(window, nullptr);
     return for_rows(launches, &launch_row_t::reason,
                     "range: the memory after it was not saved (" + first.reason + "), its launches ran once");
+  }
+  // Configured inside the window: the context's profiler and images are shared with other launches' sessions.
+  if (counting != nullptr && !counting->configure(&why)) {
+    for_rows(launches, &launch_row_t::counters, "not configured: " + why);
+    counting.reset();
+    counted = 0;
   }
   std::vector<double> per_launch_ms;
   const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &per_launch_ms);
@@ -236,7 +301,6 @@ void replayer::replay_range(range_t& range) {
   // What the program's own launches computed, whatever the passes did (the control restores nothing).
   const bool back = !config_.restore || after->restore(first, true);
   after.reset();
-  (void)kreplay_window_close(window, nullptr);
   finish_range_rows(range, passes, ran, back, median(per_launch_ms));
 }
 
@@ -315,7 +379,8 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
   for (auto& p : range.launches) {
     ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
   }
-  ran = ran && driver_.ctx_synchronize() == CUDA_SUCCESS;
+  const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
+  ran = ran && waited;
   if (counted && !counting->end_pass(&why)) {
     for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
   }

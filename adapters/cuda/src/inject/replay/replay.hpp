@@ -77,12 +77,17 @@ inline constexpr CUpti_CallbackId replay_capture_ids[] = {
 };
 inline constexpr size_t replay_capture_id_count = std::size(replay_capture_ids);
 // With --replay-mode range: the calls that end the calling thread's range at their entry (the program waits on or
-// frees what the range's launches wrote), besides every memcpy and memset.
+// frees what the range's launches wrote, or destroys what they name), besides every memcpy and memset.
 inline constexpr CUpti_CallbackId replay_range_end_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,       CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
     CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz, CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
     CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,           CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,    CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    // Handles a relaunch would name: a stream, a module or library, an event, a texture, mapped memory.
+    CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2,     CUPTI_DRIVER_TRACE_CBID_cuModuleUnload,
+    CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload,        CUPTI_DRIVER_TRACE_CBID_cuEventDestroy_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy,     CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+    CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
 };
 // With --graph-profiling node or graph: the calls that make, change and destroy executable graphs
 // (graph_launches.cpp).
@@ -193,7 +198,8 @@ class replayer {
   // ranges.cpp (--replay-mode range): a launch joins its thread's range at its entry (the range begun with the
   // snapshot of the memory before it), is handed over at its exit, and the range ends when full or at a boundary.
   void join_range(pending_t& p);
-  void launched_in_range(std::unique_ptr<pending_t> p);
+  bool begin_range(pending_t& p);
+  void launched_in_range(std::unique_ptr<pending_t> p, bool launched);
   void end_range(const std::string& why_ended);
   void drop_ranges_of(CUcontext context);
   void replay_range(range_t& range);

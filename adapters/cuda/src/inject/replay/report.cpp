@@ -155,7 +155,7 @@ void replay_report::add(const launch_row_t& row, double replay_ms) {
   if (summary_ != nullptr) {
     summary_->add(row);
   }
-  if (row.holds_nodes) {
+  if (row.holds_nodes && row.reason.empty()) {
     ++graphs_by_node_;  // its kernel nodes have their rows (and counts)
   } else if (row.replayed) {
     ++replayed_;
