@@ -70,7 +70,7 @@ struct driver_api_t {
   CUresult (*memset_d2d16_async)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream) = nullptr;
   CUresult (*memset_d2d32_async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream) = nullptr;
   CUresult (*stream_wait_event)(CUstream, CUevent, unsigned) = nullptr;            // cuStreamWaitEvent
-  CUresult (*graph_node_get_params)(CUgraphNode, CUgraphNodeParams*) = nullptr;    // cuGraphNodeGetParams (13.0)
+  CUresult (*graph_node_get_params)(CUgraphNode, CUgraphNodeParams*) = nullptr;    // cuGraphNodeGetParams (13.1)
 
   // --cache-control all: the L2's size and a buffer to flush it with (replay/cache_flush.hpp).
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;  // cuDeviceGetAttribute

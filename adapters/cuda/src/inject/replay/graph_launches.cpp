@@ -23,6 +23,7 @@ static_assert(offsetof(cuGraphInstantiate_v2_params, hGraph) == offsetof(instant
 static_assert(offsetof(cuGraphInstantiate_params, hGraph) == offsetof(instantiate_prefix, graph));
 // And both update forms' with the executable and the graph it now follows.
 static_assert(offsetof(cuGraphExecUpdate_params, hGraph) == offsetof(cuGraphExecUpdate_v2_params, hGraph));
+static_assert(offsetof(cuGraphAddNode_params, phGraphNode) == offsetof(cuGraphAddNode_v2_params, phGraphNode));
 
 unsigned long long instantiate_flags(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
   switch (cbid) {
@@ -133,7 +134,8 @@ graph_facts replayer::inspect(CUgraph graph, unsigned long long flags, CUcontext
   return inspect_graph(
       graph, flags, context, driver_, tracked_memory(context),
       [this](CUgraphConditionalHandle handle) { return graphs_.resets_at_launch(handle); },
-      config_.graphs == graph_profiling::node);
+      config_.graphs == graph_profiling::node,
+      [this](CUgraphNode node, CUDA_CONDITIONAL_NODE_PARAMS* params) { return graphs_.conditional_of(node, params); });
 }
 
 void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
@@ -167,6 +169,18 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
       graphs_.destroyed(params<cuGraphExecDestroy_params>(data).hGraphExec);
       return;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2: {
+      // Both forms begin with the node's address and end with the parameters; only conditional nodes are kept.
+      const CUgraphNodeParams* added = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode
+                                           ? params<cuGraphAddNode_params>(data).nodeParams
+                                           : params<cuGraphAddNode_v2_params>(data).nodeParams;
+      CUgraphNode* const node = params<cuGraphAddNode_params>(data).phGraphNode;
+      if (added != nullptr && node != nullptr && added->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+        graphs_.conditional_added(*node, added->conditional);
+      }
+      return;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate: {
       const auto& made = params<cuGraphConditionalHandleCreate_params>(data);
       if (made.pHandle_out != nullptr) {

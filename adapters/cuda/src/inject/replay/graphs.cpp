@@ -66,8 +66,8 @@ std::string order_topologically(std::vector<CUgraphNode>& nodes, const std::vect
 class graph_walk {
  public:
   graph_walk(CUcontext context, const driver_api_t& driver, const tracked_memory_t& tracked,
-             const resets_at_launch_t& resets, bool plan_nodes)
-      : context_(context), driver_(driver), tracked_(tracked), resets_(resets) {
+             const resets_at_launch_t& resets, const conditional_of_t& conditional_of, bool plan_nodes)
+      : context_(context), driver_(driver), tracked_(tracked), resets_(resets), conditional_of_(conditional_of) {
     if (!plan_nodes) {
       node_why_not_ = "--graph-profiling graph";  // no plan: nothing below orders nodes or copies arguments
     }
@@ -148,14 +148,17 @@ class graph_walk {
     if (nodes.size() < 2 || !node_why_not_.empty()) {
       return;
     }
+    // The edge data is asked for too: without it the driver refuses (LOSSY_QUERY) a graph whose edges carry any
+    // (stream capture makes such edges). Running the nodes one after another satisfies every kind of edge.
     size_t count = 0;
-    if (driver_.graph_get_edges == nullptr || driver_.graph_get_edges(graph, nullptr, nullptr, nullptr, &count) !=
-                                                  CUDA_SUCCESS) {
+    const auto listed = [](CUresult result) { return result == CUDA_SUCCESS || result == CUDA_ERROR_LOSSY_QUERY; };
+    if (driver_.graph_get_edges == nullptr || !listed(driver_.graph_get_edges(graph, nullptr, nullptr, nullptr, &count))) {
       return no_node_mode("its edges could not be listed (cuGraphGetEdges)");
     }
     std::vector<CUgraphNode> from(count);
     std::vector<CUgraphNode> to(count);
-    if (count != 0 && driver_.graph_get_edges(graph, from.data(), to.data(), nullptr, &count) != CUDA_SUCCESS) {
+    std::vector<CUgraphEdgeData> data(count);
+    if (count != 0 && driver_.graph_get_edges(graph, from.data(), to.data(), data.data(), &count) != CUDA_SUCCESS) {
       return no_node_mode("its edges could not be listed (cuGraphGetEdges)");
     }
     from.resize(std::min(count, from.size()));
@@ -274,13 +277,17 @@ class graph_walk {
   // Replayed whole when its handle is set to its default at every launch; its bodies read as child graphs.
   void read_conditional(CUgraphNode node, int depth) {
     no_node_mode("a conditional node (the device decides how often its bodies run)");
+    // The driver's query (CUDA 13.1 and later), else what kreplay saw when the program added the node.
     CUgraphNodeParams params{};
-    if (driver_.graph_node_get_params == nullptr || driver_.graph_node_get_params(node, &params) != CUDA_SUCCESS ||
-        params.type != CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-      why_not_ = "a conditional node whose parameters could not be read (cuGraphNodeGetParams)";
+    CUDA_CONDITIONAL_NODE_PARAMS conditional{};
+    if (driver_.graph_node_get_params != nullptr && driver_.graph_node_get_params(node, &params) == CUDA_SUCCESS &&
+        params.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      conditional = params.conditional;
+    } else if (!conditional_of_ || !conditional_of_(node, &conditional)) {
+      why_not_ = "a conditional node whose parameters could not be read (cuGraphNodeGetParams, and kreplay did not "
+                 "see it added)";
       return;
     }
-    const CUDA_CONDITIONAL_NODE_PARAMS& conditional = params.conditional;
     if (!resets_ || !resets_(conditional.handle)) {
       why_not_ = "a conditional node whose handle keeps its value across launches (not created with "
                  "CU_GRAPH_COND_ASSIGN_DEFAULT while kreplay watched), so passes could branch apart";
@@ -374,6 +381,7 @@ class graph_walk {
   const driver_api_t& driver_;
   const tracked_memory_t& tracked_;
   const resets_at_launch_t& resets_;
+  const conditional_of_t& conditional_of_;
   graph_facts facts_;
   std::string why_not_;
   std::string node_why_not_;
@@ -485,8 +493,8 @@ std::string memcpy_node_problem(const CUDA_MEMCPY3D& copy, const tracked_memory_
 
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
                           const driver_api_t& driver, const tracked_memory_t& tracked,
-                          const resets_at_launch_t& resets, bool plan_nodes) {
-  graph_walk walk(context, driver, tracked, resets, plan_nodes);
+                          const resets_at_launch_t& resets, bool plan_nodes, const conditional_of_t& conditional_of) {
+  graph_walk walk(context, driver, tracked, resets, conditional_of, plan_nodes);
   walk.visit(graph, 0);
   graph_facts facts = walk.finish();
   facts.flags = instantiate_flags;
@@ -551,6 +559,21 @@ void graph_registry::destroyed(CUgraphExec exec) {
 void graph_registry::handle_created(CUgraphConditionalHandle handle, unsigned flags) {
   std::lock_guard<std::mutex> lock(mutex_);
   handles_[handle] = flags;
+}
+
+void graph_registry::conditional_added(CUgraphNode node, const CUDA_CONDITIONAL_NODE_PARAMS& params) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  conditionals_[node] = params;
+}
+
+bool graph_registry::conditional_of(CUgraphNode node, CUDA_CONDITIONAL_NODE_PARAMS* params) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = conditionals_.find(node);
+  if (found == conditionals_.end()) {
+    return false;
+  }
+  *params = found->second;
+  return true;
 }
 
 bool graph_registry::resets_at_launch(CUgraphConditionalHandle handle) const {

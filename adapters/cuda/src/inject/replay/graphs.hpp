@@ -101,6 +101,10 @@ using tracked_memory_t = std::function<std::string(CUdeviceptr start, size_t byt
 // as kreplay saw it created).
 using resets_at_launch_t = std::function<bool(CUgraphConditionalHandle handle)>;
 
+// A conditional node's parameters as the program added it (cuGraphAddNode), for drivers whose cuGraphNodeGetParams
+// cannot read them; false when kreplay did not see it added.
+using conditional_of_t = std::function<bool(CUgraphNode node, CUDA_CONDITIONAL_NODE_PARAMS* params)>;
+
 // Reads `graph` (and its child graphs) with the driver's graph queries. `instantiate_flags`: the flags the
 // executable was instantiated with; `context`: the instantiating context. A query that fails makes the graph
 // unreplayable, with the query named.
@@ -108,7 +112,8 @@ using resets_at_launch_t = std::function<bool(CUgraphConditionalHandle handle)>;
 // node_why_not says so).
 graph_facts inspect_graph(CUgraph graph, unsigned long long instantiate_flags, CUcontext context,
                           const driver_api_t& driver, const tracked_memory_t& tracked,
-                          const resets_at_launch_t& resets = {}, bool plan_nodes = true);
+                          const resets_at_launch_t& resets = {}, bool plan_nodes = true,
+                          const conditional_of_t& conditional_of = {});
 
 // An address as "0x7f0ae2c00000", for the reasons in the report.
 std::string hex(CUdeviceptr address);
@@ -146,6 +151,9 @@ class graph_registry {
   // A conditional handle created (cuGraphConditionalHandleCreate) with `flags`.
   void handle_created(CUgraphConditionalHandle handle, unsigned flags);
   bool resets_at_launch(CUgraphConditionalHandle handle) const;
+  // A conditional node added (cuGraphAddNode), with its handle and bodies.
+  void conditional_added(CUgraphNode node, const CUDA_CONDITIONAL_NODE_PARAMS& params);
+  bool conditional_of(CUgraphNode node, CUDA_CONDITIONAL_NODE_PARAMS* params) const;
   // A copy of the facts; nothing when the executable was never seen instantiated.
   std::optional<graph_facts> find(CUgraphExec exec) const;
 
@@ -153,6 +161,7 @@ class graph_registry {
   mutable std::mutex mutex_;
   std::unordered_map<CUgraphExec, graph_facts> execs_;
   std::unordered_map<CUgraphConditionalHandle, unsigned> handles_;  // the flags each was created with
+  std::unordered_map<CUgraphNode, CUDA_CONDITIONAL_NODE_PARAMS> conditionals_;  // conditional nodes added
 };
 
 }  // namespace kreplay::cuda::inject

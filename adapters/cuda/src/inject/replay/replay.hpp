@@ -110,6 +110,8 @@ inline constexpr CUpti_CallbackId replay_graph_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGraphNodeSetEnabled,
     CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
     CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2,
 };
 
 class replayer {
