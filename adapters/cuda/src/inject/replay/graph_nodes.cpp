@@ -35,6 +35,29 @@ void fill_launch(const kernel_node_t& kernel, CUstream stream, launch_t& launch)
     launch.extra_copy = {CU_LAUNCH_PARAM_BUFFER_POINTER, launch.argument_bytes.data(), CU_LAUNCH_PARAM_BUFFER_SIZE,
                          &launch.extra_size, CU_LAUNCH_PARAM_END};
   }
+  if (kernel.cluster[0] * kernel.cluster[1] * kernel.cluster[2] > 1) {
+    // A cluster shape set on the node (cuDNN's and CUTLASS's Hopper kernels): cuLaunchKernelEx with it.
+    launch.kind = launch_kind::kernel_ex;
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = kernel.cluster[0];
+    cluster.value.clusterDim.y = kernel.cluster[1];
+    cluster.value.clusterDim.z = kernel.cluster[2];
+    launch.attributes.push_back(cluster);
+    if (kernel.cooperative) {
+      CUlaunchAttribute cooperative{};
+      cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      cooperative.value.cooperative = 1;
+      launch.attributes.push_back(cooperative);
+    }
+    CUlaunchConfig& config = launch.config;
+    config.gridDimX = kernel.grid[0], config.gridDimY = kernel.grid[1], config.gridDimZ = kernel.grid[2];
+    config.blockDimX = kernel.block[0], config.blockDimY = kernel.block[1], config.blockDimZ = kernel.block[2];
+    config.sharedMemBytes = kernel.shared_bytes;
+    config.hStream = stream;
+    config.attrs = launch.attributes.data();
+    config.numAttrs = static_cast<unsigned>(launch.attributes.size());
+  }
 }
 
 CUresult run_memset(const CUDA_MEMSET_NODE_PARAMS& set, CUstream stream, const driver_api_t& driver) {

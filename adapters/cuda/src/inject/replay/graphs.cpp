@@ -244,7 +244,7 @@ class graph_walk {
     plan(node, CU_GRAPH_NODE_TYPE_KERNEL, [&kernel](planned_node& p) { p.kernel = std::move(kernel); });
   }
 
-  // Launch attributes set on the node: cooperative is kept; a cluster shape is not reproduced by a plain launch.
+  // Launch attributes set on the node that change how it runs: cooperative and a cluster shape are kept.
   void read_kernel_attributes(CUgraphNode node, kernel_node_t& kernel, std::string* why) {
     if (driver_.graph_kernel_node_get_attribute == nullptr) {
       return;
@@ -259,8 +259,9 @@ class graph_walk {
     value = {};
     if (driver_.graph_kernel_node_get_attribute(node, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &value) ==
             CUDA_SUCCESS &&
-        value.clusterDim.x * value.clusterDim.y * value.clusterDim.z > 1 && why->empty()) {
-      *why = "a kernel node with a cluster shape set on the node (" + kernel.name.substr(0, 80) + ")";
+        value.clusterDim.x * value.clusterDim.y * value.clusterDim.z > 1) {
+      kernel.cluster[0] = value.clusterDim.x, kernel.cluster[1] = value.clusterDim.y;
+      kernel.cluster[2] = value.clusterDim.z;
     }
   }
 

@@ -30,8 +30,8 @@
 // each selected kernel node replayed as a stream launch is, then puts back the memory as it was before the graph
 // and lets the program's own launch run the graph once. Besides what stops a whole-graph replay, node mode
 // cannot run a graph with allocation or free nodes (graph memory is mapped only while the graph runs), a kernel
-// node with a cluster shape set on the node or arguments that cannot be copied, or a node enabled, disabled or
-// replaced by a child graph after instantiation: those are replayed in graph mode, with why.
+// node whose arguments cannot be copied, or a node enabled, disabled or replaced by a child graph after
+// instantiation: those are replayed in graph mode, with why. A cluster shape set on a kernel node is kept.
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_GRAPHS_HPP
 
@@ -60,6 +60,7 @@ struct kernel_node_t {
   unsigned block[3] = {0, 0, 0};
   unsigned shared_bytes = 0;
   bool cooperative = false;
+  unsigned cluster[3] = {0, 0, 0};            // a cluster shape set on the node (launched with cuLaunchKernelEx)
   std::vector<unsigned char> argument_bytes;  // the parameter buffer
   std::vector<size_t> argument_offsets;       // where each parameter lies in it (empty: `packed`, or none)
   bool packed = false;                        // passed as one buffer (CU_LAUNCH_PARAM_BUFFER_POINTER)
