@@ -42,6 +42,7 @@ struct node_t {
   CUevent event = nullptr;       // event nodes
   void* arguments[4] = {};       // kernels with arguments (axpb): pointers into `axpb`
   int axpb[4] = {};              // begin, end, a, b
+  unsigned cluster = 0;          // kernels: a cluster width set on the node (0: none)
 };
 std::map<CUgraph, std::vector<CUgraphNode>> g_graphs;
 std::map<CUgraphNode, node_t> g_nodes;
@@ -249,6 +250,24 @@ CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, 
   g_kernels.at(f)(arguments);
   return CUDA_SUCCESS;
 }
+CUresult attribute(CUgraphNode node, CUkernelNodeAttrID id, CUkernelNodeAttrValue* value) {
+  *value = {};
+  if (id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION && g_nodes.at(node).cluster != 0) {
+    value->clusterDim.x = g_nodes.at(node).cluster;
+    value->clusterDim.y = value->clusterDim.z = 1;
+  }
+  return CUDA_SUCCESS;
+}
+// cuLaunchKernelEx: the cluster shape it was given is logged ("cluster N").
+CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** arguments, void**) {
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      g_log.push_back("cluster " + std::to_string(config->attrs[i].value.clusterDim.x));
+    }
+  }
+  g_kernels.at(f)(arguments);
+  return CUDA_SUCCESS;
+}
 CUresult memcpy_3d(const CUDA_MEMCPY3D* copy, CUstream) {
   g_log.push_back("memcpy");
   std::memmove(reinterpret_cast<void*>(copy->dstDevice), reinterpret_cast<const void*>(copy->srcDevice),
@@ -316,6 +335,8 @@ driver_api_t graph_driver() {
   d.graph_get_edges = get_edges;
   d.func_get_param_info = param_info;
   d.launch_kernel = launch;
+  d.launch_kernel_ex = launch_ex;
+  d.graph_kernel_node_get_attribute = attribute;
   d.memcpy_3d_async = memcpy_3d;
   d.memset_d2d8_async = [](CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream) {
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -842,6 +863,23 @@ void node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_g
   fill_buffer();
 }
 
+// A kernel node with a cluster shape set on it is relaunched with cuLaunchKernelEx and that shape.
+void a_kernel_node_s_cluster_shape_is_kept() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  g_nodes.at(scale).cluster = 2;
+  const std::vector<int> expected = after_one_launch(graph);
+  clear_runs();
+  with_replayer(node_mode, [&](replayer& r) { program_launch(r, instantiate(r, graph)); });
+  CHECK(std::equal(expected.begin(), expected.end(), g_buffer));
+  CHECK(std::count(g_log.begin(), g_log.end(), "cluster 2") == 3);  // each of the node's three passes
+  CHECK(all_equal(g_inputs["axpb_scale"]) && g_inputs["axpb_scale"].size() == 4);
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4 && rows[0].find(",\"node\",0,0") != std::string::npos);
+  g_nodes.at(scale).cluster = 0;
+  fill_buffer();
+}
+
 void node_mode_without_restores_differs() {
   CUgraphNode scale = nullptr;
   const CUgraph graph = node_step(&scale);
@@ -1019,6 +1057,7 @@ int main() {
   RUN_TEST(a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list);
   RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
   RUN_TEST(node_mode_without_restores_differs);
+  RUN_TEST(a_kernel_node_s_cluster_shape_is_kept);
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);
   RUN_TEST(node_mode_follows_an_update_and_later_sets_by_the_first_graph_s_nodes);
   RUN_TEST(what_node_mode_cannot_run_is_replayed_whole_with_its_reason);
