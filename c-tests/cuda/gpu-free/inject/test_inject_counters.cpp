@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -45,6 +46,7 @@ struct fake_plan {
   uint32_t passes = 4;
   bool open_fails = false;
   uint32_t failing_end = 0;  // the pass whose end_pass fails (0: none)
+  int end_pass_ms = 0;       // how long each end_pass takes (the profiler's own cost of a pass)
 };
 fake_plan g_plan;
 
@@ -64,6 +66,7 @@ class fake_session final : public counter_session {
   bool end_pass(std::string* why) override {
     g_calls.push_back("end");
     ++ended_;
+    usleep(static_cast<useconds_t>(g_plan.end_pass_ms) * 1000);
     if (ended_ == g_plan.failing_end) {
       *why = "the fake's end_pass failed";
       return false;
@@ -379,11 +382,53 @@ void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot
   CHECK(one_run_s_result());
   CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "end",
                           "collect", "gone"}));
-  CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
+  CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,replay_ms,counter_pass_ms,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
         std::string::npos);
   CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
   CHECK(ends_with(lines[1], ",\"\",4,0.25"));  // counted: no note, then the two values
+}
+
+// A row's field by its column's name (the fields before the metrics hold no commas but the kernel's quoted name,
+// which these tests keep plain).
+double field(const std::vector<std::string>& lines, size_t row, const std::string& column) {
+  auto split = [](const std::string& line) {
+    std::vector<std::string> fields;
+    size_t at = 0;
+    for (size_t comma = line.find(','); comma != std::string::npos; comma = line.find(',', at)) {
+      fields.push_back(line.substr(at, comma - at));
+      at = comma + 1;
+    }
+    fields.push_back(line.substr(at));
+    return fields;
+  };
+  const std::vector<std::string> names = split(lines[0]);
+  const std::vector<std::string> values = split(lines[row]);
+  const auto at = static_cast<size_t>(std::find(names.begin(), names.end(), column) - names.begin());
+  CHECK(at < names.size() && at < values.size());
+  return at < values.size() ? std::atof(values[at].c_str()) : -1;
+}
+
+// The report splits a counted pass's cost: counter_pass_ms is the profiler's begin and end of the pass (here an
+// end_pass of 20 ms), extra_pass_ms kreplay's restore, relaunch and wait without them; replay_ms the whole replay.
+void a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler() {
+  g_plan = fake_plan{};
+  g_plan.passes = 4;
+  g_plan.end_pass_ms = 20;
+  std::vector<std::string> lines = replay_one_launch(2);
+  CHECK(field(lines, 1, "counter_pass_ms") >= 20 && field(lines, 1, "counter_pass_ms") < 200);
+  CHECK(field(lines, 1, "extra_pass_ms") < 20);
+  CHECK(field(lines, 1, "replay_ms") >= 4 * 20);
+  // Range mode: the range's passes, each launch's share (two launches a range).
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  lines = replay_one_launch(2, true, nullptr, 2);
+  g_options.clear();
+  for (size_t row = 1; row <= 2; ++row) {
+    CHECK(field(lines, row, "counter_pass_ms") >= 10 && field(lines, row, "extra_pass_ms") < 10);
+  }
+  g_plan = fake_plan{};
+  lines = replay_one_launch(2);
+  CHECK(field(lines, 1, "counter_pass_ms") < 20);
 }
 
 // --cache-control all: the L2 flushed before each counted pass's range, none before the uncounted ones; without
@@ -740,5 +785,6 @@ int main() {
   RUN_TEST(sets_and_lists_make_one_list_of_metrics);
   RUN_TEST(the_summary_names_the_kernels_with_the_most_time);
   RUN_TEST(metric_lists_are_split_and_checked);
+  RUN_TEST(a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler);
   return 0;
 }

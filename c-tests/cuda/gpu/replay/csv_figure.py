@@ -9,7 +9,9 @@ number), graph_reasons (why graph launches ran once), graph_modes (how graph lau
 counts), nodes (kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the
 median extra_pass_ms of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a
 graph launch), reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to
-five of their kernels). A missing report counts as empty."""
+five of their kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and
+counter_pass_ms, the profiler's), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
+counts as empty."""
 import collections
 import csv
 import statistics
@@ -65,6 +67,12 @@ def figure(rows, what):
     if what == "differs":
         names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
         return f"{len(names)} " + "; ".join(sorted(set(names))[:5])
+    if what == "pass_share":
+        counted = [r for r in replayed if r.get("counters", "x") == ""]
+        return (f"{len(counted)} counted rows, median ms per pass: kreplay {median_of(counted, 'extra_pass_ms')}, "
+                f"profiler {median_of(counted, 'counter_pass_ms')}")
+    if what == "replay_s":
+        return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
 
 

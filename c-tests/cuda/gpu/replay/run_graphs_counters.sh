@@ -8,9 +8,11 @@
 # variable is 0:
 #   KREPLAY_RUN_NATIVE    graphs.cu: a graph of every node kind node mode runs, changed in place between launches
 #                         (step), and a graph with a conditional while node (while); in node mode and graph mode
-#   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, node and graph mode;
-#                         the cost figures: a kernel node's median extra pass against the stream launches' (the same
-#                         kernels in its warm-up steps), a whole graph's against its own time
+#   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, in the modes of
+#                         KREPLAY_CUDAGRAPH_MODES (default "node graph"); the cost figures: a kernel node's median
+#                         extra pass against the stream launches' (the same kernels in its warm-up steps), a whole
+#                         graph's against its own time; then (unless KREPLAY_CUDAGRAPH_COUNTED=0) the kernel nodes
+#                         counted against ncu's node mode
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs
@@ -86,8 +88,9 @@ graph_program_mode() {
   control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
             --debug-no-restore --progress 10 --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" \
             -o "$work/$name.control.csv" -- "$@")
-  verdict "$name: control, relaunched without restore: checksum ${control:-none (see log)} != $plain" \
+  verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
+  [[ -n $control ]] || row "INFO $name control's log ends: $(tail -4 "$work/$name.control.log" | cut -c1-300 | tr '\n' '|')"
 }
 
 if [[ ${KREPLAY_RUN_NATIVE:-1} != 0 ]]; then
@@ -111,6 +114,7 @@ counted_against_ncu() {
   sum=$(run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 -o "$work/$name.kreplay.csv" \
         -- "$@")
   row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
+  row "INFO $name: kreplay: $(csv_figure "$work/$name.kreplay.csv" pass_share); replaying $(csv_figure "$work/$name.kreplay.csv" replay_s) s"
   verdict "$name: kreplay with counters: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   start=$SECONDS
   # shellcheck disable=SC2086
@@ -124,7 +128,10 @@ counted_against_ncu() {
 }
 
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
-  KREPLAY_PROG_STEPS=4 KREPLAY_GRAPH_MODES="node graph" graph_program cudagraph python3 "$src/torch_prog.py" cudagraph
+  KREPLAY_PROG_STEPS=4 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} graph_program cudagraph \
+    python3 "$src/torch_prog.py" cudagraph
+fi
+if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]]; then
   # The kernel nodes counted (node mode) against Nsight Compute's node mode, on the same loop.
   KREPLAY_PROG_STEPS=4 counted_against_ncu cudagraph_counted "$counts" "--replay-mode kernel --graph-profiling node" \
     "$(sed -n 's/^CHECKSUM //p' "$work/cudagraph.plain.log" | tail -1)" -- python3 "$src/torch_prog.py" cudagraph
@@ -143,7 +150,7 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   start=$SECONDS
   sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
         -o "$work/side.cupti.csv" -- "${cmd[@]}")
-  row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1)"
+  row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
   verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
   sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
@@ -152,6 +159,7 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
         --metrics "$more" --progress 10 -o "$work/side.range.csv" -- "${cmd[@]}")
   row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
+  row "INFO side: range mode: $(csv_figure "$work/side.range.csv" pass_share); replaying $(csv_figure "$work/side.range.csv" replay_s) s"
   verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
   compare_rc=$?

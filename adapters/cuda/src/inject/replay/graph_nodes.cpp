@@ -206,6 +206,7 @@ bool replayer::run_node_passes(pending_t& n) {
   }
   n.saved.reset();
   n.row.extra_pass_ms = median(n.extra_ms);
+  n.row.counter_pass_ms = median(n.counter_ms);
   return ran;
 }
 

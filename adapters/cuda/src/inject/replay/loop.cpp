@@ -400,6 +400,7 @@ void replayer::exit(const CUpti_CallbackData& data) {
     if (!p->extra_ms.empty()) {
       p->row.extra_pass_ms = median(p->extra_ms);
     }
+    p->row.counter_pass_ms = median(p->counter_ms);
   }
   p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
   if (p->row.reason.empty() && !p->row.replayed) {

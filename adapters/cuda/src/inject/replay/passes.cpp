@@ -105,9 +105,11 @@ void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
                        p.row.counters.empty()) {
     p.row.counters = why;
   }
+  const auto begun = replay_clock::now();
   if (std::string why; !p.counting->begin_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
   }
+  p.counter_begin_ms = ms_between(begun, replay_clock::now());
 }
 
 void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
@@ -115,10 +117,12 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
     return;
   }
   std::string why;
+  const auto ending = replay_clock::now();
   if (!p.counting->end_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
     return;
   }
+  p.counter_ms.push_back(p.counter_begin_ms + ms_between(ending, replay_clock::now()));
   if (!ran) {
     stop_counting(p, "pass " + std::to_string(pass) + " did not run");
     return;

@@ -293,22 +293,22 @@ void replayer::replay_range(range_t& range) {
     counting.reset();
     counted = 0;
   }
-  std::vector<double> per_launch_ms;
-  const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &per_launch_ms);
+  range_pass_costs costs;
+  const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &costs);
   if (counting != nullptr) {
     collect_range(range, *counting, ran >= counted);
   }
   // What the program's own launches computed, whatever the passes did (the control restores nothing).
   const bool back = !config_.restore || after->restore(first, true);
   after.reset();
-  finish_range_rows(range, passes, ran, back, median(per_launch_ms));
+  finish_range_rows(range, passes, ran, back, costs);
 }
 
 // Passes 1 to `passes` (the first `counted` of them counted), the memory before the range restored before each
-// (--debug-no-restore, the control: never). Returns the passes that ran; `per_launch_ms`: each pass after the
-// first, its cost per launch.
+// (--debug-no-restore, the control: never). Returns the passes that ran; `costs`: per launch, each pass after the
+// first without the profiler's calls, and the profiler's calls of each counted pass.
 uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_session* counting, uint32_t counted,
-                                    std::vector<double>* per_launch_ms) {
+                                    range_pass_costs* costs) {
   launch_row_t& first = range.launches.front()->row;
   const bool restores = config_.restore;
   const auto n = static_cast<double>(range.launches.size());
@@ -316,13 +316,17 @@ uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_ses
   bool restored = !restores || range.before->restore(first, true);
   for (uint32_t pass = 1; restored && pass <= passes; ++pass) {
     const auto begun = replay_clock::now();
-    if (!run_range_pass(range, pass, pass <= counted ? counting : nullptr)) {
+    double counter_ms = 0;
+    if (!run_range_pass(range, pass, pass <= counted ? counting : nullptr, &counter_ms)) {
       break;
     }
     ++ran;
     restored = pass == passes || !restores || range.before->restore(first, false);
+    if (pass <= counted && counting != nullptr) {
+      costs->counter_ms.push_back(counter_ms / n);
+    }
     if (pass > 1) {
-      per_launch_ms->push_back(ms_between(begun, replay_clock::now()) / n);
+      costs->extra_ms.push_back((ms_between(begun, replay_clock::now()) - counter_ms) / n);
     }
   }
   return ran;
@@ -343,7 +347,8 @@ void replayer::collect_range(range_t& range, counter_session& counting, bool com
   }
 }
 
-void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, double extra_ms) {
+void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back,
+                                 const range_pass_costs& costs) {
   launch_row_t figures;  // the range's snapshot and restores, shared by its rows
   const bool accounted = range.before->account(figures);
   const auto n = static_cast<double>(range.launches.size());
@@ -351,7 +356,8 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
     launch_row_t& row = p->row;
     row.passes_asked = passes + 1;
     row.passes_run = ran + 1;
-    row.extra_pass_ms = extra_ms;
+    row.extra_pass_ms = median(costs.extra_ms);
+    row.counter_pass_ms = median(costs.counter_ms);
     if (accounted) {
       row.footprint_bytes = figures.footprint_bytes;
       row.digested_bytes = static_cast<size_t>(static_cast<double>(figures.digested_bytes) / n);
@@ -367,23 +373,27 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
 
 // One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
 // all (each launch an automatic range), the caches flushed before. False when a launch or the wait failed.
-bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting) {
+bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms) {
   std::string why;
   launch_row_t& first = range.launches.front()->row;
   if (counting != nullptr && config_.caches == cache_control::all &&
       !caches_.flush(range.context, range.launches.front()->launch.stream, &why) && first.counters.empty()) {
     for_rows(range.launches, &launch_row_t::counters, why);
   }
+  auto profiler = replay_clock::now();
   const bool counted = counting != nullptr && counting->begin_pass(&why);
+  *counter_ms = ms_between(profiler, replay_clock::now());
   bool ran = true;
   for (auto& p : range.launches) {
     ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
   }
   const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
   ran = ran && waited;
+  profiler = replay_clock::now();
   if (counted && !counting->end_pass(&why)) {
     for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
   }
+  *counter_ms += ms_between(profiler, replay_clock::now());
   return ran;
 }
 

@@ -150,6 +150,12 @@ class replayer {
 
   struct pending_t;  // pending.hpp: a launch between its ENTER and EXIT on one thread
   struct range_t;    // ranges.cpp: a thread's launches gathered for one range window
+  // A range's passes, per launch: each pass after the first without the profiler's calls, and those calls (the
+  // begin and end of each counted pass).
+  struct range_pass_costs {
+    std::vector<double> extra_ms;
+    std::vector<double> counter_ms;
+  };
 
  private:
   // At the launch's entry: describe -> select -> window -> drain -> snapshot -> passes (loop.cpp).
@@ -207,10 +213,10 @@ class replayer {
   void replay_range(range_t& range);
   std::unique_ptr<counter_session> range_counting(range_t& range, uint32_t* counted);
   uint32_t run_range_passes(range_t& range, uint32_t passes, counter_session* counting, uint32_t counted,
-                            std::vector<double>* per_launch_ms);
+                            range_pass_costs* costs);
   void collect_range(range_t& range, counter_session& counting, bool complete);
-  void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, double extra_ms);
-  bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting);
+  void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, const range_pass_costs& costs);
+  bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);

@@ -67,7 +67,7 @@ std::string csv_header(const std::vector<std::string>& metrics) {
   std::string header =
       "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
       "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses,graph_mode,"
-      "graph_launch,graph_node";
+      "graph_launch,graph_node,replay_ms,counter_pass_ms";
   if (!metrics.empty()) {
     header += ",counters";
     for (const std::string& metric : metrics) {
@@ -77,7 +77,7 @@ std::string csv_header(const std::vector<std::string>& metrics) {
   return header + "\n";
 }
 
-std::string csv_row(const launch_row_t& r, size_t metrics) {
+std::string csv_row(const launch_row_t& r, size_t metrics, double replay_ms) {
   std::string counted;
   if (metrics != 0) {
     counted = "," + quoted(r.counters);
@@ -93,7 +93,8 @@ std::string csv_row(const launch_row_t& r, size_t metrics) {
          fixed4(r.restore_ms) + "," + fixed4(r.kernel_ms) + "," + fixed4(r.extra_pass_ms) + "," +
          (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "," +
          std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + "," + quoted(r.graph_mode) +
-         "," + index_or_empty(r.graph_launch) + "," + index_or_empty(r.graph_node) + counted + "\n";
+         "," + index_or_empty(r.graph_launch) + "," + index_or_empty(r.graph_node) + "," + fixed4(replay_ms) + "," +
+         fixed4(r.counter_pass_ms) + counted + "\n";
 }
 
 std::string decline_text(kreplay_decline_reason_t reason) {
@@ -169,7 +170,7 @@ void replay_report::add(const launch_row_t& row, double replay_ms) {
   }
   replay_ms_ += replay_ms;
   if (csv_ != nullptr && !finished_) {
-    std::fputs(csv_row(row, metrics_.size()).c_str(), csv_);
+    std::fputs(csv_row(row, metrics_.size(), replay_ms).c_str(), csv_);
     std::fflush(csv_);
   }
   progress_locked(replay_clock::now());

@@ -38,6 +38,7 @@ struct launch_row_t {
   double restore_ms = 0;        // every restore of the launch
   double kernel_ms = 0;         // pass 1, by events around it
   double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
+  double counter_pass_ms = 0;   // median over counted passes of the profiler's calls that begin and end the pass
   bool replayed = false;
   std::string reason;           // why it ran once ("" when replayed)
   std::string verify = "off";   // "same", "differs: pass P, B blocks", or "differs: write set missed ..."
@@ -61,7 +62,7 @@ std::string write_set_verdict(const launch_row_t& row);
 // The CSV header and one row, as written to --output (RFC 4180 quoting of the kernel name and texts).
 // With counters, `metrics` adds a column per metric (its name) and a `counters` column (why a launch has no values).
 std::string csv_header(const std::vector<std::string>& metrics = {});
-std::string csv_row(const launch_row_t& row, size_t metrics = 0);
+std::string csv_row(const launch_row_t& row, size_t metrics = 0, double replay_ms = 0);
 
 // The report a process writes: `output` itself for the launcher's program, `output` with ".<pid>" before its
 // extension for a child of it (which inherited the launcher's environment), so that none overwrites another's.
