@@ -62,6 +62,7 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuDeviceGetAttribute", out.device_get_attribute);
   find_symbol(cuda, "cuMemAlloc_v2", out.mem_alloc);
   find_symbol(cuda, "cuMemFree_v2", out.mem_free);
+  find_symbol(cuda, "cuPointerGetAttributes", out.pointer_get_attributes);
   // The handle stays open for the life of the process, like the driver itself.
   return true;
 }

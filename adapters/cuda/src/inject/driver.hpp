@@ -76,6 +76,8 @@ struct driver_api_t {
   CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;  // cuDeviceGetAttribute
   CUresult (*mem_alloc)(CUdeviceptr*, size_t) = nullptr;                           // cuMemAlloc_v2
   CUresult (*mem_free)(CUdeviceptr) = nullptr;                                     // cuMemFree_v2
+  // cuPointerGetAttributes: what the driver says of memory kreplay does not track (a reason's text only)
+  CUresult (*pointer_get_attributes)(unsigned, CUpointer_attribute*, void**, CUdeviceptr) = nullptr;
 };
 
 // Resolves the table from the libcuda.so.1 already in the process (RTLD_NOLOAD). False when there is none.

@@ -346,6 +346,21 @@ driver_api_t graph_driver() {
   };
   d.memset_d2d32_async = memset_32;
   d.graph_node_get_params = node_params;
+  // The driver's view of memory kreplay does not track: the 4 KiB past g_buffer is a pool's device memory.
+  d.pointer_get_attributes = [](unsigned count, CUpointer_attribute* asked, void** answers, CUdeviceptr at) {
+    if (at != reinterpret_cast<CUdeviceptr>(&g_buffer[1024])) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (unsigned i = 0; i < count; ++i) {
+      const uint64_t value = asked[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE      ? uint64_t{CU_MEMORYTYPE_DEVICE}
+                             : asked[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ? at
+                             : asked[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE       ? 4096
+                             : asked[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE   ? 1
+                                                                                 : 0;
+      std::memcpy(answers[i], &value, asked[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE ? 4 : 8);
+    }
+    return CUDA_SUCCESS;
+  };
   d.graph_event_record_node_get_event = event_of;
   d.graph_event_wait_node_get_event = event_of;
   d.event_record = [](CUevent, CUstream) {
@@ -526,11 +541,12 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"memcpy to host", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_HOST, g_host_memory, g_buffer, 64); return g; }, 0,
        "writes host memory"},
       {"memcpy to untracked", [&scratch] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int)); return g; }, 0,
-       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
+       "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&scratch) + ", 4 bytes: no allocation kreplay tracks at " + hex(&scratch) + "; the driver does not know it either)"},
       {"memcpy to pinned host memory", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_UNIFIED, g_pinned, g_buffer, 64); return g; }, 0,
        "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(g_pinned) + ", 64 bytes: page-locked host memory at " + hex(g_pinned) + ")"},
       {"memcpy past the buffer", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_DEVICE, &g_buffer[1020], g_buffer, 64, false); return g; }, 0,
-       "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&g_buffer[1020]) + ", 64 bytes: no allocation kreplay tracks at " + hex(&g_buffer[1024]) + ")"},
+       "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&g_buffer[1020]) + ", 64 bytes: no allocation kreplay tracks at " + hex(&g_buffer[1024]) +
+           "; to the driver: device memory of device 0, an allocation at " + hex(&g_buffer[1024]) + " of 4096 bytes, from a memory pool)"},
       {"memset to untracked", [&scratch] { CUgraph g = training_step(); add_memset(g, &scratch, 1); return g; }, 0,
        "memset node writes memory"},
       {"conditional", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_CONDITIONAL); return g; }, 0,

@@ -94,6 +94,44 @@ void keep_node_handles(const graph_facts& before, graph_facts& after) {
   }
 }
 
+// What the driver says lies at `at`, for a reason's text: "; to the driver: device memory of device 0, an
+// allocation at 0x... of N bytes, from a memory pool". Nothing when it cannot say.
+std::string driver_view(const driver_api_t& driver, uintptr_t at) {
+  if (driver.pointer_get_attributes == nullptr) {
+    return "";
+  }
+  CUpointer_attribute asked[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_MAPPED,
+                                 CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE};
+  // Each answer is at most 8 bytes, written from the start of its slot: zeroed slots read right at any width.
+  uint64_t answers[7] = {};
+  void* slots[7];
+  for (size_t i = 0; i < 7; ++i) {
+    slots[i] = &answers[i];
+  }
+  {
+    own_call_scope own;
+    if (driver.pointer_get_attributes(7, asked, slots, static_cast<CUdeviceptr>(at)) != CUDA_SUCCESS) {
+      return "; the driver does not know it either";
+    }
+  }
+  const auto type = static_cast<CUmemorytype>(answers[0] & 0xffffffffu);
+  std::string text = "; to the driver: ";
+  text += type == CU_MEMORYTYPE_DEVICE ? "device memory" : type == CU_MEMORYTYPE_HOST ? "host memory"
+                                                            : type == CU_MEMORYTYPE_ARRAY ? "an array"
+                                                            : "memory of type " + std::to_string(answers[0]);
+  text += " of device " + std::to_string(static_cast<int32_t>(answers[1] & 0xffffffffu));
+  if (answers[3] != 0) {
+    text += ", an allocation at " + hex(static_cast<CUdeviceptr>(answers[2])) + " of " + std::to_string(answers[3]) +
+            " bytes";
+  }
+  text += answers[4] != 0 ? ", managed" : "";
+  text += answers[6] != 0 ? ", from a memory pool" : "";
+  text += answers[5] != 0 && answers[6] == 0 ? ", mapped" : "";
+  return text;
+}
+
 }  // namespace
 
 tracked_memory_t replayer::tracked_memory(CUcontext context) const {
@@ -111,7 +149,7 @@ tracked_memory_t replayer::tracked_memory(CUcontext context) const {
       kreplay_pointer_info_t info{};
       const void* pointer = reinterpret_cast<const void*>(at);
       if (tracker_.pointer_info(pointer, &info) != KREPLAY_STATUS_SUCCESS || info.size == 0) {
-        return "no allocation kreplay tracks at " + hex(at);
+        return "no allocation kreplay tracks at " + hex(at) + driver_view(driver_, at);
       }
       if (info.type != KREPLAY_POINTER_DEVICE) {
         return memory_kind_text(info.type) + " at " + hex(at);
@@ -121,7 +159,7 @@ tracked_memory_t replayer::tracked_memory(CUcontext context) const {
       }
       const auto base = reinterpret_cast<uintptr_t>(info.base);
       if (at < base || at - base >= info.size) {
-        return "no allocation kreplay tracks at " + hex(at);
+        return "no allocation kreplay tracks at " + hex(at) + driver_view(driver_, at);
       }
       at = base + info.size;
     } while (at < end);
