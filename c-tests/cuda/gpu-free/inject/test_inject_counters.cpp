@@ -66,7 +66,9 @@ class fake_session final : public counter_session {
   bool end_pass(std::string* why) override {
     g_calls.push_back("end");
     ++ended_;
-    usleep(static_cast<useconds_t>(g_plan.end_pass_ms) * 1000);
+    if (g_plan.end_pass_ms > 0) {
+      usleep(static_cast<useconds_t>(g_plan.end_pass_ms) * 1000);
+    }
     if (ended_ == g_plan.failing_end) {
       *why = "the fake's end_pass failed";
       return false;
@@ -173,8 +175,9 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
   return fake::callback_data(site, params, result, ctx0, "cuLaunchKernel");
 }
 
-void program_launch(replayer& r) {
-  cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr};
+// `arguments`: the launch's kernelParams (the fake driver has no cuFuncGetParamInfo, so kreplay cannot copy them).
+void program_launch(replayer& r, void** arguments = nullptr) {
+  cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, 0, nullptr, arguments, nullptr};
   CUresult ok = CUDA_SUCCESS;
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &ok));
   step();
@@ -635,6 +638,49 @@ void a_copy_ends_the_range_before_it() {
   g_options.clear();
 }
 
+// A launch whose arguments kreplay cannot copy cannot join a range (its passes run after the program's call has
+// returned, when the program's argument array may be gone): the range before it ends, it runs once with the
+// reason, and the next launches begin a new range.
+void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
+  g_plan = fake_plan{};
+  g_plan.passes = 1;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},        {"KREPLAY_REPLAY_PROGRESS", "0"},
+                                               {"KREPLAY_REPLAY_PASSES", "2"}, {"KREPLAY_REPLAY_CACHE_CONTROL", "none"},
+                                               {"KREPLAY_REPLAY_OUTPUT", csv_path()}};
+  values.insert(g_options.begin(), g_options.end());
+  const replay_config_t config = fresh_run(values);
+  {
+    replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r);
+    CHECK(g_runs == 1 && g_calls.empty());  // the range is open
+    int value = 5;
+    void* arguments[] = {&value};
+    program_launch(r, arguments);
+    // The first range's pass ran before the launch that ended it; that launch ran once, not in a range.
+    CHECK(g_runs == 3 && after_steps(2));
+    CHECK(g_calls == calls({"open_ranges 1", "configure", "begin", "end", "collect", "gone"}));
+    program_launch(r);
+    program_launch(r);
+    CHECK(g_runs == 3 + 2 + 2 && after_steps(4));  // a full range of the next two: one pass of both
+    r.finish();
+  }
+  g_options.clear();
+  std::ifstream in(csv_path());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  CHECK(lines.size() == 5);
+  CHECK(lines.size() == 5 && lines[2].find("range: its arguments cannot be copied, run once") != std::string::npos &&
+        lines[2].find(",0,\"range:") != std::string::npos);
+  for (size_t row : {1, 3, 4}) {
+    CHECK(row < lines.size() && lines[row].find(",1,\"\",") != std::string::npos);  // replayed
+  }
+}
+
 // A session given up between Start and Stop (an exception on the way, say) stops its range: the next launch's
 // configuration must not find the profiler started.
 void a_session_dropped_inside_a_pass_stops_its_range() {
@@ -786,5 +832,6 @@ int main() {
   RUN_TEST(the_summary_names_the_kernels_with_the_most_time);
   RUN_TEST(metric_lists_are_split_and_checked);
   RUN_TEST(a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler);
+  RUN_TEST(a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once);
   return 0;
 }
