@@ -10,7 +10,9 @@ counts), nodes (kernel-node rows of node mode), nodes_replayed, node_extra / str
 median extra_pass_ms of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a
 graph launch), reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to
 five of their kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and
-counter_pass_ms, the profiler's), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
+counter_pass_ms, the profiler's), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
+as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
+those ratios, and the same two medians pooled over those kernels), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
 counts as empty."""
 import collections
 import csv
@@ -71,6 +73,24 @@ def figure(rows, what):
         counted = [r for r in replayed if r.get("counters", "x") == ""]
         return (f"{len(counted)} counted rows, median ms per pass: kreplay {median_of(counted, 'extra_pass_ms')}, "
                 f"profiler {median_of(counted, 'counter_pass_ms')}")
+    if what == "node_ratio":
+        def by_kernel(chosen):
+            out = collections.defaultdict(list)
+            for r in chosen:
+                out[r["kernel"]].append(float(r["extra_pass_ms"]))
+            return out
+        node_ms = by_kernel(r for r in nodes if r["replayed"] == "1")
+        stream_ms = by_kernel(r for r in replayed if not r.get("graph_mode", ""))
+        both = sorted(set(node_ms) & set(stream_ms))
+        ratios = [statistics.median(node_ms[k]) / statistics.median(stream_ms[k]) for k in both
+                  if statistics.median(stream_ms[k]) > 0]
+        if len(ratios) < 2:
+            return "none"
+        q1, q2, q3 = statistics.quantiles(ratios, n=4)
+        pooled_node = statistics.median(v for k in both for v in node_ms[k])
+        pooled_stream = statistics.median(v for k in both for v in stream_ms[k])
+        return (f"{len(ratios)} kernels in both: median ratio {q2:.2f} (quartiles {q1:.2f}, {q3:.2f}); "
+                f"pooled median extra pass {pooled_node:.4f} ms as nodes, {pooled_stream:.4f} ms as stream launches")
     if what == "replay_s":
         return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
