@@ -5,6 +5,7 @@
 # Arguments: -DKREPLAY_BUILD_DIR= -DKREPLAY_VERSION= -DWORK_DIR= -DGENERATOR= -DMAKE_PROGRAM= -DC_COMPILER=
 #            -DCXX_COMPILER= -DBUILD_TYPE= -DEXPECTED_ADAPTERS= (comma-separated: hsa, cuda; may be empty)
 #            -DLINK_FLAGS= (optional: linker flags for the consumer, e.g. the sanitizer runtimes)
+#            -DCUDA_ROOT_DIR= (optional: the CUDA toolkit the adapter was built with, for find_package(CUDAToolkit))
 cmake_minimum_required(VERSION 3.21)
 
 foreach(argument IN ITEMS KREPLAY_BUILD_DIR KREPLAY_VERSION WORK_DIR GENERATOR C_COMPILER CXX_COMPILER BUILD_TYPE)
@@ -65,6 +66,9 @@ set(configure_args -S "${CMAKE_CURRENT_LIST_DIR}" -B "${build_dir}" -G "${GENERA
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF)
 if(MAKE_PROGRAM)
   list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
+endif()
+if(CUDA_ROOT_DIR)
+  list(APPEND configure_args "-DCUDAToolkit_ROOT=${CUDA_ROOT_DIR}")
 endif()
 if(LINK_FLAGS)
   # A sanitizer build installs instrumented adapters: the consumer links the sanitizer runtimes too.
