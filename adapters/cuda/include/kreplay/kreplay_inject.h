@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "kreplay.h"
@@ -91,6 +92,13 @@ kreplay_status_t kreplay_inject_untracked_stats(int device, kreplay_untracked_t*
  * subscribes again with the same callbacks. Allocations and module loads made in between are missed, so from
  * the first pause on every snapshot of the process is declined. */
 kreplay_status_t kreplay_inject_set_subscribed(bool subscribed);
+
+/* kreplay-cuda-replay --list-metrics, called in the launcher's own process (no injection needed): the metrics
+ * CUPTI's profiler host knows for `device`'s chip, one a line with its type, unit and description, after the
+ * endings each type's names take, written to `out`. It loads the driver and CUPTI (the one on the loader's path,
+ * or KREPLAY_CUPTI_PATH). DEVICE_ERROR without a driver or GPU, NOT_FOUND without a CUPTI that can list, each
+ * with one line on `errors`. */
+kreplay_status_t kreplay_inject_list_metrics(int device, FILE* out, FILE* errors);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
 // (they are never destroyed: callbacks may come from any thread until the driver unloads).
 #include "kreplay/kreplay_inject.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "guard.hpp"
 #include "log.hpp"
 #include "injection_ops.hpp"
+#include "replay/metric_list.hpp"
 #include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
@@ -409,5 +412,31 @@ KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_set_subscribed(bool subscr
       return KREPLAY_STATUS_NOT_CONFIGURED;
     }
     return g_injection.layer->set_subscribed(subscribed) ? KREPLAY_STATUS_SUCCESS : KREPLAY_STATUS_DEVICE_ERROR;
+  });
+}
+
+KREPLAY_INJECT_EXPORT kreplay_status_t kreplay_inject_list_metrics(int device, FILE* out, FILE* errors) {
+  return guarded(__func__, [&] {
+    if (device < 0 || out == nullptr || errors == nullptr) {
+      return KREPLAY_STATUS_INVALID_ARGUMENT;
+    }
+    // CUPTI asks the driver for the chip: it must be initialised (this process's own, not a program's).
+    using cu_init_t = CUresult (*)(unsigned);
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto cu_init = cuda != nullptr ? reinterpret_cast<cu_init_t>(dlsym(cuda, "cuInit")) : nullptr;
+    if (cu_init == nullptr || cu_init(0) != CUDA_SUCCESS) {
+      std::fprintf(errors, "kreplay-cuda-replay: --list-metrics: %s\n",
+                   cuda == nullptr ? "no libcuda.so.1 (no NVIDIA driver)" : "cuInit failed (no usable GPU)");
+      return KREPLAY_STATUS_DEVICE_ERROR;
+    }
+    range_profiler_api_t api;
+    std::string text;
+    std::string why;
+    if (!resolve_range_profiler(api, &why, true) || !list_metrics(api, device, &text, &why)) {
+      std::fprintf(errors, "kreplay-cuda-replay: --list-metrics: %s\n", why.c_str());
+      return KREPLAY_STATUS_NOT_FOUND;
+    }
+    std::fputs(text.c_str(), out);
+    return KREPLAY_STATUS_SUCCESS;
   });
 }

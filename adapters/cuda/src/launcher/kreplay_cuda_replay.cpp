@@ -3,6 +3,7 @@
 // library's KREPLAY_REPLAY_* environment, checked here with the library's own parser before the program
 // starts; the library is found relative to this executable (lib/ beside bin/ once installed, the same folder
 // in the build tree).
+#include <dlfcn.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -36,6 +37,8 @@ void usage(FILE* to) {
                "snapshot before the launch, then for each further pass restore and relaunch. The program's results\n"
                "are those of the last pass. One CSV row per launch (-o), a summary on stderr.\n\noptions:\n");
   std::fputs(kreplay::cuda::inject::options_help().c_str(), to);
+  std::fprintf(to, "  %-32s %s\n", "--list-metrics[=DEVICE]",
+               "the metrics CUPTI knows for the device's chip (default 0), their units and descriptions; no program");
   std::fprintf(to, "  %-32s %s\n", "-h, --help", "this text");
   std::fprintf(to,
                "\nEnvironment: KREPLAY_INJECT_LOG=warning|info|trace (the library's messages), KREPLAY_CUPTI_PATH\n"
@@ -83,6 +86,29 @@ std::string find_library() {
     }
   }
   return "";
+}
+
+// --list-metrics[=DEVICE]: the library, loaded here, lists them (kreplay_inject_list_metrics). The exit status.
+int list_metrics(const std::string& arg) {
+  const std::string value = arg.size() > 15 && arg[14] == '=' ? arg.substr(15) : "0";
+  char* end = nullptr;
+  const long device = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || device < 0 || device > 1024) {
+    std::fprintf(stderr, "kreplay-cuda-replay: --list-metrics=%s: a device number (0, 1, ...) expected\n",
+                 value.c_str());
+    return 2;
+  }
+  const std::string library = find_library();
+  void* handle = library.empty() ? nullptr : dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  using list_t = int (*)(int, FILE*, FILE*);
+  auto list = handle != nullptr ? reinterpret_cast<list_t>(dlsym(handle, "kreplay_inject_list_metrics")) : nullptr;
+  if (list == nullptr) {
+    const char* error = handle == nullptr ? dlerror() : "it has no kreplay_inject_list_metrics";
+    std::fprintf(stderr, "kreplay-cuda-replay: --list-metrics: cannot load %s (%s)\n",
+                 library.empty() ? library_name : library.c_str(), error != nullptr ? error : "not found");
+    return 2;
+  }
+  return list(static_cast<int>(device), stdout, stderr) == 0 ? 0 : 1;
 }
 
 // An option as written: its row, and the value written with it (--flag=value, -xvalue) if any.
@@ -166,6 +192,10 @@ int parse_arguments(int argc, char** argv, command_t* out) {
       usage(stdout);
       out->first = 0;
       return 0;
+    }
+    if (arg == "--list-metrics" || arg.rfind("--list-metrics=", 0) == 0) {
+      out->first = 0;
+      return list_metrics(arg);
     }
     const given_t given = find_option(arg);
     if (given.option == nullptr) {

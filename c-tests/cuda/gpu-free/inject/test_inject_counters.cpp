@@ -17,6 +17,7 @@
 #include "injection_fixture.hpp"
 #include "replay/counter_summary.hpp"
 #include "replay/counters.hpp"
+#include "replay/metric_list.hpp"
 #include "replay/range_profiler.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
@@ -681,6 +682,53 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
   }
 }
 
+// --list-metrics: each type's endings (from its first metric), then every base metric sorted, with its unit and
+// description; a CUPTI without the listing calls, or one that fails, says why.
+void the_metric_list_gives_each_type_s_endings_and_every_metric() {
+  range_profiler_api_t api = fake_cupti();
+  api.host_get_base_metrics = [](CUpti_Profiler_Host_GetBaseMetrics_Params* p) {
+    static const char* counters[] = {"smsp__inst_executed", "dram__bytes_read"};
+    static const char* ratios[] = {"sm__warps_active"};
+    CHECK(p->pHostObject == g_host);
+    p->ppMetricNames = p->metricType == CUPTI_METRIC_TYPE_COUNTER ? counters : ratios;
+    p->numMetrics = p->metricType == CUPTI_METRIC_TYPE_COUNTER ? 2 : p->metricType == CUPTI_METRIC_TYPE_RATIO ? 1 : 0;
+    return CUPTI_SUCCESS;
+  };
+  api.host_get_sub_metrics = [](CUpti_Profiler_Host_GetSubMetrics_Params* p) {
+    static const char* counter_endings[] = {".sum", ".avg", ".max"};
+    static const char* ratio_endings[] = {".ratio", ".pct"};
+    const bool counter = p->metricType == CUPTI_METRIC_TYPE_COUNTER;
+    CHECK(std::string(p->pMetricName) == (counter ? "dram__bytes_read" : "sm__warps_active"));
+    p->ppSubMetrics = counter ? counter_endings : ratio_endings;
+    p->numOfSubmetrics = counter ? 3 : 2;
+    return CUPTI_SUCCESS;
+  };
+  api.host_get_metric_properties = [](CUpti_Profiler_Host_GetMetricProperties_Params* p) {
+    const std::string name = p->pMetricName;
+    p->pDimUnit = name == "dram__bytes_read" ? "byte" : "inst";
+    p->pDescription = name == "dram__bytes_read" ? "bytes read from DRAM" : "instructions";
+    return name == "sm__warps_active" ? CUPTI_ERROR_INVALID_METRIC_NAME : CUPTI_SUCCESS;
+  };
+  g_cupti.clear();
+  std::string text;
+  std::string why;
+  CHECK(list_metrics(api, 0, &text, &why));
+  CHECK(text.rfind("# the metrics of GH100 (device 0)", 0) == 0);
+  CHECK(text.find("# counter (2), a name ends in one of: .sum .avg .max\n") != std::string::npos);
+  CHECK(text.find("# ratio (1), a name ends in one of: .ratio .pct\n") != std::string::npos);
+  CHECK(text.find("# throughput") == std::string::npos);  // none of that type
+  const size_t dram = text.find("counter     dram__bytes_read ");
+  const size_t inst = text.find("counter     smsp__inst_executed ");
+  CHECK(dram != std::string::npos && inst != std::string::npos && dram < inst);  // sorted
+  CHECK(text.find("byte       bytes read from DRAM\n", dram) != std::string::npos);
+  CHECK(text.find("ratio       sm__warps_active") != std::string::npos);  // listed without its properties
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "host_init") == 1);
+  api.host_get_sub_metrics = [](CUpti_Profiler_Host_GetSubMetrics_Params*) { return CUPTI_ERROR_UNKNOWN; };
+  CHECK(!list_metrics(api, 0, &text, &why) && why.find("cuptiProfilerHostGetSubMetrics failed: ") == 0);
+  api.host_get_base_metrics = nullptr;
+  CHECK(!list_metrics(api, 0, &text, &why) && why.find("cannot list metrics") != std::string::npos);
+}
+
 // A session given up between Start and Stop (an exception on the way, say) stops its range: the next launch's
 // configuration must not find the profiler started.
 void a_session_dropped_inside_a_pass_stops_its_range() {
@@ -833,5 +881,6 @@ int main() {
   RUN_TEST(metric_lists_are_split_and_checked);
   RUN_TEST(a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler);
   RUN_TEST(a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once);
+  RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
   return 0;
 }

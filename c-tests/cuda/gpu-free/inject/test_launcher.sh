@@ -40,6 +40,17 @@ out=$("$launcher" -o '' -- true 2>&1); rc=$?
 check "an empty report name is refused (rc $rc)" test "$rc" -eq 2
 out=$("$launcher" 2>&1); rc=$?
 check "no program is refused (rc $rc)" test "$rc" -eq 2
+out=$("$launcher" --list-metrics=gpu 2>&1); rc=$?
+check "--list-metrics=gpu is refused (rc $rc)" test "$rc" -eq 2
+check "the refusal asks for a device number" grep -q "a device number" <<<"$out"
+# Without a driver (CI) the listing says why in one line; with one, it lists the chip's metrics.
+out=$("$launcher" --list-metrics 2>&1); rc=$?
+if [[ $rc -eq 0 ]]; then
+  check "--list-metrics lists the chip's metrics" grep -q "^# the metrics of " <<<"$out"
+else
+  check "--list-metrics without a driver or CUPTI fails in one line (rc $rc): $out" \
+    test "$rc" -eq 1 -a "$(grep -c -- "--list-metrics: " <<<"$out")" -eq 1
+fi
 out=$("$launcher" -- /nonexistent/program 2>&1); rc=$?
 check "a program that cannot run gives 127 (rc $rc)" test "$rc" -eq 127
 

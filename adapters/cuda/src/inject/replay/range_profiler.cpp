@@ -19,6 +19,9 @@ namespace {
 
 bool optional_symbols(void* library, range_profiler_api_t& out) {
   find_symbol(library, "cuptiRangeProfilerGetCounterDataInfo", out.get_counter_data_info);
+  find_symbol(library, "cuptiProfilerHostGetBaseMetrics", out.host_get_base_metrics);
+  find_symbol(library, "cuptiProfilerHostGetSubMetrics", out.host_get_sub_metrics);
+  find_symbol(library, "cuptiProfilerHostGetMetricProperties", out.host_get_metric_properties);
   return true;
 }
 
@@ -526,15 +529,20 @@ class range_profiler_source final : public counter_source {
 
 }  // namespace
 
-bool resolve_range_profiler(range_profiler_api_t& out, std::string* why) {
+bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool load) {
   if (from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD), out)) {
     return true;
   }
-  if (const char* path = std::getenv("KREPLAY_CUPTI_PATH"); path != nullptr && *path != '\0' &&
-                                                           from(dlopen(path, RTLD_NOW | RTLD_LOCAL), out)) {
+  const char* path = std::getenv("KREPLAY_CUPTI_PATH");
+  const bool given = path != nullptr && *path != '\0';
+  if (given && from(dlopen(path, RTLD_NOW | RTLD_LOCAL), out)) {
     return true;
   }
-  *why = "the libcupti in the process has no Range Profiler (CUPTI 12.6 or later is needed)";
+  if (load && !given && from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), out)) {
+    return true;
+  }
+  *why = load && !given ? "no libcupti.so.13 with a Range Profiler on the loader's path (set KREPLAY_CUPTI_PATH)"
+                        : "the libcupti in the process has no Range Profiler (CUPTI 12.6 or later is needed)";
   return false;
 }
 

@@ -48,11 +48,16 @@ struct range_profiler_api_t {
   CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;  // optional: for the messages
   // Optional: checks that a decoded image holds the launch's one range.
   CUptiResult (*get_counter_data_info)(CUpti_RangeProfiler_GetCounterDataInfo_Params*) = nullptr;
+  // Optional: --list-metrics (metric_list.hpp).
+  CUptiResult (*host_get_base_metrics)(CUpti_Profiler_Host_GetBaseMetrics_Params*) = nullptr;
+  CUptiResult (*host_get_sub_metrics)(CUpti_Profiler_Host_GetSubMetrics_Params*) = nullptr;
+  CUptiResult (*host_get_metric_properties)(CUpti_Profiler_Host_GetMetricProperties_Params*) = nullptr;
 };
 
 // The functions from the libcupti.so.13 already in the process (the one the injection subscribed with), else
-// KREPLAY_CUPTI_PATH. False, with why, when the library has no Range Profiler (CUPTI before 12.6).
-bool resolve_range_profiler(range_profiler_api_t& out, std::string* why);
+// KREPLAY_CUPTI_PATH, else (with `load`: a process that has none yet, --list-metrics) the one on the loader's
+// path. False, with why, when the library has no Range Profiler (CUPTI before 12.6) or none is found.
+bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool load = false);
 
 // The device ordinal of a context (the tracker's), for the chip name; -1 when unknown.
 using device_of_t = std::function<int(CUcontext)>;
