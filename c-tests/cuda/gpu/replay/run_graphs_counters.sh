@@ -27,6 +27,8 @@
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
 #                         run's: four count metrics, then a list of 15 that needs 10 passes (ncu runs that one).
 #   KREPLAY_RUN_SET       --set full on ResNet-18's first launches: the summary, the checksum, the CSV in pandas
+#   KREPLAY_RUN_LIST      --list-metrics: the chip's metrics (with the CUPTI on the loader's path, else PyTorch's
+#                         or the toolkit's through KREPLAY_CUPTI_PATH)
 # OUT_DIR receives graphs_counters.tar.gz and summary.txt; the exit status is 1 when a check failed.
 set -u -o pipefail
 
@@ -93,6 +95,21 @@ graph_program_mode() {
     test -n "$control" -a "$control" != "$plain"
   [[ -n $control ]] || row "INFO $name control's log ends: $(tail -4 "$work/$name.control.log" | cut -c1-300 | tr '\n' '|')"
 }
+
+if [[ ${KREPLAY_RUN_LIST:-1} != 0 ]]; then
+  "$launcher" --list-metrics >"$work/list_metrics.txt" 2>&1
+  rc=$?
+  if [[ $rc != 0 ]]; then
+    # shellcheck disable=SC2046
+    cupti=$(find /usr/local/cuda*/ $(python3 -c 'import site; print(" ".join(site.getsitepackages()))') \
+              -name 'libcupti.so.13*' 2>/dev/null | head -1)
+    KREPLAY_CUPTI_PATH=$cupti "$launcher" --list-metrics >"$work/list_metrics.txt" 2>&1
+    rc=$?
+  fi
+  row "INFO --list-metrics: $(head -4 "$work/list_metrics.txt" | cut -c1-200 | tr '\n' '|')"
+  verdict "--list-metrics: exit $rc, $(grep -c '^counter ' "$work/list_metrics.txt") counters, $(grep -c '^ratio ' "$work/list_metrics.txt") ratios, $(grep -c '^throughput ' "$work/list_metrics.txt") throughputs, smsp__inst_executed among them" \
+    grep -q '^counter  *smsp__inst_executed ' "$work/list_metrics.txt"
+fi
 
 if [[ ${KREPLAY_RUN_NATIVE:-1} != 0 ]]; then
   KREPLAY_GRAPH_MODES="node graph" graph_program graphs_step "$graphs_program" step
