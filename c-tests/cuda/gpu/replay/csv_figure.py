@@ -12,7 +12,8 @@ graph launch), reasons (why launches ran once), differs (launches whose passes d
 five of their kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and
 counter_pass_ms, the profiler's), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
 as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
-those ratios, and the same two medians pooled over those kernels), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
+those ratios, the same two medians pooled over those kernels, and the median footprints; stream launches after the
+last graph launch when there are such, as they replay over the same memory), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
 counts as empty."""
 import collections
 import csv
@@ -79,8 +80,15 @@ def figure(rows, what):
             for r in chosen:
                 out[r["kernel"]].append(float(r["extra_pass_ms"]))
             return out
-        node_ms = by_kernel(r for r in nodes if r["replayed"] == "1")
-        stream_ms = by_kernel(r for r in replayed if not r.get("graph_mode", ""))
+        node_rows = [r for r in nodes if r["replayed"] == "1"]
+        stream_rows = [r for r in replayed if not r.get("graph_mode", "")]
+        last_graph = max([int(r["launch"]) for r in graph] or [0])
+        after = [r for r in stream_rows if int(r["launch"]) > last_graph]
+        when = "all stream launches"
+        if set(r["kernel"] for r in after) & set(r["kernel"] for r in node_rows):
+            stream_rows, when = after, "stream launches after the last graph launch"
+        node_ms = by_kernel(node_rows)
+        stream_ms = by_kernel(stream_rows)
         both = sorted(set(node_ms) & set(stream_ms))
         ratios = [statistics.median(node_ms[k]) / statistics.median(stream_ms[k]) for k in both
                   if statistics.median(stream_ms[k]) > 0]
@@ -89,8 +97,12 @@ def figure(rows, what):
         q1, q2, q3 = statistics.quantiles(ratios, n=4)
         pooled_node = statistics.median(v for k in both for v in node_ms[k])
         pooled_stream = statistics.median(v for k in both for v in stream_ms[k])
-        return (f"{len(ratios)} kernels in both: median ratio {q2:.2f} (quartiles {q1:.2f}, {q3:.2f}); "
-                f"pooled median extra pass {pooled_node:.4f} ms as nodes, {pooled_stream:.4f} ms as stream launches")
+        footprint = {name: statistics.median(int(r["footprint_bytes"]) for r in chosen if r["kernel"] in both) / 1e6
+                     for name, chosen in (("node", node_rows), ("stream", stream_rows))}
+        return (f"{len(ratios)} kernels in both ({when}): median ratio {q2:.2f} (quartiles {q1:.2f}, {q3:.2f}); "
+                f"pooled median extra pass {pooled_node:.4f} ms as nodes, {pooled_stream:.4f} ms as stream launches; "
+                f"median footprint {footprint['node']:.0f} MB as nodes, {footprint['stream']:.0f} MB as stream "
+                "launches")
     if what == "replay_s":
         return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")

@@ -8,7 +8,10 @@ one checksum over its final state (every parameter, buffer and optimizer state t
   python3 torch_prog.py compiled      the same CNN under torch.compile(mode="reduce-overhead"): Inductor's
                                       forward and backward run as CUDA graphs (CUDA graph trees), SGD eagerly
 
-KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>"."""
+KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>". cudagraph with
+KREPLAY_PROG_EAGER_STEPS=N (default 0): N eager steps after the graph's, the same kernels as stream launches over
+the memory the graph's pool holds (a replay's cost grows with the footprint: the comparison of a kernel node's
+extra pass with a stream launch's wants both over the same memory)."""
 import hashlib
 import os
 import sys
@@ -86,14 +89,18 @@ if which == "cudagraph":
     with torch.cuda.graph(graph):
         loss_of().backward()
         optimizer.step()
-    step = graph.replay
     for i in range(steps):
         x.copy_(batches[i][0])
         y.copy_(batches[i][1])
         start = time.perf_counter()
-        step()
+        graph.replay()
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+    for i in range(int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0"))):
+        x.copy_(batches[i % steps][0])
+        y.copy_(batches[i % steps][1])
+        step()
+        torch.cuda.synchronize()
 else:
     for i in range(steps):
         start = time.perf_counter()
