@@ -547,6 +547,13 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"memcpy past the buffer", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_DEVICE, &g_buffer[1020], g_buffer, 64, false); return g; }, 0,
        "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&g_buffer[1020]) + ", 64 bytes: no allocation kreplay tracks at " + hex(&g_buffer[1024]) +
            "; to the driver: device memory of device 0, an allocation at " + hex(&g_buffer[1024]) + " of 4096 bytes, from a memory pool)"},
+      {"memcpy to untracked before the kernels", [&scratch] {
+         CUgraph g = new_graph();
+         add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int));
+         add_kernel(g, scale_kernel, "scale_kernel", [] { g_buffer[0] += 1; });
+         return g;
+       }, 0,
+       "memcpy node writes memory kreplay's snapshots of this device do not hold"},
       {"memset to untracked", [&scratch] { CUgraph g = training_step(); add_memset(g, &scratch, 1); return g; }, 0,
        "memset node writes memory"},
       {"conditional", [] { CUgraph g = training_step(); add_type(g, CU_GRAPH_NODE_TYPE_CONDITIONAL); return g; }, 0,
@@ -558,16 +565,21 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
       {"device launch", [] { return training_step(); }, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
        "instantiated for device launch"},
   };
-  for (const run_once_case& c : cases) {
-    std::printf("case: %s\n", c.what);
-    const CUgraph graph = c.make();
-    g_kernel_runs.clear();
-    g_host_node_runs = 0;
-    with_replayer({}, [&](replayer& r) { program_launch(r, instantiate(r, graph, c.flags)); });
-    CHECK(g_kernel_runs[scale_kernel] == 1);
-    CHECK(g_host_node_runs == (std::string(c.what) == "host node" ? 1 : 0));
-    const std::vector<std::string> rows = report_rows();
-    CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
+  // In both modes: node mode too says why the graph runs once, not that its (unplanned) kernels were not
+  // selected.
+  for (const char* mode : {"graph", "node"}) {
+    for (const run_once_case& c : cases) {
+      std::printf("case: %s, %s mode\n", c.what, mode);
+      const CUgraph graph = c.make();
+      g_kernel_runs.clear();
+      g_host_node_runs = 0;
+      with_replayer({{"KREPLAY_REPLAY_GRAPH_PROFILING", mode}},
+                    [&](replayer& r) { program_launch(r, instantiate(r, graph, c.flags)); });
+      CHECK(g_kernel_runs[scale_kernel] == 1);
+      CHECK(g_host_node_runs == (std::string(c.what) == "host node" ? 1 : 0));
+      const std::vector<std::string> rows = report_rows();
+      CHECK(rows.size() == 1 && rows[0].find(c.reason) != std::string::npos && rows[0].find("run once") != std::string::npos);
+    }
   }
   fill_buffer();
 }

@@ -179,6 +179,9 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
   sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
+  # Where Nsight Compute and CUPTI's kernel replay agree with each other, kreplay's agreement with them.
+  python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
+    grep '^NOISE' | tee -a "$summary"
   # Range mode: the same launches and metrics, KREPLAY_RANGE_SIZE (default 32) launches per profiler pass.
   start=$SECONDS
   sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \

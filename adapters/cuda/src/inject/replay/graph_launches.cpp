@@ -391,8 +391,10 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   p.graph = std::move(*facts);
   p.row.kernel = graph_row_name(p.graph);
   // Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the
-  // whole graph as one launch.
-  const bool by_node = config_.graphs == graph_profiling::node && node_mode_problem(p.graph).empty();
+  // whole graph as one launch, as does a graph that runs once whatever the mode (why_not: its plan may stop short
+  // of its kernels, so its selection reads the graph's kernels, and its row says why_not).
+  const bool by_node =
+      config_.graphs == graph_profiling::node && node_mode_problem(p.graph).empty() && p.graph.why_not.empty();
   {
     std::lock_guard<std::mutex> lock(selector_mutex_);
     std::vector<std::string> names = p.graph.kernels;
