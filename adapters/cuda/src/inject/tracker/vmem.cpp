@@ -59,6 +59,8 @@ std::vector<std::pair<uint64_t, size_t>> cut_out(const std::vector<std::pair<uin
 }  // namespace
 
 void memory_table::vmem_created(uint64_t handle, size_t size, bool device, int ordinal) {
+  log(KREPLAY_LOG_TRACE, "vmem create handle 0x%" PRIx64 " %zu bytes %s %d", handle, size, device ? "device" : "other",
+      ordinal);
   std::lock_guard<std::mutex> lock(mutex_);
   handles_[handle] = handle_t{size, device, ordinal};
 }
@@ -70,6 +72,7 @@ void memory_table::vmem_released(uint64_t handle) {
 }
 
 void memory_table::vmem_mapped(uint64_t address, size_t size, uint64_t handle) {
+  log(KREPLAY_LOG_TRACE, "vmem map 0x%" PRIx64 " %zu bytes handle 0x%" PRIx64, address, size, handle);
   std::lock_guard<std::mutex> lock(mutex_);
   auto found = handles_.find(handle);
   mapping_t mapping{size, handle, false, false, -1, {}};
@@ -91,6 +94,9 @@ std::map<uint64_t, memory_table::mapping_t>::iterator memory_table::first_mappin
 }
 
 void memory_table::vmem_access(uint64_t address, size_t size, const access_t* access, size_t count) {
+  log(KREPLAY_LOG_TRACE, "vmem access 0x%" PRIx64 " %zu bytes, %zu descriptors, the first %s %d %s", address, size,
+      count, count != 0 && access[0].device ? "device" : "other", count != 0 ? access[0].ordinal : -1,
+      count != 0 && access[0].read_write ? "read-write" : "not read-write");
   const uint64_t end = address + size;
   std::vector<std::pair<std::pair<uint64_t, size_t>, int>> record;  // (range, ordinal)
   {
@@ -128,6 +134,7 @@ void memory_table::vmem_access(uint64_t address, size_t size, const access_t* ac
 }
 
 void memory_table::vmem_unmapping(uint64_t address, size_t size) {
+  log(KREPLAY_LOG_TRACE, "vmem unmap 0x%" PRIx64 " %zu bytes", address, size);
   const uint64_t end = address + size;
   ranges_t unmap;
   {
