@@ -13,7 +13,9 @@ five of their kernels), pass_share (over counted rows, the median extra_pass_ms,
 counter_pass_ms, the profiler's), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
 as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
 those ratios, the same two medians pooled over those kernels, and the median footprints; stream launches after the
-last graph launch when there are such, as they replay over the same memory), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
+last graph launch when there are such), node_same_footprint (a restore digests the whole footprint, so the cost
+grows with it: for each kernel launched on a stream both before the first graph launch and after the last, its
+stream cost interpolated linearly to its nodes' footprint; the median and quartiles of node over that), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
 counts as empty."""
 import collections
 import csv
@@ -103,6 +105,29 @@ def figure(rows, what):
                 f"pooled median extra pass {pooled_node:.4f} ms as nodes, {pooled_stream:.4f} ms as stream launches; "
                 f"median footprint {footprint['node']:.0f} MB as nodes, {footprint['stream']:.0f} MB as stream "
                 "launches")
+    if what == "node_same_footprint":
+        first = min([int(r["launch"]) for r in nodes] or [0])
+        last = max([int(r["launch"]) for r in nodes] or [0])
+        sides = {"node": collections.defaultdict(list), "before": collections.defaultdict(list),
+                 "after": collections.defaultdict(list)}
+        for r in replayed:
+            side = ("node" if r.get("graph_node", "") != "" else None if r.get("graph_mode", "") else
+                    "before" if int(r["launch"]) < first else "after" if int(r["launch"]) > last else None)
+            if side:
+                sides[side][r["kernel"]].append((int(r["footprint_bytes"]), float(r["extra_pass_ms"])))
+        ratios = []
+        for kernel, points in sides["node"].items():
+            if kernel not in sides["before"] or kernel not in sides["after"]:
+                continue
+            (f1, e1), (f2, e2), (fn, en) = (
+                (statistics.median(f for f, _ in p), statistics.median(e for _, e in p))
+                for p in (sides["before"][kernel], sides["after"][kernel], points))
+            if f2 != f1:
+                ratios.append(en / (e1 + (e2 - e1) * (fn - f1) / (f2 - f1)))
+        if len(ratios) < 2:
+            return "none"
+        q1, q2, q3 = statistics.quantiles(ratios, n=4)
+        return f"{len(ratios)} kernels: median {q2:.2f} (quartiles {q1:.2f}, {q3:.2f})"
     if what == "replay_s":
         return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")

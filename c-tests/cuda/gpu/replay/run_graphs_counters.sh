@@ -84,6 +84,7 @@ graph_program_mode() {
     row "INFO $name, $tier tier: graph launches: $(csv_figure "$csv" graph_modes)"
     row "INFO $name, $tier tier: kernel-node rows $(csv_figure "$csv" nodes), replayed $(csv_figure "$csv" nodes_replayed); median extra pass ms: kernel node $(csv_figure "$csv" node_extra), stream launch $(csv_figure "$csv" stream_extra), whole graph $(csv_figure "$csv" graph_extra) (graph's own time $(csv_figure "$csv" graph_kernel_ms))"
     [[ $mode == node ]] && row "INFO $name, $tier tier, the same kernels: $(csv_figure "$csv" node_ratio)"
+    [[ $mode == node ]] && row "INFO $name, $tier tier, a kernel node's extra pass over a stream launch's at the same footprint: $(csv_figure "$csv" node_same_footprint)"
     row "INFO $name, $tier tier: $(csv_figure "$csv" replayed) of $(csv_figure "$csv" rows) rows replayed; not: $(csv_figure "$csv" reasons)"
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
