@@ -5,7 +5,8 @@
 WORK_DIR holds side.kreplay.csv (kernel mode), side.range.csv (range mode) and side.cupti.csv (CUPTI's kernel
 replay), the reports of the same launches and metrics, and summary.txt's "ncu --replay-mode kernel: exit E, S s"
 and "plain run ... S s" rows (Nsight Compute gives no time per kernel: its extra time over the plain run, spread
-evenly over the launches kreplay counted, is drawn as a line). Prints, per footprint band, the launches and the
+evenly over the launches kreplay counted, is drawn as a line; CUPTI's kernel replay reports no footprint, so its
+launches take the kernel-mode report's for the same launch). Prints, per footprint band, the launches and the
 median replay_ms of each backend, then draws the plot when matplotlib is there."""
 import csv
 import math
@@ -50,6 +51,9 @@ def main():
     summary = (work / "summary.txt").read_text() if (work / "summary.txt").exists() else ""
     data = {label: counted_rows(work / name) for name, label in BACKENDS}
     kernel_rows = data[BACKENDS[0][1]]
+    footprint_of = {r["launch"]: r["footprint_bytes"] for r in kernel_rows}
+    for r in data[BACKENDS[2][1]]:
+        r["footprint_bytes"] = footprint_of.get(r["launch"], r["footprint_bytes"])
     ncu_s = seconds(summary, r"side: ncu --replay-mode kernel: exit \d+, (\d+) s")
     plain_s = seconds(summary, r"side: plain run, \d+ steps: (\d+) s")
     ncu_ms = (ncu_s - plain_s) * 1000 / len(kernel_rows) if kernel_rows else math.nan
@@ -83,7 +87,7 @@ def main():
     ax.set_yscale("log")
     ax.set_xlabel("footprint (MiB)")
     ax.set_ylabel("time to profile the launch (ms)")
-    ax.set_title("ResNet-18 on an H200, 15 metrics (10 passes), every launch")
+    ax.set_title("ResNet-18 on an H200, 15 metrics (10 counted passes), every launch, 1 step")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
