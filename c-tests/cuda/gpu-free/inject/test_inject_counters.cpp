@@ -195,6 +195,8 @@ std::vector<std::string> g_cupti;  // the calls, in order
 size_t g_ranges_per_pass = 1;      // what SetConfig must be asked for (range mode: the range's launches)
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
+bool g_range_open = false;         // a user range pushed and not yet popped
+int g_runs_at_push = 0;            // g_runs when it was pushed
 CUpti_RangeProfiler_Object* const g_object = fake::handle<CUpti_RangeProfiler_Object*>(0x0B);
 CUpti_Profiler_Host_Object* const g_host = fake::handle<CUpti_Profiler_Host_Object*>(0x0C);
 constexpr size_t kFakePasses = 3;
@@ -274,7 +276,9 @@ range_profiler_api_t fake_cupti() {
   a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
     g_cupti.push_back("set_config");
     CHECK(!g_started);
-    CHECK(p->range == CUPTI_AutoRange && p->maxRangesPerPass == g_ranges_per_pass);
+    // One launch a pass: an automatic range; several (range mode): a user range each.
+    CHECK(p->range == (g_ranges_per_pass > 1 ? CUPTI_UserRange : CUPTI_AutoRange));
+    CHECK(p->maxRangesPerPass == g_ranges_per_pass);
     CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -295,6 +299,20 @@ range_profiler_api_t fake_cupti() {
       g_stops = static_cast<int>(kFakePasses) - 1;
     }
     p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) ? 1 : 0;
+    return CUPTI_SUCCESS;
+  };
+  // A user range holds exactly one relaunch, inside a pass.
+  a.push_range = [](CUpti_RangeProfiler_PushRange_Params* p) {
+    g_cupti.push_back("push");
+    CHECK(g_started && !g_range_open && p->pRangeName != nullptr);
+    g_range_open = true;
+    g_runs_at_push = g_runs;
+    return CUPTI_SUCCESS;
+  };
+  a.pop_range = [](CUpti_RangeProfiler_PopRange_Params*) {
+    g_cupti.push_back("pop");
+    CHECK(g_started && g_range_open && g_runs == g_runs_at_push + 1);
+    g_range_open = false;
     return CUPTI_SUCCESS;
   };
   a.decode_data = [](CUpti_RangeProfiler_DecodeData_Params* p) {
@@ -596,8 +614,9 @@ void a_range_s_passes_run_its_launches_together_after_the_program_s() {
 }
 
 // Range mode on the Range Profiler source: a counter-data image sized for the range's two launches, SetConfig
-// for two ranges a pass, Start and Stop around both launches in each of CUPTI's 3 passes, one decode, then each
-// launch's range evaluated.
+// for two user ranges a pass, Start and Stop around both launches in each of CUPTI's 3 passes, each launch pushed
+// and popped as its own range, one decode, then each launch's range evaluated. A CUPTI that cannot push ranges
+// counts nothing in range mode, and says so; the launches are still replayed.
 void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   g_cupti.clear();
   g_plan = fake_plan{};
@@ -608,11 +627,24 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   g_options.clear();
   g_ranges_per_pass = 1;
   CHECK(g_runs == 2 + 3 * 2 && after_steps(2));
-  const std::vector<std::string> expected = {
-      "init",  "chip", "host_init", "add_metrics", "enable", "size for 2", "image", "set_config", "start", "stop",
-      "start", "stop", "start",     "stop",        "decode", "evaluate",   "evaluate", "disable"};
+  std::vector<std::string> expected = {"init", "chip", "host_init", "add_metrics", "enable", "size for 2", "image",
+                                       "set_config"};
+  for (int pass = 0; pass < 3; ++pass) {
+    expected.insert(expected.end(), {"start", "push", "pop", "push", "pop", "stop"});
+  }
+  expected.insert(expected.end(), {"decode", "evaluate", "evaluate", "disable"});
   CHECK(g_cupti == expected);
   CHECK(lines[1].find(",4,4,") != std::string::npos && ends_with(lines[2], ",\"\",30,0.5"));
+
+  range_profiler_api_t without_push = fake_cupti();
+  without_push.push_range = nullptr;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  const std::vector<std::string> uncounted = replay_one_launch(
+      2, true, make_range_profiler_source(without_push, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; }), 2);
+  g_options.clear();
+  CHECK(after_steps(2) && uncounted.size() == 3);
+  CHECK(uncounted.size() == 3 && uncounted[1].find("no cuptiRangeProfilerPushRange") != std::string::npos &&
+        uncounted[1].find(",1,\"\",") != std::string::npos);  // replayed, not counted
 }
 
 // A copy on the range's thread ends it early: its two launches get their passes and rows before the copy runs.

@@ -28,6 +28,9 @@ class counter_session {
   // Around one counted pass: before its launch is submitted, and after it has completed (or failed).
   virtual bool begin_pass(std::string* why) = 0;
   virtual bool end_pass(std::string* why) = 0;
+  // Range mode, inside a counted pass: around each launch's relaunch, so that each is a range of its own.
+  virtual bool begin_range(std::string*) { return true; }
+  virtual bool end_range(std::string*) { return true; }
   // After the last counted pass: one value per metric, in the source's order.
   virtual bool collect(std::vector<double>* values, std::string* why) = 0;
   // Range mode: the values of the `index`-th launch of the pass (from 0); collect() is range 0's.
@@ -51,7 +54,7 @@ class counter_source {
   // 1. Null, with why, when launches in this context cannot be counted.
   virtual std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) = 0;
   // Range mode (--replay-mode range): a session whose every pass runs `ranges` launches, each a range of its own
-  // (automatic ranges), so that the profiler's cost per pass is paid once for all of them.
+  // (begin_range / end_range around it), so that the profiler's cost per pass is paid once for all of them.
   virtual std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
                                                        std::string* why) {
     if (ranges == 1) {

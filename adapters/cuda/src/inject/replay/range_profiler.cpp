@@ -19,6 +19,8 @@ namespace {
 
 bool optional_symbols(void* library, range_profiler_api_t& out) {
   find_symbol(library, "cuptiRangeProfilerGetCounterDataInfo", out.get_counter_data_info);
+  find_symbol(library, "cuptiRangeProfilerPushRange", out.push_range);
+  find_symbol(library, "cuptiRangeProfilerPopRange", out.pop_range);
   find_symbol(library, "cuptiProfilerHostGetBaseMetrics", out.host_get_base_metrics);
   find_symbol(library, "cuptiProfilerHostGetSubMetrics", out.host_get_sub_metrics);
   find_symbol(library, "cuptiProfilerHostGetMetricProperties", out.host_get_metric_properties);
@@ -134,9 +136,11 @@ class range_session final : public counter_session {
     }
   }
 
-  // The counter-data image initialized afresh, and the configuration: automatic ranges, one range per pass, in
-  // user replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between
-  // Start and Stop, saving and restoring memory itself).
+  // The counter-data image initialized afresh, and the configuration: one launch a pass as an automatic range,
+  // in user replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between
+  // Start and Stop, saving and restoring memory itself); several a pass (range mode) as user ranges, one pushed
+  // and popped around each relaunch. On the H200 automatic ranges over a range's relaunches (all made inside a
+  // launch callback) recorded fewer ranges than launches (2 for 32).
   bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
@@ -153,7 +157,7 @@ class range_session final : public counter_session {
     config.pConfig = in_.images->config.data();
     config.counterDataImageSize = image_.size();
     config.pCounterDataImage = image_.data();
-    config.range = CUPTI_AutoRange;
+    config.range = user_ranges() ? CUPTI_UserRange : CUPTI_AutoRange;
     config.replayMode = in_.replay;
     config.maxRangesPerPass = in_.ranges;
     config.numNestingLevels = 1;
@@ -173,10 +177,38 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
+  bool begin_range(std::string* why) override {
+    if (!user_ranges()) {
+      return true;
+    }
+    CUpti_RangeProfiler_PushRange_Params push{};
+    push.structSize = CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
+    push.pRangeProfilerObject = in_.object;
+    const std::string name = "launch " + std::to_string(pushed_++ % in_.ranges);
+    push.pRangeName = name.c_str();
+    unbalanced_ = unbalanced_ || !ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
+    return !unbalanced_;
+  }
+
+  bool end_range(std::string* why) override {
+    if (!user_ranges()) {
+      return true;
+    }
+    CUpti_RangeProfiler_PopRange_Params pop{};
+    pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
+    pop.pRangeProfilerObject = in_.object;
+    unbalanced_ = unbalanced_ || !ok(api_.pop_range(&pop), "cuptiRangeProfilerPopRange", why);
+    return !unbalanced_;
+  }
+
   bool collect(std::vector<double>* values, std::string* why) override { return collect_range(0, values, why); }
 
   // The data decoded once (after the last pass), then each range evaluated.
   bool collect_range(size_t index, std::vector<double>* values, std::string* why) override {
+    if (unbalanced_) {
+      *why = "a range of a pass could not be pushed or popped";
+      return false;
+    }
     if (!all_submitted_) {
       *why = "CUPTI needs more passes than it said (" + std::to_string(in_.passes) + ")";
       return false;
@@ -255,12 +287,17 @@ class range_session final : public counter_session {
 
   bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
 
+  // Several launches a pass, and a CUPTI that can push and pop ranges (open_ranges asks for one).
+  bool user_ranges() const { return in_.ranges > 1 && api_.push_range != nullptr && api_.pop_range != nullptr; }
+
   const range_profiler_api_t& api_;
   session_inputs in_;
   std::vector<uint8_t>& image_;  // in_.images's counter data
   bool started_ = false;
   bool all_submitted_ = false;
   bool decoded_ = false;
+  uint64_t pushed_ = 0;      // ranges pushed, for their names
+  bool unbalanced_ = false;  // a push or pop failed: the pass's ranges are not the launches'
 };
 
 class range_profiler_source final : public counter_source {
@@ -326,6 +363,10 @@ class range_profiler_source final : public counter_source {
 
   std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
                                                std::string* why) override {
+    if (ranges > 1 && (api_.push_range == nullptr || api_.pop_range == nullptr)) {
+      *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
+      return nullptr;
+    }
     std::unique_ptr<counter_session> single = open(context, passes, why);
     if (single == nullptr || ranges == 1) {
       return single;

@@ -48,6 +48,9 @@ struct range_profiler_api_t {
   CUptiResult (*get_result_string)(CUptiResult, const char**) = nullptr;  // optional: for the messages
   // Optional: checks that a decoded image holds the launch's one range.
   CUptiResult (*get_counter_data_info)(CUpti_RangeProfiler_GetCounterDataInfo_Params*) = nullptr;
+  // Optional: range mode's user ranges (without them a range holds one launch).
+  CUptiResult (*push_range)(CUpti_RangeProfiler_PushRange_Params*) = nullptr;
+  CUptiResult (*pop_range)(CUpti_RangeProfiler_PopRange_Params*) = nullptr;
   // Optional: --list-metrics (metric_list.hpp).
   CUptiResult (*host_get_base_metrics)(CUpti_Profiler_Host_GetBaseMetrics_Params*) = nullptr;
   CUptiResult (*host_get_sub_metrics)(CUpti_Profiler_Host_GetSubMetrics_Params*) = nullptr;

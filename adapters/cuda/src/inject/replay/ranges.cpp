@@ -13,7 +13,7 @@
 //   3. At the end: a window, drain, a second snapshot (the memory after the range: what the program computed),
 //      then the memory before the range put back, and every pass runs the range's launches in order, with the
 //      memory before the range restored between passes. With counters, each pass is one Start and Stop of the
-//      profiler around all the launches, each launch its own automatic range: the profiler's cost per pass is
+//      profiler around all the launches, each launch a user range of its own: the profiler's cost per pass is
 //      paid once for the range. Last, the memory after the range is put back (checked whole) and the window
 //      closes: what the program sees is what its own launches computed, never kreplay's passes.
 //
@@ -372,7 +372,8 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
 }
 
 // One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
-// all (each launch an automatic range), the caches flushed before. False when a launch or the wait failed.
+// all (each launch a range of its own: begin_range / end_range around it), the caches flushed before. False when a
+// launch or the wait failed.
 bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms) {
   std::string why;
   launch_row_t& first = range.launches.front()->row;
@@ -384,8 +385,14 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
   const bool counted = counting != nullptr && counting->begin_pass(&why);
   *counter_ms = ms_between(profiler, replay_clock::now());
   bool ran = true;
+  bool ranged = counted;  // each launch its own user range while the profiler takes them
   for (auto& p : range.launches) {
+    ranged = ranged && counting->begin_range(&why);
     ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
+    ranged = ranged && counting->end_range(&why);
+  }
+  if (counted && !ranged) {
+    for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
   }
   const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
   ran = ran && waited;
