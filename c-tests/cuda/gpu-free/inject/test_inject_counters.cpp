@@ -48,6 +48,7 @@ struct fake_plan {
   bool open_fails = false;
   uint32_t failing_end = 0;  // the pass whose end_pass fails (0: none)
   int end_pass_ms = 0;       // how long each end_pass takes (the profiler's own cost of a pass)
+  int configure_ms = 0;      // how long configure takes (the counting's set-up, outside the passes)
 };
 fake_plan g_plan;
 
@@ -56,6 +57,9 @@ class fake_session final : public counter_session {
   ~fake_session() override { g_calls.push_back("gone"); }
   bool configure(std::string*) override {
     g_calls.push_back("configure");
+    if (g_plan.configure_ms > 0) {
+      usleep(static_cast<useconds_t>(g_plan.configure_ms) * 1000);
+    }
     return true;
   }
   explicit fake_session(uint32_t ranges = 1) : ranges_(ranges) {}
@@ -404,7 +408,7 @@ void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot
   CHECK(one_run_s_result());
   CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "end",
                           "collect", "gone"}));
-  CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,replay_ms,counter_pass_ms,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
+  CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,replay_ms,counter_pass_ms,counter_setup_ms,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
         std::string::npos);
   CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
@@ -432,21 +436,25 @@ double field(const std::vector<std::string>& lines, size_t row, const std::strin
 }
 
 // The report splits a counted pass's cost: counter_pass_ms is the profiler's begin and end of the pass (here an
-// end_pass of 20 ms), extra_pass_ms kreplay's restore, relaunch and wait without them; replay_ms the whole replay.
+// end_pass of 20 ms), extra_pass_ms kreplay's restore, relaunch and wait without them; counter_setup_ms the
+// counting's time outside the passes (here a configuration of 30 ms); replay_ms the whole replay.
 void a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler() {
   g_plan = fake_plan{};
   g_plan.passes = 4;
   g_plan.end_pass_ms = 20;
+  g_plan.configure_ms = 30;
   std::vector<std::string> lines = replay_one_launch(2);
   CHECK(field(lines, 1, "counter_pass_ms") >= 20 && field(lines, 1, "counter_pass_ms") < 200);
   CHECK(field(lines, 1, "extra_pass_ms") < 20);
-  CHECK(field(lines, 1, "replay_ms") >= 4 * 20);
+  CHECK(field(lines, 1, "counter_setup_ms") >= 30 && field(lines, 1, "counter_setup_ms") < 60);
+  CHECK(field(lines, 1, "replay_ms") >= 4 * 20 + 30);
   // Range mode: the range's passes, each launch's share (two launches a range).
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
   lines = replay_one_launch(2, true, nullptr, 2);
   g_options.clear();
   for (size_t row = 1; row <= 2; ++row) {
     CHECK(field(lines, row, "counter_pass_ms") >= 10 && field(lines, row, "extra_pass_ms") < 10);
+    CHECK(field(lines, row, "counter_setup_ms") >= 15);  // the range's one configuration, shared
   }
   g_plan = fake_plan{};
   lines = replay_one_launch(2);

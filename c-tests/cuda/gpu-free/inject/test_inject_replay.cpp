@@ -449,21 +449,22 @@ void csv_rows_quote_names_and_texts() {
   row.reason = "snapshot declined: x, y";
   const std::string line = csv_row(row);
   CHECK(line.rfind("4,\"void k<\"\"a\"\", 2>(int)\",0,", 0) == 0);
-  CHECK(line.find(",\"snapshot declined: x, y\",\"off\",0,0,\"\",,,0.0000,0.0000\n") != std::string::npos);
+  CHECK(line.find(",\"snapshot declined: x, y\",\"off\",0,0,\"\",,,0.0000,0.0000,0.0000\n") != std::string::npos);
   row.snapshot_ms = 1.23456;
   row.extra_pass_ms = -0.00005;  // rounds to -0.0001: a sign, never a locale's decimal comma
   const std::string numbers = csv_row(row);
   CHECK(numbers.find(",1.2346,0.0000,0.0000,-0.0001,0,") != std::string::npos);
   const std::string header = csv_header();
-  CHECK(std::count(header.begin(), header.end(), ',') == 22);
+  CHECK(std::count(header.begin(), header.end(), ',') == 23);
   // The write set's columns, then the graphs', then the replay's time and the profiler's share of a pass, after
   // the ones scripts already read by name.
   CHECK(header.find(",verify,digested_bytes,write_set_misses,graph_mode,graph_launch,graph_node,replay_ms,"
-                    "counter_pass_ms\n") != std::string::npos);
+                    "counter_pass_ms,counter_setup_ms\n") != std::string::npos);
   row.digested_bytes = 8192;
   row.write_set_misses = 2;
   row.counter_pass_ms = 3.5;
-  CHECK(csv_row(row, 0, 12.25).find(",\"off\",8192,2,\"\",,,12.2500,3.5000\n") != std::string::npos);
+  row.counter_setup_ms = 40;
+  CHECK(csv_row(row, 0, 12.25).find(",\"off\",8192,2,\"\",,,12.2500,3.5000,40.0000\n") != std::string::npos);
 }
 
 void every_pass_sees_the_same_inputs_and_the_program_the_last_pass() {

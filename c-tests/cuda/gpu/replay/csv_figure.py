@@ -10,7 +10,7 @@ counts), nodes (kernel-node rows of node mode), nodes_replayed, node_extra / str
 median extra_pass_ms of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a
 graph launch), reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to
 five of their kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and
-counter_pass_ms, the profiler's), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
+counter_pass_ms, the profiler's; and counter_setup_ms), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
 as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
 those ratios, the same two medians pooled over those kernels, and the median footprints; stream launches after the
 last graph launch when there are such), node_same_footprint (a restore digests the whole footprint, so the cost
@@ -74,8 +74,9 @@ def figure(rows, what):
         return f"{len(names)} " + "; ".join(sorted(set(names))[:5])
     if what == "pass_share":
         counted = [r for r in replayed if r.get("counters", "x") == ""]
+        setup = median_of(counted, "counter_setup_ms") if counted and "counter_setup_ms" in counted[0] else "none"
         return (f"{len(counted)} counted rows, median ms per pass: kreplay {median_of(counted, 'extra_pass_ms')}, "
-                f"profiler {median_of(counted, 'counter_pass_ms')}")
+                f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
     if what == "node_ratio":
         def by_kernel(chosen):
             out = collections.defaultdict(list)

@@ -253,7 +253,9 @@ bool replayer::plan_passes(pending_t& p) {
   }
   uint32_t needed = 0;
   std::string why;
+  const auto opening = replay_clock::now();
   p.counting = counters_->open(p.context, &needed, &why);
+  p.row.counter_setup_ms += ms_between(opening, replay_clock::now());
   if (p.counting == nullptr) {
     p.row.reason = "counters: " + why + ", run once";
     return false;
@@ -266,9 +268,11 @@ bool replayer::plan_passes(pending_t& p) {
 }
 
 void replayer::configure_counting(pending_t& p) {
+  const auto configuring = replay_clock::now();
   if (std::string why; p.counting != nullptr && !p.counting->configure(&why)) {
     stop_counting(p, "not configured: " + why);
   }
+  p.row.counter_setup_ms += ms_between(configuring, replay_clock::now());
 }
 
 bool replayer::drain(pending_t& p) {

@@ -101,11 +101,13 @@ void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
     return;
   }
   // Before the range starts, so the flush is never counted; a flush that fails leaves a note, not a lost pass.
+  const auto flushing = replay_clock::now();
   if (std::string why; config_.caches == cache_control::all && !caches_.flush(p.context, p.launch.stream, &why) &&
                        p.row.counters.empty()) {
     p.row.counters = why;
   }
   const auto begun = replay_clock::now();
+  p.row.counter_setup_ms += ms_between(flushing, begun);
   if (std::string why; !p.counting->begin_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
   }
@@ -128,11 +130,13 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
     return;
   }
   if (pass == p.counted_passes) {
+    const auto collecting = replay_clock::now();
     if (!p.counting->collect(&p.row.metrics, &why)) {
       p.row.metrics.clear();
       p.row.counters = "not collected: " + why;
     }
     p.counting.reset();
+    p.row.counter_setup_ms += ms_between(collecting, replay_clock::now());
   }
 }
 

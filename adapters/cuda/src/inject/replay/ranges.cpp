@@ -250,14 +250,16 @@ void replayer::end_range(const std::string& why_ended) {
 
 // The range's counting, not yet configured: one session for all its launches (null, with the rows' `counters`
 // saying why, without).
-std::unique_ptr<counter_session> replayer::range_counting(range_t& range, uint32_t* counted) {
+std::unique_ptr<counter_session> replayer::range_counting(range_t& range, uint32_t* counted, double* setup_ms) {
   *counted = 0;
   if (counters_ == nullptr) {
     return nullptr;
   }
   std::string why;
   const auto n = static_cast<uint32_t>(range.launches.size());
+  const auto opening = replay_clock::now();
   std::unique_ptr<counter_session> counting = counters_->open_ranges(range.context, n, counted, &why);
+  *setup_ms += ms_between(opening, replay_clock::now());
   if (counting == nullptr) {
     for_rows(range.launches, &launch_row_t::counters, "not counted: " + why);
     *counted = 0;
@@ -271,7 +273,8 @@ void replayer::replay_range(range_t& range) {
   auto& launches = range.launches;
   launch_row_t& first = launches.front()->row;
   uint32_t counted = 0;
-  std::unique_ptr<counter_session> counting = range_counting(range, &counted);
+  range_pass_costs costs;
+  std::unique_ptr<counter_session> counting = range_counting(range, &counted, &costs.setup_ms);
   // kreplay's passes come after the program's own run of the range: --passes counts that one too.
   const uint32_t passes = std::max<uint32_t>({config_.passes > 1 ? config_.passes - 1 : 1, counted, 1});
   std::string why;
@@ -288,16 +291,19 @@ void replayer::replay_range(range_t& range) {
                     "range: the memory after it was not saved (" + first.reason + "), its launches ran once");
   }
   // Configured inside the window: the context's profiler and images are shared with other launches' sessions.
+  auto setting_up = replay_clock::now();
   if (counting != nullptr && !counting->configure(&why)) {
     for_rows(launches, &launch_row_t::counters, "not configured: " + why);
     counting.reset();
     counted = 0;
   }
-  range_pass_costs costs;
+  costs.setup_ms += ms_between(setting_up, replay_clock::now());
   const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &costs);
+  setting_up = replay_clock::now();
   if (counting != nullptr) {
     collect_range(range, *counting, ran >= counted);
   }
+  costs.setup_ms += ms_between(setting_up, replay_clock::now());
   // What the program's own launches computed, whatever the passes did (the control restores nothing).
   const bool back = !config_.restore || after->restore(first, true);
   after.reset();
@@ -317,7 +323,10 @@ uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_ses
   for (uint32_t pass = 1; restored && pass <= passes; ++pass) {
     const auto begun = replay_clock::now();
     double counter_ms = 0;
-    if (!run_range_pass(range, pass, pass <= counted ? counting : nullptr, &counter_ms)) {
+    double flush_ms = 0;
+    const bool ran_pass = run_range_pass(range, pass, pass <= counted ? counting : nullptr, &counter_ms, &flush_ms);
+    costs->setup_ms += flush_ms;
+    if (!ran_pass) {
       break;
     }
     ++ran;
@@ -326,7 +335,7 @@ uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_ses
       costs->counter_ms.push_back(counter_ms / n);
     }
     if (pass > 1) {
-      costs->extra_ms.push_back((ms_between(begun, replay_clock::now()) - counter_ms) / n);
+      costs->extra_ms.push_back((ms_between(begun, replay_clock::now()) - counter_ms - flush_ms) / n);
     }
   }
   return ran;
@@ -358,6 +367,7 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
     row.passes_run = ran + 1;
     row.extra_pass_ms = median(costs.extra_ms);
     row.counter_pass_ms = median(costs.counter_ms);
+    row.counter_setup_ms = costs.setup_ms / n;
     if (accounted) {
       row.footprint_bytes = figures.footprint_bytes;
       row.digested_bytes = static_cast<size_t>(static_cast<double>(figures.digested_bytes) / n);
@@ -374,13 +384,16 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
 // One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
 // all (each launch a range of its own: begin_range / end_range around it), the caches flushed before. False when a
 // launch or the wait failed.
-bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms) {
+bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
+                              double* flush_ms) {
   std::string why;
   launch_row_t& first = range.launches.front()->row;
+  const auto flushing = replay_clock::now();
   if (counting != nullptr && config_.caches == cache_control::all &&
       !caches_.flush(range.context, range.launches.front()->launch.stream, &why) && first.counters.empty()) {
     for_rows(range.launches, &launch_row_t::counters, why);
   }
+  *flush_ms = ms_between(flushing, replay_clock::now());
   auto profiler = replay_clock::now();
   const bool counted = counting != nullptr && counting->begin_pass(&why);
   *counter_ms = ms_between(profiler, replay_clock::now());

@@ -155,6 +155,7 @@ class replayer {
   struct range_pass_costs {
     std::vector<double> extra_ms;
     std::vector<double> counter_ms;
+    double setup_ms = 0;  // the counting's time outside the passes (opening, configuring, flushing, collecting)
   };
 
  private:
@@ -211,12 +212,13 @@ class replayer {
   void end_range(const std::string& why_ended);
   void drop_ranges_of(CUcontext context);
   void replay_range(range_t& range);
-  std::unique_ptr<counter_session> range_counting(range_t& range, uint32_t* counted);
+  std::unique_ptr<counter_session> range_counting(range_t& range, uint32_t* counted, double* setup_ms);
   uint32_t run_range_passes(range_t& range, uint32_t passes, counter_session* counting, uint32_t counted,
                             range_pass_costs* costs);
   void collect_range(range_t& range, counter_session& counting, bool complete);
   void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, const range_pass_costs& costs);
-  bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms);
+  bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
+                      double* flush_ms);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);

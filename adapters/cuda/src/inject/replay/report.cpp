@@ -67,7 +67,7 @@ std::string csv_header(const std::vector<std::string>& metrics) {
   std::string header =
       "launch,kernel,device,grid,block,passes_asked,passes_run,footprint_bytes,bytes_moved,snapshot_ms,"
       "restore_ms,kernel_ms,extra_pass_ms,replayed,reason,verify,digested_bytes,write_set_misses,graph_mode,"
-      "graph_launch,graph_node,replay_ms,counter_pass_ms";
+      "graph_launch,graph_node,replay_ms,counter_pass_ms,counter_setup_ms";
   if (!metrics.empty()) {
     header += ",counters";
     for (const std::string& metric : metrics) {
@@ -94,7 +94,7 @@ std::string csv_row(const launch_row_t& r, size_t metrics, double replay_ms) {
          (r.replayed ? "1," : "0,") + quoted(r.reason) + "," + quoted(r.verify) + "," +
          std::to_string(r.digested_bytes) + "," + std::to_string(r.write_set_misses) + "," + quoted(r.graph_mode) +
          "," + index_or_empty(r.graph_launch) + "," + index_or_empty(r.graph_node) + "," + fixed4(replay_ms) + "," +
-         fixed4(r.counter_pass_ms) + counted + "\n";
+         fixed4(r.counter_pass_ms) + "," + fixed4(r.counter_setup_ms) + counted + "\n";
 }
 
 std::string decline_text(kreplay_decline_reason_t reason) {

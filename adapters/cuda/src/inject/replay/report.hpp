@@ -39,6 +39,7 @@ struct launch_row_t {
   double kernel_ms = 0;         // pass 1, by events around it
   double extra_pass_ms = 0;     // median over passes 2..N of restore + relaunch + wait, minus the kernel's time
   double counter_pass_ms = 0;   // median over counted passes of the profiler's calls that begin and end the pass
+  double counter_setup_ms = 0;  // the counting's time outside its passes: opening, configuring, flushing, collecting
   bool replayed = false;
   std::string reason;           // why it ran once ("" when replayed)
   std::string verify = "off";   // "same", "differs: pass P, B blocks", or "differs: write set missed ..."
