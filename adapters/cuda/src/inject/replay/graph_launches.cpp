@@ -189,36 +189,14 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
   }
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2: {
-      // The executable now follows another graph of the same shape: its kernels (and copies) may differ; its
-      // instantiation flags stay. One never seen instantiated stays unknown: its flags are not known.
-      const auto& update = params<cuGraphExecUpdate_v2_params>(data);
-      if (const std::optional<graph_facts> before = graphs_.find(update.hGraphExec); before) {
-        graph_facts after = inspect(update.hGraph, before->flags, data.context);
-        keep_node_handles(*before, after);
-        if (after.node_why_not.empty() && !before->node_why_not.empty()) {
-          after.node_why_not = before->node_why_not;  // a change kreplay could not follow outlives the update
-          after.plan.clear();
-        }
-        graphs_.instantiated(update.hGraphExec, std::move(after));
-      }
-      return;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2:
+      return graph_updated(params<cuGraphExecUpdate_v2_params>(data), data.context);
     case CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy:
       graphs_.destroyed(params<cuGraphExecDestroy_params>(data).hGraphExec);
       return;
     case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2: {
-      // Both forms begin with the node's address and end with the parameters; only conditional nodes are kept.
-      const CUgraphNodeParams* added = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode
-                                           ? params<cuGraphAddNode_params>(data).nodeParams
-                                           : params<cuGraphAddNode_v2_params>(data).nodeParams;
-      CUgraphNode* const node = params<cuGraphAddNode_params>(data).phGraphNode;
-      if (added != nullptr && node != nullptr && added->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-        graphs_.conditional_added(*node, added->conditional);
-      }
-      return;
-    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode_v2:
+      return node_added(cbid, data);
     case CUPTI_DRIVER_TRACE_CBID_cuGraphConditionalHandleCreate: {
       const auto& made = params<cuGraphConditionalHandleCreate_params>(data);
       if (made.pHandle_out != nullptr) {
@@ -227,6 +205,34 @@ void replayer::on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& d
       return;
     }
     default: return node_changed(cbid, data);
+  }
+}
+
+// The executable now follows another graph of the same shape: its kernels (and copies) may differ; its
+// instantiation flags stay. One never seen instantiated stays unknown: its flags are not known.
+void replayer::graph_updated(const cuGraphExecUpdate_v2_params& update, CUcontext context) {
+  const std::optional<graph_facts> before = graphs_.find(update.hGraphExec);
+  if (!before) {
+    return;
+  }
+  graph_facts after = inspect(update.hGraph, before->flags, context);
+  keep_node_handles(*before, after);
+  if (after.node_why_not.empty() && !before->node_why_not.empty()) {
+    after.node_why_not = before->node_why_not;  // a change kreplay could not follow outlives the update
+    after.plan.clear();
+  }
+  graphs_.instantiated(update.hGraphExec, std::move(after));
+}
+
+// Both forms begin with the node's address and end with the parameters; only conditional nodes are kept (the
+// 13.0 driver's cuGraphNodeGetParams cannot read them back).
+void replayer::node_added(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  const CUgraphNodeParams* added = cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphAddNode
+                                       ? params<cuGraphAddNode_params>(data).nodeParams
+                                       : params<cuGraphAddNode_v2_params>(data).nodeParams;
+  CUgraphNode* const node = params<cuGraphAddNode_params>(data).phGraphNode;
+  if (added != nullptr && node != nullptr && added->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+    graphs_.conditional_added(*node, added->conditional);
   }
 }
 
@@ -390,11 +396,7 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   }
   p.graph = std::move(*facts);
   p.row.kernel = graph_row_name(p.graph);
-  // Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the
-  // whole graph as one launch, as does a graph that runs once whatever the mode (why_not: its plan may stop short
-  // of its kernels, so its selection reads the graph's kernels, and its row says why_not).
-  const bool by_node =
-      config_.graphs == graph_profiling::node && node_mode_problem(p.graph).empty() && p.graph.why_not.empty();
+  const bool by_node = replays_by_node(p.graph);
   {
     std::lock_guard<std::mutex> lock(selector_mutex_);
     std::vector<std::string> names = p.graph.kernels;
@@ -442,6 +444,13 @@ std::vector<std::string> planned_kernel_names(const graph_facts& graph) {
 }
 
 // Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead.
+// Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the whole
+// graph as one launch, as does a graph that runs once whatever the mode (why_not: its plan is cleared, so its
+// selection reads the graph's kernels, and its row says why_not).
+bool replayer::replays_by_node(const graph_facts& graph) const {
+  return config_.graphs == graph_profiling::node && node_mode_problem(graph).empty() && graph.why_not.empty();
+}
+
 std::string replayer::node_mode_problem(const graph_facts& graph) const {
   if (!graph.node_why_not.empty()) {
     return graph.node_why_not;

@@ -205,17 +205,20 @@ class graph_walk {
       case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return read_event(node, type);
       case CU_GRAPH_NODE_TYPE_CONDITIONAL: return read_conditional(node, depth);
-      case CU_GRAPH_NODE_TYPE_HOST:
-        why_not_ = "a host node: the program's host function would run on every pass";
-        return;
+      default: why_not_ = unreplayable_node(type);
+    }
+  }
+
+  // Why a graph holding a node of this type is never replayed.
+  static std::string unreplayable_node(CUgraphNodeType type) {
+    switch (type) {
+      case CU_GRAPH_NODE_TYPE_HOST: return "a host node: the program's host function would run on every pass";
       case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
       case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
-        why_not_ = "an external semaphore node: it signals or waits outside the device memory";
-        return;
+        return "an external semaphore node: it signals or waits outside the device memory";
       case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
-        why_not_ = "a batch memory-operation node: it writes or waits on values outside the snapshot";
-        return;
-      default: why_not_ = "a node of type " + std::to_string(static_cast<int>(type)) + " that kreplay does not know";
+        return "a batch memory-operation node: it writes or waits on values outside the snapshot";
+      default: return "a node of type " + std::to_string(static_cast<int>(type)) + " that kreplay does not know";
     }
   }
 

@@ -27,11 +27,8 @@ bool optional_symbols(void* library, range_profiler_api_t& out) {
   return true;
 }
 
-bool from(void* library, range_profiler_api_t& out) {
-  if (library == nullptr) {
-    return false;
-  }
-  find_symbol(library, "cuptiGetResultString", out.get_result_string);
+// The profiler host's calls (cupti_profiler_host.h) and the two the set-up needs first.
+bool host_symbols(void* library, range_profiler_api_t& out) {
   return find_symbol(library, "cuptiProfilerInitialize", out.profiler_initialize) &&
          find_symbol(library, "cuptiDeviceGetChipName", out.device_get_chip_name) &&
          find_symbol(library, "cuptiProfilerHostInitialize", out.host_initialize) &&
@@ -40,8 +37,15 @@ bool from(void* library, range_profiler_api_t& out) {
          find_symbol(library, "cuptiProfilerHostGetConfigImageSize", out.host_get_config_image_size) &&
          find_symbol(library, "cuptiProfilerHostGetConfigImage", out.host_get_config_image) &&
          find_symbol(library, "cuptiProfilerHostGetNumOfPasses", out.host_get_num_of_passes) &&
-         find_symbol(library, "cuptiProfilerHostEvaluateToGpuValues", out.host_evaluate_to_gpu_values) &&
-         find_symbol(library, "cuptiRangeProfilerEnable", out.enable) &&
+         find_symbol(library, "cuptiProfilerHostEvaluateToGpuValues", out.host_evaluate_to_gpu_values);
+}
+
+bool from(void* library, range_profiler_api_t& out) {
+  if (library == nullptr) {
+    return false;
+  }
+  find_symbol(library, "cuptiGetResultString", out.get_result_string);
+  return host_symbols(library, out) && find_symbol(library, "cuptiRangeProfilerEnable", out.enable) &&
          find_symbol(library, "cuptiRangeProfilerDisable", out.disable) &&
          find_symbol(library, "cuptiRangeProfilerGetCounterDataSize", out.get_counter_data_size) &&
          find_symbol(library, "cuptiRangeProfilerCounterDataImageInitialize", out.counter_data_image_initialize) &&

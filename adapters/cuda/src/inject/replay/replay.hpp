@@ -171,6 +171,8 @@ class replayer {
   // Tracked device memory of `context`'s device, for the graphs' memcpy and memset nodes.
   tracked_memory_t tracked_memory(CUcontext context) const;
   void node_changed(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
+  void graph_updated(const cuGraphExecUpdate_v2_params& update, CUcontext context);
+  void node_added(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   void child_changed(CUgraphExec exec, CUgraph child, CUcontext context);
   void generic_node_changed(CUgraphExec exec, CUgraphNode node, const CUgraphNodeParams& params, CUcontext context,
                             const tracked_memory_t& tracked);
@@ -180,6 +182,7 @@ class replayer {
                   const tracked_memory_t& tracked);
   void event_set(CUgraphExec exec, CUgraphNode node, CUevent event);
   std::string node_mode_problem(const graph_facts& graph) const;
+  bool replays_by_node(const graph_facts& graph) const;
   // Node mode (graph_nodes.cpp): at a graph launch's entry, inside its window and after its snapshot, the plan
   // run on the launch's stream, each selected kernel node replayed, then the memory before the graph put back.
   void run_graph_nodes(pending_t& p);

@@ -56,6 +56,13 @@ std::vector<std::pair<uint64_t, size_t>> cut_out(const std::vector<std::pair<uin
   return kept;
 }
 
+void trace_access(uint64_t address, size_t size, const access_t* access, size_t count) {
+  const access_t none{false, -1, false};
+  const access_t& first = count != 0 ? access[0] : none;
+  log(KREPLAY_LOG_TRACE, "vmem access 0x%" PRIx64 " %zu bytes, %zu descriptors, the first %s %d %s", address, size,
+      count, first.device ? "device" : "other", first.ordinal, first.read_write ? "read-write" : "not read-write");
+}
+
 }  // namespace
 
 void memory_table::vmem_created(uint64_t handle, size_t size, bool device, int ordinal) {
@@ -94,9 +101,7 @@ std::map<uint64_t, memory_table::mapping_t>::iterator memory_table::first_mappin
 }
 
 void memory_table::vmem_access(uint64_t address, size_t size, const access_t* access, size_t count) {
-  log(KREPLAY_LOG_TRACE, "vmem access 0x%" PRIx64 " %zu bytes, %zu descriptors, the first %s %d %s", address, size,
-      count, count != 0 && access[0].device ? "device" : "other", count != 0 ? access[0].ordinal : -1,
-      count != 0 && access[0].read_write ? "read-write" : "not read-write");
+  trace_access(address, size, access, count);
   const uint64_t end = address + size;
   std::vector<std::pair<std::pair<uint64_t, size_t>, int>> record;  // (range, ordinal)
   {
