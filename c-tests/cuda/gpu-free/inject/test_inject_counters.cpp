@@ -655,15 +655,22 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
         uncounted[1].find(",1,\"\",") != std::string::npos);  // replayed, not counted
 }
 
-// A copy on the range's thread ends it early: its two launches get their passes and rows before the copy runs.
-void a_copy_ends_the_range_before_it() {
+// Range mode with ranges of up to `size` launches, 2 passes, a source that needs 1, and the report.
+replay_config_t range_run(const char* size) {
   g_plan = fake_plan{};
   g_plan.passes = 1;
-  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "8"}};
-  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_PROGRESS", "0"},
-                                               {"KREPLAY_REPLAY_PASSES", "2"}, {"KREPLAY_REPLAY_CACHE_CONTROL", "none"}};
-  values.insert(g_options.begin(), g_options.end());
-  const replay_config_t config = fresh_run(values);
+  return fresh_run({{"KREPLAY_REPLAY", "1"},
+                    {"KREPLAY_REPLAY_PROGRESS", "0"},
+                    {"KREPLAY_REPLAY_PASSES", "2"},
+                    {"KREPLAY_REPLAY_CACHE_CONTROL", "none"},
+                    {"KREPLAY_REPLAY_OUTPUT", csv_path()},
+                    {"KREPLAY_REPLAY_MODE", "range"},
+                    {"KREPLAY_REPLAY_RANGE_SIZE", size}});
+}
+
+// A copy on the range's thread ends it early: its two launches get their passes and rows before the copy runs.
+void a_copy_ends_the_range_before_it() {
+  const replay_config_t config = range_run("8");
   replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
   std::string why;
   CHECK(r.start(nullptr, &why));
@@ -676,21 +683,13 @@ void a_copy_ends_the_range_before_it() {
   CHECK(g_calls == calls({"open_ranges 2", "configure", "begin", "end", "collect 0", "collect 1", "gone"}));
   r.on_copy(fake::callback_data(CUPTI_API_EXIT, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
   r.finish();
-  g_options.clear();
 }
 
 // A launch whose arguments kreplay cannot copy cannot join a range (its passes run after the program's call has
 // returned, when the program's argument array may be gone): the range before it ends, it runs once with the
 // reason, and the next launches begin a new range.
 void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
-  g_plan = fake_plan{};
-  g_plan.passes = 1;
-  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
-  std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},        {"KREPLAY_REPLAY_PROGRESS", "0"},
-                                               {"KREPLAY_REPLAY_PASSES", "2"}, {"KREPLAY_REPLAY_CACHE_CONTROL", "none"},
-                                               {"KREPLAY_REPLAY_OUTPUT", csv_path()}};
-  values.insert(g_options.begin(), g_options.end());
-  const replay_config_t config = fresh_run(values);
+  const replay_config_t config = range_run("2");
   {
     replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
     std::string why;
@@ -708,7 +707,6 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
     CHECK(g_runs == 3 + 2 + 2 && after_steps(4));  // a full range of the next two: one pass of both
     r.finish();
   }
-  g_options.clear();
   std::ifstream in(csv_path());
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) {
