@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "kreplay.h"
 #include "replay_config.hpp"
 
 namespace {
@@ -90,7 +91,7 @@ std::string find_library() {
 
 // --list-metrics[=DEVICE]: the library, loaded here, lists them (kreplay_inject_list_metrics). The exit status.
 int list_metrics(const std::string& arg) {
-  const std::string value = arg.size() > 15 && arg[14] == '=' ? arg.substr(15) : "0";
+  const std::string value = arg.size() >= 15 && arg[14] == '=' ? arg.substr(15) : "0";
   char* end = nullptr;
   const long device = std::strtol(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0' || device < 0 || device > 1024) {
@@ -100,7 +101,7 @@ int list_metrics(const std::string& arg) {
   }
   const std::string library = find_library();
   void* handle = library.empty() ? nullptr : dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  using list_t = int (*)(int, FILE*, FILE*);
+  using list_t = kreplay_status_t (*)(int, FILE*, FILE*);  // kreplay_inject_list_metrics (kreplay_inject.h)
   auto list = handle != nullptr ? reinterpret_cast<list_t>(dlsym(handle, "kreplay_inject_list_metrics")) : nullptr;
   if (list == nullptr) {
     const char* error = handle == nullptr ? dlerror() : "it has no kreplay_inject_list_metrics";
@@ -108,7 +109,7 @@ int list_metrics(const std::string& arg) {
                  library.empty() ? library_name : library.c_str(), error != nullptr ? error : "not found");
     return 2;
   }
-  return list(static_cast<int>(device), stdout, stderr) == 0 ? 0 : 1;
+  return list(static_cast<int>(device), stdout, stderr) == KREPLAY_STATUS_SUCCESS ? 0 : 1;
 }
 
 // An option as written: its row, and the value written with it (--flag=value, -xvalue) if any.

@@ -446,7 +446,7 @@ void a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler() {
   std::vector<std::string> lines = replay_one_launch(2);
   CHECK(field(lines, 1, "counter_pass_ms") >= 20 && field(lines, 1, "counter_pass_ms") < 200);
   CHECK(field(lines, 1, "extra_pass_ms") < 20);
-  CHECK(field(lines, 1, "counter_setup_ms") >= 30 && field(lines, 1, "counter_setup_ms") < 60);
+  CHECK(field(lines, 1, "counter_setup_ms") >= 30 && field(lines, 1, "counter_setup_ms") < 100);  // not the passes' 80
   CHECK(field(lines, 1, "replay_ms") >= 4 * 20 + 30);
   // Range mode: the range's passes, each launch's share (two launches a range).
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
@@ -668,6 +668,36 @@ replay_config_t range_run(const char* size) {
                     {"KREPLAY_REPLAY_RANGE_SIZE", size}});
 }
 
+// A user range that cannot be pushed: the pass's ranges are not the launches', so no later pass is counted and
+// nothing is collected; the rows say why, and the range is still replayed and its memory put back.
+void a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay() {
+  g_cupti.clear();
+  g_plan = fake_plan{};
+  g_ranges_per_pass = 2;
+  range_profiler_api_t api = fake_cupti();
+  api.push_range = [](CUpti_RangeProfiler_PushRange_Params*) {
+    g_cupti.push_back("push");
+    return g_cupti.size() > 10 ? CUPTI_ERROR_UNKNOWN : CUPTI_SUCCESS;  // the second push of the first pass fails
+  };
+  api.pop_range = [](CUpti_RangeProfiler_PopRange_Params*) {
+    g_cupti.push_back("pop");
+    return CUPTI_SUCCESS;
+  };
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  const std::vector<std::string> lines = replay_one_launch(
+      2, true, make_range_profiler_source(api, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; }), 2);
+  g_options.clear();
+  g_ranges_per_pass = 1;
+  CHECK(g_runs == 2 + 3 * 2 && after_steps(2));  // every pass ran; the program's result kept
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "start") == 1);  // the later passes are not counted
+  CHECK(std::find(g_cupti.begin(), g_cupti.end(), "decode") == g_cupti.end());
+  for (size_t row = 1; row <= 2; ++row) {
+    CHECK(row < lines.size() && lines[row].find("stopped: pass 1: cuptiRangeProfilerPushRange failed") !=
+                                    std::string::npos);
+    CHECK(row < lines.size() && lines[row].find(",1,\"\",") != std::string::npos);  // replayed
+  }
+}
+
 // A copy on the range's thread ends it early: its two launches get their passes and rows before the copy runs.
 void a_copy_ends_the_range_before_it() {
   const replay_config_t config = range_run("8");
@@ -742,6 +772,8 @@ void the_metric_list_gives_each_type_s_endings_and_every_metric() {
     return CUPTI_SUCCESS;
   };
   api.host_get_metric_properties = [](CUpti_Profiler_Host_GetMetricProperties_Params* p) {
+    // The layout CUPTI 13.0 knows ends at metricType; a smaller size would be refused.
+    CHECK(p->structSize >= CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetMetricProperties_Params, metricType));
     const std::string name = p->pMetricName;
     p->pDimUnit = name == "dram__bytes_read" ? "byte" : "inst";
     p->pDescription = name == "dram__bytes_read" ? "bytes read from DRAM" : "instructions";
@@ -759,7 +791,11 @@ void the_metric_list_gives_each_type_s_endings_and_every_metric() {
   const size_t inst = text.find("counter     smsp__inst_executed ");
   CHECK(dram != std::string::npos && inst != std::string::npos && dram < inst);  // sorted
   CHECK(text.find("byte       bytes read from DRAM\n", dram) != std::string::npos);
-  CHECK(text.find("ratio       sm__warps_active") != std::string::npos);  // listed without its properties
+  // Listed without the properties CUPTI refused to give: nothing after the name but blanks.
+  const size_t ratio = text.find("ratio       sm__warps_active ");
+  const size_t end = text.find('\n', ratio);
+  CHECK(ratio != std::string::npos && end != std::string::npos &&
+        text.find_first_not_of(' ', ratio + 28) == end);
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "host_init") == 1);
   api.host_get_sub_metrics = [](CUpti_Profiler_Host_GetSubMetrics_Params*) { return CUPTI_ERROR_UNKNOWN; };
   CHECK(!list_metrics(api, 0, &text, &why) && why.find("cuptiProfilerHostGetSubMetrics failed: ") == 0);
@@ -920,5 +956,6 @@ int main() {
   RUN_TEST(a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler);
   RUN_TEST(a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once);
   RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
+  RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   return 0;
 }

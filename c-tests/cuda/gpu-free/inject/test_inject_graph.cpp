@@ -346,13 +346,13 @@ driver_api_t graph_driver() {
   };
   d.memset_d2d32_async = memset_32;
   d.graph_node_get_params = node_params;
-  // The driver's view of memory kreplay does not track: the 4 KiB past g_buffer is a pool's device memory.
+  // The driver's view of memory kreplay does not track: the 4 KiB past g_buffer is a pool's device memory; of
+  // memory it does not know it answers zeros, as the real one does.
   d.pointer_get_attributes = [](unsigned count, CUpointer_attribute* asked, void** answers, CUdeviceptr at) {
-    if (at != reinterpret_cast<CUdeviceptr>(&g_buffer[1024])) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
+    const bool known = at == reinterpret_cast<CUdeviceptr>(&g_buffer[1024]);
     for (unsigned i = 0; i < count; ++i) {
-      const uint64_t value = asked[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE      ? uint64_t{CU_MEMORYTYPE_DEVICE}
+      const uint64_t value = !known ? 0
+                             : asked[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE      ? uint64_t{CU_MEMORYTYPE_DEVICE}
                              : asked[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ? at
                              : asked[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE       ? 4096
                              : asked[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE   ? 1
@@ -546,7 +546,7 @@ void graphs_that_cannot_be_replayed_whole_run_once_with_their_reason() {
        "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(g_pinned) + ", 64 bytes: page-locked host memory at " + hex(g_pinned) + ")"},
       {"memcpy past the buffer", [] { CUgraph g = training_step(); add_memcpy(g, CU_MEMORYTYPE_DEVICE, &g_buffer[1020], g_buffer, 64, false); return g; }, 0,
        "memcpy node writes memory kreplay's snapshots of this device do not hold (" + hex(&g_buffer[1020]) + ", 64 bytes: no allocation kreplay tracks at " + hex(&g_buffer[1024]) +
-           "; to the driver: device memory of device 0, an allocation at " + hex(&g_buffer[1024]) + " of 4096 bytes, from a memory pool)"},
+           "; to the driver: device memory of device 0, in an address range at " + hex(&g_buffer[1024]) + " of 4096 bytes, from a memory pool)"},
       {"memcpy to untracked before the kernels", [&scratch] {
          CUgraph g = new_graph();
          add_memcpy(g, CU_MEMORYTYPE_UNIFIED, &scratch, g_buffer, sizeof(int));

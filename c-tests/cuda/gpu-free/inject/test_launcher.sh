@@ -43,6 +43,8 @@ check "no program is refused (rc $rc)" test "$rc" -eq 2
 out=$("$launcher" --list-metrics=gpu 2>&1); rc=$?
 check "--list-metrics=gpu is refused (rc $rc)" test "$rc" -eq 2
 check "the refusal asks for a device number" grep -q "a device number" <<<"$out"
+out=$("$launcher" --list-metrics= 2>&1); rc=$?
+check "--list-metrics= (no number) is refused (rc $rc)" test "$rc" -eq 2
 # Without a driver (CI) the listing says why in one line; with one, it lists the chip's metrics.
 out=$("$launcher" --list-metrics 2>&1); rc=$?
 if [[ $rc -eq 0 ]]; then

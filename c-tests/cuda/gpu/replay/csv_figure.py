@@ -75,7 +75,8 @@ def figure(rows, what):
     if what == "pass_share":
         counted = [r for r in replayed if r.get("counters", "x") == ""]
         setup = median_of(counted, "counter_setup_ms") if counted and "counter_setup_ms" in counted[0] else "none"
-        return (f"{len(counted)} counted rows, median ms per pass: kreplay {median_of(counted, 'extra_pass_ms')}, "
+        return (f"{len(counted)} counted rows, median ms per pass (range mode: per launch of a pass): kreplay "
+                f"{median_of(counted, 'extra_pass_ms')}, "
                 f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
     if what == "node_ratio":
         def by_kernel(chosen):
@@ -123,8 +124,9 @@ def figure(rows, what):
             (f1, e1), (f2, e2), (fn, en) = (
                 (statistics.median(f for f, _ in p), statistics.median(e for _, e in p))
                 for p in (sides["before"][kernel], sides["after"][kernel], points))
-            if f2 != f1:
-                ratios.append(en / (e1 + (e2 - e1) * (fn - f1) / (f2 - f1)))
+            stream = e1 + (e2 - e1) * (fn - f1) / (f2 - f1) if f2 != f1 else 0.0
+            if stream > 0:
+                ratios.append(en / stream)
         if len(ratios) < 2:
             return "none"
         q1, q2, q3 = statistics.quantiles(ratios, n=4)

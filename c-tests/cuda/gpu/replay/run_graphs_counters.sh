@@ -159,7 +159,7 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
 fi
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]]; then
   # The kernel nodes counted (node mode) against Nsight Compute's node mode, on the same loop.
-  KREPLAY_PROG_STEPS=4 counted_against_ncu cudagraph_counted "$counts" "--replay-mode kernel --graph-profiling node" \
+  KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 counted_against_ncu cudagraph_counted "$counts" "--replay-mode kernel --graph-profiling node" \
     "$(sed -n 's/^CHECKSUM //p' "$work/cudagraph.plain.log" | tail -1)" -- python3 "$src/torch_prog.py" cudagraph
   row "INFO cudagraph_counted: kernel-node rows $(csv_figure "$work/cudagraph_counted.kreplay.csv" nodes), replayed $(csv_figure "$work/cudagraph_counted.kreplay.csv" nodes_replayed)"
 fi

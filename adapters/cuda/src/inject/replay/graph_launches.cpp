@@ -94,8 +94,8 @@ void keep_node_handles(const graph_facts& before, graph_facts& after) {
   }
 }
 
-// What the driver says lies at `at`, for a reason's text: "; to the driver: device memory of device 0, an
-// allocation at 0x... of N bytes, from a memory pool". Nothing when it cannot say.
+// What the driver says lies at `at`, for a reason's text: "; to the driver: device memory of device 0, in an
+// address range at 0x... of N bytes, from a memory pool". The driver answers zeros for memory it does not know.
 std::string driver_view(const driver_api_t& driver, uintptr_t at) {
   if (driver.pointer_get_attributes == nullptr) {
     return "";
@@ -117,14 +117,17 @@ std::string driver_view(const driver_api_t& driver, uintptr_t at) {
     }
   }
   const auto type = static_cast<CUmemorytype>(answers[0] & 0xffffffffu);
+  if (type == 0) {
+    return "; the driver does not know it either";
+  }
   std::string text = "; to the driver: ";
   text += type == CU_MEMORYTYPE_DEVICE ? "device memory" : type == CU_MEMORYTYPE_HOST ? "host memory"
                                                             : type == CU_MEMORYTYPE_ARRAY ? "an array"
                                                             : "memory of type " + std::to_string(answers[0]);
   text += " of device " + std::to_string(static_cast<int32_t>(answers[1] & 0xffffffffu));
   if (answers[3] != 0) {
-    text += ", an allocation at " + hex(static_cast<CUdeviceptr>(answers[2])) + " of " + std::to_string(answers[3]) +
-            " bytes";
+    text += ", in an address range at " + hex(static_cast<CUdeviceptr>(answers[2])) + " of " +
+            std::to_string(answers[3]) + " bytes";
   }
   text += answers[4] != 0 ? ", managed" : "";
   text += answers[6] != 0 ? ", from a memory pool" : "";
@@ -443,7 +446,6 @@ std::vector<std::string> planned_kernel_names(const graph_facts& graph) {
   return names;
 }
 
-// Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead.
 // Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the whole
 // graph as one launch, as does a graph that runs once whatever the mode (why_not: its plan is cleared, so its
 // selection reads the graph's kernels, and its row says why_not).
@@ -451,6 +453,7 @@ bool replayer::replays_by_node(const graph_facts& graph) const {
   return config_.graphs == graph_profiling::node && node_mode_problem(graph).empty() && graph.why_not.empty();
 }
 
+// Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead.
 std::string replayer::node_mode_problem(const graph_facts& graph) const {
   if (!graph.node_why_not.empty()) {
     return graph.node_why_not;

@@ -93,8 +93,8 @@ bool list_type(const range_profiler_api_t& api, CUpti_Profiler_Host_Object* host
   *header += "\n";
   for (const std::string& name : names) {
     CUpti_Profiler_Host_GetMetricProperties_Params properties{};
-    // Up to the dimension's unit: the fields after it arrived in later CUPTIs.
-    properties.structSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetMetricProperties_Params, pDimUnit);
+    // Up to the metric's type, as CUPTI 13.0 has it: the collection scope after it arrived later.
+    properties.structSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_GetMetricProperties_Params, metricType);
     properties.pHostObject = host;
     properties.pMetricName = name.c_str();
     const bool known = api.host_get_metric_properties(&properties) == CUPTI_SUCCESS;

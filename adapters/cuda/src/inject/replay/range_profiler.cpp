@@ -580,14 +580,22 @@ bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool lo
   }
   const char* path = std::getenv("KREPLAY_CUPTI_PATH");
   const bool given = path != nullptr && *path != '\0';
-  if (given && from(dlopen(path, RTLD_NOW | RTLD_LOCAL), out)) {
+  if (given) {
+    void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (from(library, out)) {
+      return true;
+    }
+    const char* error = library == nullptr ? dlerror() : nullptr;
+    *why = std::string("KREPLAY_CUPTI_PATH=") + path +
+           (library == nullptr ? std::string(" does not load (") + (error != nullptr ? error : "dlopen failed") + ")"
+                               : std::string(" has no Range Profiler (CUPTI 12.6 or later is needed)"));
+    return false;
+  }
+  if (load && from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), out)) {
     return true;
   }
-  if (load && !given && from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_LOCAL), out)) {
-    return true;
-  }
-  *why = load && !given ? "no libcupti.so.13 with a Range Profiler on the loader's path (set KREPLAY_CUPTI_PATH)"
-                        : "the libcupti in the process has no Range Profiler (CUPTI 12.6 or later is needed)";
+  *why = load ? "no libcupti.so.13 with a Range Profiler on the loader's path (set KREPLAY_CUPTI_PATH)"
+              : "the libcupti in the process has no Range Profiler (CUPTI 12.6 or later is needed)";
   return false;
 }
 

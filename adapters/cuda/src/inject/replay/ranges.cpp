@@ -300,7 +300,7 @@ void replayer::replay_range(range_t& range) {
   costs.setup_ms += ms_between(setting_up, replay_clock::now());
   const uint32_t ran = run_range_passes(range, passes, counting.get(), counted, &costs);
   setting_up = replay_clock::now();
-  if (counting != nullptr) {
+  if (counting != nullptr && !costs.counting_lost) {
     collect_range(range, *counting, ran >= counted);
   }
   costs.setup_ms += ms_between(setting_up, replay_clock::now());
@@ -324,14 +324,15 @@ uint32_t replayer::run_range_passes(range_t& range, uint32_t passes, counter_ses
     const auto begun = replay_clock::now();
     double counter_ms = 0;
     double flush_ms = 0;
-    const bool ran_pass = run_range_pass(range, pass, pass <= counted ? counting : nullptr, &counter_ms, &flush_ms);
+    counter_session* const counts = pass <= counted && !costs->counting_lost ? counting : nullptr;
+    const bool ran_pass = run_range_pass(range, pass, counts, &counter_ms, &flush_ms, &costs->counting_lost);
     costs->setup_ms += flush_ms;
     if (!ran_pass) {
       break;
     }
     ++ran;
     restored = pass == passes || !restores || range.before->restore(first, false);
-    if (pass <= counted && counting != nullptr) {
+    if (counts != nullptr) {
       costs->counter_ms.push_back(counter_ms / n);
     }
     if (pass > 1) {
@@ -385,7 +386,7 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
 // all (each launch a range of its own: begin_range / end_range around it), the caches flushed before. False when a
 // launch or the wait failed.
 bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
-                              double* flush_ms) {
+                              double* flush_ms, bool* counting_lost) {
   std::string why;
   launch_row_t& first = range.launches.front()->row;
   const auto flushing = replay_clock::now();
@@ -404,16 +405,17 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
     ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
     ranged = ranged && counting->end_range(&why);
   }
-  if (counted && !ranged) {
-    for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
-  }
   const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
   ran = ran && waited;
   profiler = replay_clock::now();
-  if (counted && !counting->end_pass(&why)) {
-    for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
-  }
+  const bool ended = !counted || counting->end_pass(&why);
   *counter_ms += ms_between(profiler, replay_clock::now());
+  if (counting != nullptr && !(counted && ranged && ended)) {
+    // The profiler did not take this pass as the launches' ranges: no later pass is counted, nothing is collected,
+    // and the rows keep the first reason; the replay goes on.
+    for_rows(range.launches, &launch_row_t::counters, "stopped: pass " + std::to_string(pass) + ": " + why);
+    *counting_lost = true;
+  }
   return ran;
 }
 

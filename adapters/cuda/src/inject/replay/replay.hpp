@@ -156,6 +156,7 @@ class replayer {
     std::vector<double> extra_ms;
     std::vector<double> counter_ms;
     double setup_ms = 0;  // the counting's time outside the passes (opening, configuring, flushing, collecting)
+    bool counting_lost = false;  // a pass's ranges could not be pushed or popped: counting stopped, replay goes on
   };
 
  private:
@@ -221,7 +222,7 @@ class replayer {
   void collect_range(range_t& range, counter_session& counting, bool complete);
   void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, const range_pass_costs& costs);
   bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
-                      double* flush_ms);
+                      double* flush_ms, bool* counting_lost);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);

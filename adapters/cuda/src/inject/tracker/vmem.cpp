@@ -74,6 +74,7 @@ void memory_table::vmem_created(uint64_t handle, size_t size, bool device, int o
 
 void memory_table::vmem_released(uint64_t handle) {
   // Mappings keep the physical memory alive until they are unmapped; they carry their own copy of its owner.
+  log(KREPLAY_LOG_TRACE, "vmem release handle 0x%" PRIx64, handle);
   std::lock_guard<std::mutex> lock(mutex_);
   handles_.erase(handle);
 }
