@@ -10,18 +10,6 @@
 namespace kreplay::cuda::inject {
 namespace {
 
-bool called(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why) {
-  if (result == CUPTI_SUCCESS) {
-    return true;
-  }
-  const char* text = nullptr;
-  if (api.get_result_string == nullptr || api.get_result_string(result, &text) != CUPTI_SUCCESS || text == nullptr) {
-    text = "no text";
-  }
-  *why = std::string(call) + " failed: " + std::to_string(static_cast<int>(result)) + " (" + text + ")";
-  return false;
-}
-
 const char* type_name(CUpti_MetricType type) {
   switch (type) {
     case CUPTI_METRIC_TYPE_COUNTER: return "counter";
@@ -30,36 +18,20 @@ const char* type_name(CUpti_MetricType type) {
   }
 }
 
-// The host object of one chip, released when the listing ends.
+// The host object of one chip (null when CUPTI refused it), released when the listing ends.
 class host_object {
  public:
-  host_object(const range_profiler_api_t& api, const char* chip) : api_(api) {
-    CUpti_Profiler_Host_Initialize_Params init{};
-    // The oldest layout (range_profiler.cpp's kHostInitializeSize): later CUPTIs added PM sampling's fields.
-    init.structSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject);
-    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    init.pChipName = chip;
-    result_ = api_.host_initialize(&init);
-    object_ = result_ == CUPTI_SUCCESS ? init.pHostObject : nullptr;
-  }
-  ~host_object() {
-    if (object_ != nullptr) {
-      CUpti_Profiler_Host_Deinitialize_Params deinit{};
-      deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
-      deinit.pHostObject = object_;
-      (void)api_.host_deinitialize(&deinit);
-    }
-  }
+  host_object(const range_profiler_api_t& api, const char* chip, std::string* why)
+      : api_(api), object_(open_host_object(api, chip, why)) {}
+  ~host_object() { close_host_object(api_, object_); }
   host_object(const host_object&) = delete;
   host_object& operator=(const host_object&) = delete;
 
-  CUptiResult result() const { return result_; }
   CUpti_Profiler_Host_Object* get() const { return object_; }
 
  private:
   const range_profiler_api_t& api_;
-  CUptiResult result_ = CUPTI_SUCCESS;
-  CUpti_Profiler_Host_Object* object_ = nullptr;
+  CUpti_Profiler_Host_Object* object_;
 };
 
 // One type's lines: the endings its first metric takes (the same for every metric of the type), then a line per
@@ -70,7 +42,7 @@ bool list_type(const range_profiler_api_t& api, CUpti_Profiler_Host_Object* host
   base.structSize = CUpti_Profiler_Host_GetBaseMetrics_Params_STRUCT_SIZE;
   base.pHostObject = host;
   base.metricType = type;
-  if (!called(api, api.host_get_base_metrics(&base), "cuptiProfilerHostGetBaseMetrics", why)) {
+  if (!cupti_succeeded(api, api.host_get_base_metrics(&base), "cuptiProfilerHostGetBaseMetrics", why)) {
     return false;
   }
   std::vector<std::string> names(base.ppMetricNames, base.ppMetricNames + base.numMetrics);
@@ -83,7 +55,7 @@ bool list_type(const range_profiler_api_t& api, CUpti_Profiler_Host_Object* host
   sub.pHostObject = host;
   sub.metricType = type;
   sub.pMetricName = names.front().c_str();
-  if (!called(api, api.host_get_sub_metrics(&sub), "cuptiProfilerHostGetSubMetrics", why)) {
+  if (!cupti_succeeded(api, api.host_get_sub_metrics(&sub), "cuptiProfilerHostGetSubMetrics", why)) {
     return false;
   }
   *header += std::string("# ") + type_name(type) + " (" + std::to_string(names.size()) + "), a name ends in one of:";
@@ -119,17 +91,17 @@ bool list_metrics(const range_profiler_api_t& api, int device, std::string* text
   }
   CUpti_Profiler_Initialize_Params init{};
   init.structSize = CUpti_Profiler_Initialize_Params_STRUCT_SIZE;
-  if (!called(api, api.profiler_initialize(&init), "cuptiProfilerInitialize", why)) {
+  if (!cupti_succeeded(api, api.profiler_initialize(&init), "cuptiProfilerInitialize", why)) {
     return false;
   }
   CUpti_Device_GetChipName_Params chip{};
   chip.structSize = CUpti_Device_GetChipName_Params_STRUCT_SIZE;
   chip.deviceIndex = static_cast<size_t>(device);
-  if (!called(api, api.device_get_chip_name(&chip), "cuptiDeviceGetChipName", why)) {
+  if (!cupti_succeeded(api, api.device_get_chip_name(&chip), "cuptiDeviceGetChipName", why)) {
     return false;
   }
-  host_object host(api, chip.pChipName);
-  if (!called(api, host.result(), "cuptiProfilerHostInitialize", why)) {
+  host_object host(api, chip.pChipName, why);
+  if (host.get() == nullptr) {
     return false;
   }
   std::string header = "# the metrics of " + std::string(chip.pChipName) + " (device " + std::to_string(device) +

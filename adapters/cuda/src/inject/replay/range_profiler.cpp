@@ -74,18 +74,6 @@ void set_tree_nodes(T& params, uint32_t nodes) {
 constexpr size_t kEnableSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject);
 constexpr size_t kHostInitializeSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler_Host_Initialize_Params, pHostObject);
 
-// True for CUPTI_SUCCESS; otherwise *why names the call and CUPTI's text for the result.
-bool succeeded(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why) {
-  if (result == CUPTI_SUCCESS) {
-    return true;
-  }
-  const char* text = nullptr;
-  if (api.get_result_string == nullptr || api.get_result_string(result, &text) != CUPTI_SUCCESS) {
-    text = nullptr;
-  }
-  *why = std::string(call) + " failed: " + (text != nullptr ? text : std::to_string(static_cast<int>(result)));
-  return false;
-}
 
 // What CUPTI is handed by address: the configuration and counter-data images and the metric names. One set per
 // context, alive while its set-up or any session holds it, and never copied: the profiler seems to keep the
@@ -190,8 +178,7 @@ class range_session final : public counter_session {
     push.pRangeProfilerObject = in_.object;
     const std::string name = "launch " + std::to_string(pushed_++ % in_.ranges);
     push.pRangeName = name.c_str();
-    unbalanced_ = unbalanced_ || !ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
-    return !unbalanced_;
+    return ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
   }
 
   bool end_range(std::string* why) override {
@@ -201,18 +188,13 @@ class range_session final : public counter_session {
     CUpti_RangeProfiler_PopRange_Params pop{};
     pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
     pop.pRangeProfilerObject = in_.object;
-    unbalanced_ = unbalanced_ || !ok(api_.pop_range(&pop), "cuptiRangeProfilerPopRange", why);
-    return !unbalanced_;
+    return ok(api_.pop_range(&pop), "cuptiRangeProfilerPopRange", why);
   }
 
   bool collect(std::vector<double>* values, std::string* why) override { return collect_range(0, values, why); }
 
   // The data decoded once (after the last pass), then each range evaluated.
   bool collect_range(size_t index, std::vector<double>* values, std::string* why) override {
-    if (unbalanced_) {
-      *why = "a range of a pass could not be pushed or popped";
-      return false;
-    }
     if (!all_submitted_) {
       *why = "CUPTI needs more passes than it said (" + std::to_string(in_.passes) + ")";
       return false;
@@ -289,10 +271,10 @@ class range_session final : public counter_session {
     return true;
   }
 
-  bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
+  bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
 
-  // Several launches a pass, and a CUPTI that can push and pop ranges (open_ranges asks for one).
-  bool user_ranges() const { return in_.ranges > 1 && api_.push_range != nullptr && api_.pop_range != nullptr; }
+  // Several launches a pass (open_ranges makes those only with a CUPTI that can push and pop ranges).
+  bool user_ranges() const { return in_.ranges > 1; }
 
   const range_profiler_api_t& api_;
   session_inputs in_;
@@ -300,8 +282,7 @@ class range_session final : public counter_session {
   bool started_ = false;
   bool all_submitted_ = false;
   bool decoded_ = false;
-  uint64_t pushed_ = 0;      // ranges pushed, for their names
-  bool unbalanced_ = false;  // a push or pop failed: the pass's ranges are not the launches'
+  uint64_t pushed_ = 0;  // ranges pushed, for their names
 };
 
 class range_profiler_source final : public counter_source {
@@ -391,7 +372,7 @@ class range_profiler_source final : public counter_source {
       size.numMetrics = setup.images->names.size();
       size.maxNumOfRanges = ranges;
       set_tree_nodes(size, ranges);
-      if (!succeeded(api_, api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", why)) {
+      if (!cupti_succeeded(api_, api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", why)) {
         return nullptr;
       }
       image.resize(size.counterDataSize);
@@ -519,34 +500,24 @@ class range_profiler_source final : public counter_source {
   // refuses either.
   bool host_with(const char* chip_name, const std::vector<const char*>& names, CUpti_Profiler_Host_Object** host,
                  std::string* why) {
-    CUpti_Profiler_Host_Initialize_Params init{};
-    init.structSize = kHostInitializeSize;
-    init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    init.pChipName = chip_name;
-    if (!ok(api_.host_initialize(&init), "cuptiProfilerHostInitialize", why)) {
+    CUpti_Profiler_Host_Object* const made = open_host_object(api_, chip_name, why);
+    if (made == nullptr) {
       return false;
     }
     CUpti_Profiler_Host_ConfigAddMetrics_Params add{};
     add.structSize = CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
-    add.pHostObject = init.pHostObject;
+    add.pHostObject = made;
     add.ppMetricNames = const_cast<const char**>(names.data());
     add.numMetrics = names.size();
     if (!ok(api_.host_config_add_metrics(&add), "cuptiProfilerHostConfigAddMetrics", why)) {
-      deinitialize(init.pHostObject);
+      close_host_object(api_, made);
       return false;
     }
-    *host = init.pHostObject;
+    *host = made;
     return true;
   }
 
-  void deinitialize(CUpti_Profiler_Host_Object* host) {
-    if (host != nullptr) {
-      CUpti_Profiler_Host_Deinitialize_Params deinit{};
-      deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
-      deinit.pHostObject = host;
-      (void)api_.host_deinitialize(&deinit);
-    }
-  }
+  void deinitialize(CUpti_Profiler_Host_Object* host) { close_host_object(api_, host); }
 
   void release(context_setup& setup) {
     if (setup.object != nullptr) {
@@ -558,7 +529,7 @@ class range_profiler_source final : public counter_source {
     deinitialize(setup.host);
   }
 
-  bool ok(CUptiResult result, const char* call, std::string* why) const { return succeeded(api_, result, call, why); }
+  bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
 
   range_profiler_api_t api_;
   std::vector<std::string> metrics_;
@@ -573,6 +544,36 @@ class range_profiler_source final : public counter_source {
 };
 
 }  // namespace
+
+bool cupti_succeeded(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why) {
+  if (result == CUPTI_SUCCESS) {
+    return true;
+  }
+  const char* text = nullptr;
+  if (api.get_result_string == nullptr || api.get_result_string(result, &text) != CUPTI_SUCCESS) {
+    text = nullptr;
+  }
+  *why = std::string(call) + " failed: " + (text != nullptr ? text : std::to_string(static_cast<int>(result)));
+  return false;
+}
+
+CUpti_Profiler_Host_Object* open_host_object(const range_profiler_api_t& api, const char* chip, std::string* why) {
+  CUpti_Profiler_Host_Initialize_Params init{};
+  init.structSize = kHostInitializeSize;
+  init.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+  init.pChipName = chip;
+  return cupti_succeeded(api, api.host_initialize(&init), "cuptiProfilerHostInitialize", why) ? init.pHostObject
+                                                                                             : nullptr;
+}
+
+void close_host_object(const range_profiler_api_t& api, CUpti_Profiler_Host_Object* host) {
+  if (host != nullptr) {
+    CUpti_Profiler_Host_Deinitialize_Params deinit{};
+    deinit.structSize = CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+    deinit.pHostObject = host;
+    (void)api.host_deinitialize(&deinit);
+  }
+}
 
 bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool load) {
   if (from(dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD), out)) {

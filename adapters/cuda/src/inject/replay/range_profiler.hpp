@@ -62,6 +62,13 @@ struct range_profiler_api_t {
 // path. False, with why, when the library has no Range Profiler (CUPTI before 12.6) or none is found.
 bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool load = false);
 
+// True for CUPTI_SUCCESS; otherwise *why names the call and CUPTI's text for the result.
+bool cupti_succeeded(const range_profiler_api_t& api, CUptiResult result, const char* call, std::string* why);
+// The profiler host object for `chip` (the layout CUPTI 13.0 knows), null with why when CUPTI refuses; and its
+// release (null: nothing).
+CUpti_Profiler_Host_Object* open_host_object(const range_profiler_api_t& api, const char* chip, std::string* why);
+void close_host_object(const range_profiler_api_t& api, CUpti_Profiler_Host_Object* host);
+
 // The device ordinal of a context (the tracker's), for the chip name; -1 when unknown.
 using device_of_t = std::function<int(CUcontext)>;
 
