@@ -399,7 +399,9 @@ std::string replayer::why_graph_runs_once(pending_t& p) {
   }
   p.graph = std::move(*facts);
   p.row.kernel = graph_row_name(p.graph);
-  const bool by_node = replays_by_node(p.graph);
+  // Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the
+  // whole graph as one launch.
+  const bool by_node = config_.graphs == graph_profiling::node && node_mode_problem(p.graph).empty();
   {
     std::lock_guard<std::mutex> lock(selector_mutex_);
     std::vector<std::string> names = p.graph.kernels;
@@ -446,15 +448,12 @@ std::vector<std::string> planned_kernel_names(const graph_facts& graph) {
   return names;
 }
 
-// Node mode's kernel nodes are numbered one by one as they run (replay_kernel_node); graph mode counts the whole
-// graph as one launch, as does a graph that runs once whatever the mode (why_not: its plan is cleared, so its
-// selection reads the graph's kernels, and its row says why_not).
-bool replayer::replays_by_node(const graph_facts& graph) const {
-  return config_.graphs == graph_profiling::node && node_mode_problem(graph).empty() && graph.why_not.empty();
-}
-
-// Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead.
+// Empty when node mode can run `graph`'s plan here, else why the graph is replayed whole instead (or, with
+// why_not, run once: what stops a whole replay stops node mode too, and its plan was cleared).
 std::string replayer::node_mode_problem(const graph_facts& graph) const {
+  if (!graph.why_not.empty()) {
+    return graph.why_not;
+  }
   if (!graph.node_why_not.empty()) {
     return graph.node_why_not;
   }

@@ -25,14 +25,14 @@ void replayer::run_own_passes(pending_t& p) {
 }
 
 bool replayer::run_pass(pending_t& p, uint32_t pass, double* restore_ms) {
-  begin_counted_pass(p, pass);
+  const double begin_ms = begin_counted_pass(p, pass);
   const auto begun = replay_clock::now();
   p.timer.start(p.launch.stream);
   const CUresult launched = relaunch(p.launch, driver_);
   p.timer.stop(p.launch.stream);
   const bool ran = launched == CUDA_SUCCESS && driver_.ctx_synchronize() == CUDA_SUCCESS;
   const auto done = replay_clock::now();
-  end_counted_pass(p, pass, ran);
+  end_counted_pass(p, pass, ran, begin_ms);
   if (!ran) {
     p.row.reason = "relaunch failed: pass " + std::to_string(pass) + ", CUresult " +
                    std::to_string(static_cast<int>(launched)) + "; the program's own launch runs from the snapshot";
@@ -96,9 +96,9 @@ void replayer::hint_arguments(pending_t& p) {
   }
 }
 
-void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
+double replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   if (p.counting == nullptr || pass > p.counted_passes) {
-    return;
+    return 0;
   }
   // Before the range starts, so the flush is never counted; a flush that fails leaves a note, not a lost pass.
   const auto flushing = replay_clock::now();
@@ -111,10 +111,10 @@ void replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   if (std::string why; !p.counting->begin_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
   }
-  p.counter_begin_ms = ms_between(begun, replay_clock::now());
+  return ms_between(begun, replay_clock::now());
 }
 
-void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
+void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran, double begin_ms) {
   if (p.counting == nullptr || pass > p.counted_passes) {
     return;
   }
@@ -124,7 +124,7 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
     return;
   }
-  p.counter_ms.push_back(p.counter_begin_ms + ms_between(ending, replay_clock::now()));
+  p.counter_ms.push_back(begin_ms + ms_between(ending, replay_clock::now()));
   if (!ran) {
     stop_counting(p, "pass " + std::to_string(pass) + " did not run");
     return;

@@ -40,7 +40,6 @@ struct replayer::pending_t {
   double restore_before_program_ms = 0;           // the restore that prepared it
   std::vector<double> extra_ms;                   // cost of each pass after the first
   std::vector<double> counter_ms;                 // the profiler's begin and end of each counted pass
-  double counter_begin_ms = 0;                    // the begin of the counted pass now running
   pass_verifier verifier;
   launch_row_t row;
 

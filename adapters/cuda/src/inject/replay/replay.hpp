@@ -183,7 +183,6 @@ class replayer {
                   const tracked_memory_t& tracked);
   void event_set(CUgraphExec exec, CUgraphNode node, CUevent event);
   std::string node_mode_problem(const graph_facts& graph) const;
-  bool replays_by_node(const graph_facts& graph) const;
   // Node mode (graph_nodes.cpp): at a graph launch's entry, inside its window and after its snapshot, the plan
   // run on the launch's stream, each selected kernel node replayed, then the memory before the graph put back.
   void run_graph_nodes(pending_t& p);
@@ -205,8 +204,9 @@ class replayer {
   void verify_pass(pending_t& p, uint32_t pass);
   // Around a pass that carries counters (passes.cpp): nothing for the others, or when counting has stopped.
   void configure_counting(pending_t& p);
-  void begin_counted_pass(pending_t& p, uint32_t pass);
-  void end_counted_pass(pending_t& p, uint32_t pass, bool ran);
+  // begin_counted_pass returns the time the profiler's begin of the pass took, for end_counted_pass to add to its end.
+  double begin_counted_pass(pending_t& p, uint32_t pass);
+  void end_counted_pass(pending_t& p, uint32_t pass, bool ran, double begin_ms);
   void stop_counting(pending_t& p, const std::string& why);
   // ranges.cpp (--replay-mode range): a launch joins its thread's range at its entry (the range begun with the
   // snapshot of the memory before it), is handed over at its exit, and the range ends when full or at a boundary.
