@@ -1,22 +1,21 @@
-"""One figure from kreplay-cuda-replay's CSV report, for the GPU run scripts (run_replay.sh,
-run_graphs_counters.sh):
+"""One figure from kreplay-cuda-replay's CSV report, for the GPU run scripts (run_replay.sh, run_graphs_counters.sh):
 
   python3 csv_figure.py REPORT WHAT
 
-WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), declined_other (declined for
-anything but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's
-number), graph_reasons (why graph launches ran once), graph_modes (how graph launches were replayed, with
-counts), nodes (kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the
-median extra_pass_ms of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a
-graph launch), reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to
-five of their kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and
-counter_pass_ms, the profiler's; and counter_setup_ms), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node and
-as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
+WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), declined_other (declined for anything
+but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's number),
+graph_reasons (why graph launches ran once), graph_modes (how graph launches were replayed, with counts), nodes
+(kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the median extra_pass_ms
+of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a graph launch),
+reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
+kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and counter_pass_ms,
+the profiler's; and counter_setup_ms), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node
+and as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
 those ratios, the same two medians pooled over those kernels, and the median footprints; stream launches after the
-last graph launch when there are such), node_same_footprint (a restore digests the whole footprint, so the cost
-grows with it: for each kernel launched on a stream both before the first graph launch and after the last, its
-stream cost interpolated linearly to its nodes' footprint; the median and quartiles of node over that), replay_s (the seconds spent replaying, the sum of replay_ms). A missing report
-counts as empty."""
+last kernel node when there are such), node_same_footprint (a restore digests the whole footprint, so the cost grows
+with it: for each kernel launched on a stream both before the first kernel node and after the last, its stream cost
+interpolated linearly to its nodes' footprint; the median and quartiles of node over that), replay_s (the seconds
+spent replaying, the sum of replay_ms). A missing report counts as empty."""
 import collections
 import csv
 import statistics
@@ -26,6 +25,64 @@ import sys
 def median_of(rows, column):
     values = [float(r[column]) for r in rows]
     return f"{statistics.median(values):.4f}" if values else "none"
+
+
+def by_kernel(replayed):
+    """(footprint, extra_pass_ms) of each replayed kernel, by kernel name, in three sides: as a kernel node, as a
+    stream launch before the first node, and as a stream launch after the last."""
+    node_launches = [int(r["launch"]) for r in replayed if r.get("graph_node", "") != ""]
+    first, last = min(node_launches or [0]), max(node_launches or [0])
+    sides = {side: collections.defaultdict(list) for side in ("node", "before", "after")}
+    for r in replayed:
+        if r.get("graph_node", "") != "":
+            side = "node"
+        elif r.get("graph_mode", ""):
+            continue  # a graph launch itself
+        else:
+            side = "before" if int(r["launch"]) < first else "after" if int(r["launch"]) > last else None
+        if side:
+            sides[side][r["kernel"]].append((int(r["footprint_bytes"]), float(r["extra_pass_ms"])))
+    return sides
+
+
+def medians(points):
+    return statistics.median(f for f, _ in points), statistics.median(e for _, e in points)
+
+
+def quartiles(ratios):
+    q1, q2, q3 = statistics.quantiles(ratios, n=4)
+    return f"median {q2:.2f} (quartiles {q1:.2f}, {q3:.2f})"
+
+
+def node_ratio(replayed):
+    sides = by_kernel(replayed)
+    stream, when = sides["after"], "stream launches after the last graph launch"
+    if not set(stream) & set(sides["node"]):
+        stream, when = {k: sides["before"].get(k, []) + sides["after"].get(k, [])
+                        for k in set(sides["before"]) | set(sides["after"])}, "all stream launches"
+    both = sorted(k for k in set(sides["node"]) & set(stream) if medians(stream[k])[1] > 0)
+    if len(both) < 2:
+        return "none"
+    ratios = [medians(sides["node"][k])[1] / medians(stream[k])[1] for k in both]
+    node_points = [p for k in both for p in sides["node"][k]]
+    stream_points = [p for k in both for p in stream[k]]
+    (node_fp, node_ms), (stream_fp, stream_ms) = medians(node_points), medians(stream_points)
+    return (f"{len(ratios)} kernels in both ({when}): {quartiles(ratios)}; pooled median extra pass "
+            f"{node_ms:.4f} ms as nodes, {stream_ms:.4f} ms as stream launches; median footprint "
+            f"{node_fp / 1e6:.0f} MB as nodes, {stream_fp / 1e6:.0f} MB as stream launches")
+
+
+def node_same_footprint(replayed):
+    sides = by_kernel(replayed)
+    ratios = []
+    for kernel, points in sides["node"].items():
+        if kernel not in sides["before"] or kernel not in sides["after"]:
+            continue
+        (f1, e1), (f2, e2), (fn, en) = medians(sides["before"][kernel]), medians(sides["after"][kernel]), medians(points)
+        stream = e1 + (e2 - e1) * (fn - f1) / (f2 - f1) if f2 != f1 else 0.0
+        if stream > 0:
+            ratios.append(en / stream)
+    return f"{len(ratios)} kernels: {quartiles(ratios)}" if len(ratios) >= 2 else "none"
 
 
 def figure(rows, what):
@@ -79,58 +136,9 @@ def figure(rows, what):
                 f"{median_of(counted, 'extra_pass_ms')}, "
                 f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
     if what == "node_ratio":
-        def by_kernel(chosen):
-            out = collections.defaultdict(list)
-            for r in chosen:
-                out[r["kernel"]].append(float(r["extra_pass_ms"]))
-            return out
-        node_rows = [r for r in nodes if r["replayed"] == "1"]
-        stream_rows = [r for r in replayed if not r.get("graph_mode", "")]
-        last_graph = max([int(r["launch"]) for r in graph] or [0])
-        after = [r for r in stream_rows if int(r["launch"]) > last_graph]
-        when = "all stream launches"
-        if set(r["kernel"] for r in after) & set(r["kernel"] for r in node_rows):
-            stream_rows, when = after, "stream launches after the last graph launch"
-        node_ms = by_kernel(node_rows)
-        stream_ms = by_kernel(stream_rows)
-        both = sorted(set(node_ms) & set(stream_ms))
-        ratios = [statistics.median(node_ms[k]) / statistics.median(stream_ms[k]) for k in both
-                  if statistics.median(stream_ms[k]) > 0]
-        if len(ratios) < 2:
-            return "none"
-        q1, q2, q3 = statistics.quantiles(ratios, n=4)
-        pooled_node = statistics.median(v for k in both for v in node_ms[k])
-        pooled_stream = statistics.median(v for k in both for v in stream_ms[k])
-        footprint = {name: statistics.median(int(r["footprint_bytes"]) for r in chosen if r["kernel"] in both) / 1e6
-                     for name, chosen in (("node", node_rows), ("stream", stream_rows))}
-        return (f"{len(ratios)} kernels in both ({when}): median ratio {q2:.2f} (quartiles {q1:.2f}, {q3:.2f}); "
-                f"pooled median extra pass {pooled_node:.4f} ms as nodes, {pooled_stream:.4f} ms as stream launches; "
-                f"median footprint {footprint['node']:.0f} MB as nodes, {footprint['stream']:.0f} MB as stream "
-                "launches")
+        return node_ratio(replayed)
     if what == "node_same_footprint":
-        first = min([int(r["launch"]) for r in nodes] or [0])
-        last = max([int(r["launch"]) for r in nodes] or [0])
-        sides = {"node": collections.defaultdict(list), "before": collections.defaultdict(list),
-                 "after": collections.defaultdict(list)}
-        for r in replayed:
-            side = ("node" if r.get("graph_node", "") != "" else None if r.get("graph_mode", "") else
-                    "before" if int(r["launch"]) < first else "after" if int(r["launch"]) > last else None)
-            if side:
-                sides[side][r["kernel"]].append((int(r["footprint_bytes"]), float(r["extra_pass_ms"])))
-        ratios = []
-        for kernel, points in sides["node"].items():
-            if kernel not in sides["before"] or kernel not in sides["after"]:
-                continue
-            (f1, e1), (f2, e2), (fn, en) = (
-                (statistics.median(f for f, _ in p), statistics.median(e for _, e in p))
-                for p in (sides["before"][kernel], sides["after"][kernel], points))
-            stream = e1 + (e2 - e1) * (fn - f1) / (f2 - f1) if f2 != f1 else 0.0
-            if stream > 0:
-                ratios.append(en / stream)
-        if len(ratios) < 2:
-            return "none"
-        q1, q2, q3 = statistics.quantiles(ratios, n=4)
-        return f"{len(ratios)} kernels: median {q2:.2f} (quartiles {q1:.2f}, {q3:.2f})"
+        return node_same_footprint(replayed)
     if what == "replay_s":
         return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
