@@ -3,8 +3,13 @@
 #ifndef KREPLAY_INJECT_TEST_FAKES_HPP
 #define KREPLAY_INJECT_TEST_FAKES_HPP
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +21,25 @@
 #include "kreplay.h"
 
 namespace fake {
+
+// Runs `call` with stderr in a file and gives back what it wrote there.
+template <typename F>
+inline std::string stderr_of(F&& call) {
+  const std::string path = "/tmp/kreplay_stderr_of_" + std::to_string(getpid());
+  std::fflush(stderr);
+  const int saved = dup(2);
+  FILE* file = std::fopen(path.c_str(), "w");
+  CHECK(saved >= 0 && file != nullptr && dup2(fileno(file), 2) >= 0);
+  call();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::fclose(file);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return text;
+}
 
 // ---- Driver -------------------------------------------------------------------------------------------------
 struct global_t {

@@ -1,10 +1,7 @@
 // GPU-free test of the injection library's export boundary (adapters/cuda/src/inject/boundary.hpp), the wrapper
 // that every kreplay_inject_* export and InitializeInjection runs its body in: an exception thrown inside comes
 // back as the export's failure value, with one line on stderr naming the export.
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -13,27 +10,9 @@
 #include "fakes.hpp"
 
 using namespace kreplay::cuda::inject;
+using fake::stderr_of;
 
 namespace {
-
-// Runs `call` with stderr in a file and gives back what it wrote there.
-template <typename F>
-std::string stderr_of(F&& call) {
-  const std::string path = "/tmp/kreplay_boundary_test_" + std::to_string(getpid());
-  std::fflush(stderr);
-  const int saved = dup(2);
-  FILE* file = std::fopen(path.c_str(), "w");
-  CHECK(saved >= 0 && file != nullptr && dup2(fileno(file), 2) >= 0);
-  call();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::fclose(file);
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  return text;
-}
 
 size_t lines(const std::string& text) {
   size_t count = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "injection_fixture.hpp"
+#include "log.hpp"
 #include "replay/counter_summary.hpp"
 #include "replay/counters.hpp"
 #include "replay/metric_list.hpp"
@@ -459,6 +460,27 @@ void a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler() {
   g_plan = fake_plan{};
   lines = replay_one_launch(2);
   CHECK(field(lines, 1, "counter_pass_ms") < 20);
+}
+
+// KREPLAY_INJECT_LOG=info: each replayed launch's time by phase, one line, with the passes' profiler time apart.
+void a_launch_s_phases_are_logged_at_info() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  g_plan.end_pass_ms = 10;
+  g_plan.configure_ms = 30;
+  set_log_level(KREPLAY_LOG_INFO);
+  const std::string said = fake::stderr_of([] { (void)replay_one_launch(2); });
+  set_log_level(KREPLAY_LOG_WARNING);
+  const size_t line = said.find("launch 0 (");
+  CHECK(line != std::string::npos);
+  const std::string text = said.substr(line, said.find('\n', line) - line);
+  for (const char* phase : {"entry ", "window ", "drain ", "snapshot ", "configure 3", "passes ", "program pass ",
+                            "close ", "profiler 2", "cache flushes ", "collect ", "restores "}) {
+    CHECK(text.find(phase) != std::string::npos);
+  }
+  // Without info lines, nothing is timed or said.
+  CHECK(fake::stderr_of([] { (void)replay_one_launch(2); }).find("launch 0 (") == std::string::npos);
+  g_plan = fake_plan{};
 }
 
 // --cache-control all: the L2 flushed before each counted pass's range, none before the uncounted ones; without
@@ -954,6 +976,7 @@ int main() {
   RUN_TEST(the_summary_names_the_kernels_with_the_most_time);
   RUN_TEST(metric_lists_are_split_and_checked);
   RUN_TEST(a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler);
+  RUN_TEST(a_launch_s_phases_are_logged_at_info);
   RUN_TEST(a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once);
   RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);

@@ -15,7 +15,8 @@
 #                         counted against ncu's node mode
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
-#                         values compared in pairs
+#                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
+#                         replay); kreplay's kernel mode logs each launch's time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
@@ -131,11 +132,13 @@ counted_against_ncu() {
   shift 5
   local sum start
   start=$SECONDS
-  sum=$(run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 -o "$work/$name.kreplay.csv" \
-        -- "$@")
+  sum=$(KREPLAY_INJECT_LOG=info run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 \
+        -o "$work/$name.kreplay.csv" -- "$@")
   row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
   row "INFO $name: kreplay: $(csv_figure "$work/$name.kreplay.csv" pass_share); replaying $(csv_figure "$work/$name.kreplay.csv" replay_s) s"
   verdict "$name: kreplay with counters: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  python3 "$src/phases.py" "$work/$name.kreplay.log" | sed "s/^/INFO $name: kreplay by phase: /" | tee -a "$summary"
+  [[ ${KREPLAY_NCU:-1} != 0 ]] || return 0
   start=$SECONDS
   # shellcheck disable=SC2086
   timeout -k 10 "$timeout_s" ncu --metrics "$metrics" $ncu_args --cache-control all --clock-control none --csv \
@@ -173,16 +176,18 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   plain=$(run "$work/side.plain.log" "${cmd[@]}")
   row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s"
   counted_against_ncu side "$more" "--replay-mode kernel" "$plain" -- "${cmd[@]}"
-  start=$SECONDS
-  sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
-        -o "$work/side.cupti.csv" -- "${cmd[@]}")
-  row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
-  verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-  python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
-  sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
-  # Where Nsight Compute and CUPTI's kernel replay agree with each other, kreplay's agreement with them.
-  python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
-    grep '^NOISE' | tee -a "$summary"
+  if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 ]]; then
+    start=$SECONDS
+    sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
+          -o "$work/side.cupti.csv" -- "${cmd[@]}")
+    row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
+    verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+    python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
+    sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
+    # Where Nsight Compute and CUPTI's kernel replay agree with each other, kreplay's agreement with them.
+    python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
+      grep '^NOISE' | tee -a "$summary"
+  fi
   # Range mode: the same launches and metrics, KREPLAY_RANGE_SIZE (default 32) launches per profiler pass.
   start=$SECONDS
   sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
@@ -206,8 +211,15 @@ fi
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
   # Command buffers at XLA's default (on); autotuning off so that every run computes with the same algorithms;
   # preallocation off so that the snapshots fit the host budget.
-  XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_PROG_STEPS=5 \
-    graph_program xla python3 "$src/jax_prealloc.py"
+  export XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false
+  # First the tracker's trace of every virtual-memory call (xla.trace.log), beside why graph launches ran once.
+  if [[ ${KREPLAY_XLA_TRACE:-1} != 0 ]]; then
+    KREPLAY_INJECT_LOG=trace KREPLAY_PROG_STEPS=2 run "$work/xla.trace.log" "$launcher" --passes 3 \
+      -o "$work/xla.trace.csv" -- python3 "$src/jax_prealloc.py" >/dev/null
+    row "INFO xla trace: $(grep -c 'vmem\|cuMem' "$work/xla.trace.log") virtual-memory lines; graph launches run once: $(csv_figure "$work/xla.trace.csv" graph_reasons | cut -c1-400)"
+  fi
+  KREPLAY_PROG_STEPS=5 graph_program xla python3 "$src/jax_prealloc.py"
+  unset XLA_FLAGS XLA_PYTHON_CLIENT_PREALLOCATE
 fi
 
 if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then

@@ -2,11 +2,13 @@
 // replayed, then window -> drain -> snapshot -> passes (passes.cpp). A launch that is not replayed runs once,
 // fenced, with its reason.
 #include <algorithm>
+#include <cinttypes>
 #include <iterator>
 #include <new>
 
 #include "callback_data.hpp"
 #include "guard.hpp"
+#include "log.hpp"
 #include "kreplay/cuda.hpp"
 #include "replay/pending.hpp"
 
@@ -136,6 +138,8 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     run_once_fenced(*p, p->row.reason);
     return;
   }
+  p->phases.start(p->entered);
+  p->phases.mark("entry");
   copy_arguments(p->launch, driver_);
   // The window first: from here on other threads' launches, copies and memsets wait (the fence), so the
   // synchronise that follows drains everything the snapshot must see, and nothing slips in after it.
@@ -143,19 +147,23 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     run_once_fenced(*p, p->row.reason);
     return;
   }
-  if (!drain(*p) || !take_snapshot(*p)) {
+  p->phases.mark("window");
+  if (!drain(*p) || (p->phases.mark("drain"), !take_snapshot(*p))) {
     const std::string why = p->row.reason;
     close_window(*p);
     run_once_fenced(*p, why);
     return;
   }
+  p->phases.mark("snapshot");
   p->replaying = true;
   if (p->row.holds_nodes) {
     run_graph_nodes(*p);  // node mode: the graph's kernel nodes replayed, then the memory before it put back
     return;
   }
   configure_counting(*p);
+  p->phases.mark("configure");
   run_own_passes(*p);
+  p->phases.mark("passes");
 }
 
 // The launch and its row: what it launches, where, and the function's name. A lazily loaded function is loaded
@@ -378,6 +386,21 @@ bool replayer::context_gone(const pending_t& p) {
 
 // ---- The launch's exit ------------------------------------------------------------------------------------------
 
+// KREPLAY_INJECT_LOG=info: where a replayed launch's time went, phase by phase (ms), with its passes' parts.
+void replayer::log_phases(const pending_t& p) {
+  const std::string phases = p.phases.text();
+  if (phases.empty()) {
+    return;
+  }
+  double profiler_ms = 0;
+  for (const double ms : p.counter_ms) {
+    profiler_ms += ms;
+  }
+  log(KREPLAY_LOG_INFO,
+      "launch %" PRIu64 " (%s): %s; in the passes: profiler %.3f, cache flushes %.3f, collect %.3f, restores %.3f",
+      p.row.index, p.row.kernel.c_str(), phases.c_str(), profiler_ms, p.flush_ms, p.collect_ms, p.row.restore_ms);
+}
+
 void replayer::exit(const CUpti_CallbackData& data) {
   std::unique_ptr<pending_t> p(t_pending);
   t_pending = nullptr;
@@ -399,12 +422,16 @@ void replayer::exit(const CUpti_CallbackData& data) {
     p->row.reason = "the launch's context was destroyed before its exit";
     close_window(*p);
   } else if (p->replaying) {
+    p->phases.mark("program");
     finish_program_pass(*p, data);
+    p->phases.mark("program pass");
     close_window(*p);
+    p->phases.mark("close");
     if (!p->extra_ms.empty()) {
       p->row.extra_pass_ms = median(p->extra_ms);
     }
     p->row.counter_pass_ms = median(p->counter_ms);
+    log_phases(*p);
   }
   p->row.replayed = p->row.reason.empty() && p->row.passes_run == p->row.passes_asked;
   if (p->row.reason.empty() && !p->row.replayed) {

@@ -107,6 +107,7 @@ double replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
     p.row.counters = why;
   }
   const auto begun = replay_clock::now();
+  p.flush_ms += ms_between(flushing, begun);
   p.row.counter_setup_ms += ms_between(flushing, begun);
   if (std::string why; !p.counting->begin_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
@@ -136,7 +137,8 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran, double be
       p.row.counters = "not collected: " + why;
     }
     p.counting.reset();
-    p.row.counter_setup_ms += ms_between(collecting, replay_clock::now());
+    p.collect_ms = ms_between(collecting, replay_clock::now());
+    p.row.counter_setup_ms += p.collect_ms;
   }
 }
 

@@ -40,6 +40,9 @@ struct replayer::pending_t {
   double restore_before_program_ms = 0;           // the restore that prepared it
   std::vector<double> extra_ms;                   // cost of each pass after the first
   std::vector<double> counter_ms;                 // the profiler's begin and end of each counted pass
+  double flush_ms = 0;                            // the cache flushes before its counted passes
+  double collect_ms = 0;                          // the profiler's decode and evaluation after them
+  phase_marks phases;                             // KREPLAY_INJECT_LOG=info: its time by phase
   pass_verifier verifier;
   launch_row_t row;
 

@@ -227,6 +227,7 @@ class replayer {
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
+  void log_phases(const pending_t& p);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
   void close_window(pending_t& p);
   // Whether the launch's context was destroyed since its entry.

@@ -53,6 +53,30 @@ double ms_between(replay_clock::time_point a, replay_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+void phase_marks::start(replay_clock::time_point begun) {
+  on_ = log_enabled(KREPLAY_LOG_INFO);
+  last_ = begun;
+}
+
+void phase_marks::mark(const char* phase) {
+  if (!on_) {
+    return;
+  }
+  const auto now = replay_clock::now();
+  phases_.emplace_back(phase, ms_between(last_, now));
+  last_ = now;
+}
+
+std::string phase_marks::text() const {
+  std::string out;
+  char number[32];
+  for (const auto& [phase, ms] : phases_) {
+    std::snprintf(number, sizeof(number), " %.3f", ms);
+    out += (out.empty() ? "" : ", ") + std::string(phase) + number;
+  }
+  return out;
+}
+
 double median(std::vector<double> values) {
   if (values.empty()) {
     return 0;

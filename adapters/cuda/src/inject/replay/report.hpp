@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kreplay.h"
@@ -22,6 +23,23 @@ double ms_between(replay_clock::time_point a, replay_clock::time_point b);
 // The median of the passes' costs: for an even count the mean of the two middle ones (with a learned write set, a
 // window of 5 passes has two full restores, the learning one and the last check, and two partial ones). 0 for none.
 double median(std::vector<double> values);
+
+// A replayed launch's time by phase, for the log at info (KREPLAY_INJECT_LOG=info): where the time of a launch
+// goes outside its passes' columns. Marks are taken only when the log will print them.
+class phase_marks {
+ public:
+  // Starts the timeline at `begun` (the launch's entry) when info lines are on.
+  void start(replay_clock::time_point begun);
+  // The phase that ends now, named by a literal.
+  void mark(const char* phase);
+  // "window 0.01, drain 0.20, ..." (ms each), or empty when not started.
+  std::string text() const;
+
+ private:
+  bool on_ = false;
+  replay_clock::time_point last_;
+  std::vector<std::pair<const char*, double>> phases_;
+};
 
 // One row of the report.
 struct launch_row_t {
