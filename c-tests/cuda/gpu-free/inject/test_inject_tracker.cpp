@@ -162,8 +162,19 @@ void only_mapped_pages_with_read_write_access_count() {
   const access_t access[] = {{true, 0, true}, {true, 1, true}};
   g_tracker->vmem_access(va, page / 2, access, 2);  // half of the first mapping
   CHECK_EQ(before.bytes + page / 2, test_inventory(agent(1)).bytes);
+  // pointer_info answers for the recorded piece (a graph's memcpy into it is checked with it), not the rest.
+  kreplay_pointer_info_t info{};
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<const void*>(va + 4096), &info));
+  CHECK(info.type == KREPLAY_POINTER_DEVICE && info.size == page / 2 && info.owner.handle == agent(1).handle);
+  CHECK(reinterpret_cast<uint64_t>(info.base) == va);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<const void*>(va + page / 2), &info));
+  CHECK(info.type == KREPLAY_POINTER_UNKNOWN && info.size == 0);
   g_tracker->vmem_access(va, 3 * page, access, 2);  // all: the rest of the first, the second; never the host one
   CHECK_EQ(before.bytes + 2 * page, test_inventory(agent(1)).bytes);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<const void*>(va + page + 8), &info));
+  CHECK(info.type == KREPLAY_POINTER_DEVICE && info.size == page && reinterpret_cast<uint64_t>(info.base) == va + page);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<const void*>(va + 2 * page + 8), &info));  // the host one
+  CHECK(info.type == KREPLAY_POINTER_UNKNOWN);
   g_tracker->vmem_access(va, 3 * page, access, 2);  // again: nothing twice
   CHECK_EQ(before.bytes + 2 * page, test_inventory(agent(1)).bytes);
   g_tracker->vmem_released(0xA1);  // released while mapped: still mapped
@@ -174,6 +185,8 @@ void only_mapped_pages_with_read_write_access_count() {
   g_tracker->vmem_unmapping(va, page);
   g_tracker->vmem_unmapping(va + 2 * page, page);
   CHECK_EQ(before.bytes, test_inventory(agent(1)).bytes);
+  CHECK_OK(g_tracker->pointer_info(reinterpret_cast<const void*>(va + 4096), &info));
+  CHECK(info.type == KREPLAY_POINTER_UNKNOWN);
   CHECK_EQ(before.regions, test_inventory(agent(1)).regions);
 
   // A handle never seen created (imported): mapped and writable, it declines every device until unmapped.

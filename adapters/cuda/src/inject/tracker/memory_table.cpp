@@ -267,9 +267,35 @@ kreplay_status_t memory_table::pointer_info(const void* ptr, kreplay_pointer_inf
     info.size = it->second.size;
     info.owner = agent_of_device(it->second.ordinal);
     classify(it->second.kind, &info);
+  } else {
+    mapped_piece_locked(address, &info);
   }
   *info_out = info;
   return KREPLAY_STATUS_SUCCESS;
+}
+
+// Virtual memory: the recorded piece of a mapping that holds address (made read-write for its own device, what
+// kreplay captures), as device memory of that device. Pieces of one mapping lie end to end where cuMemSetAccess
+// was called in parts: each is its own region, as it is to kreplay. (mutex_ held.)
+void memory_table::mapped_piece_locked(uint64_t address, kreplay_pointer_info_t* info) {
+  auto it = mappings_.upper_bound(address);
+  if (it == mappings_.begin()) {
+    return;
+  }
+  --it;
+  const mapping_t& mapping = it->second;
+  if (address - it->first >= mapping.size || mapping.ordinal < 0) {
+    return;
+  }
+  for (const auto& [base, bytes] : mapping.recorded) {
+    if (address >= base && address - base < bytes) {
+      info->base = pointer(base);
+      info->size = bytes;
+      info->owner = agent_of_device(mapping.ordinal);
+      classify(memory_kind::device, info);
+      return;
+    }
+  }
 }
 
 untracked_t memory_table::untracked(int ordinal) {

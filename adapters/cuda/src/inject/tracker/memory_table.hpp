@@ -105,6 +105,8 @@ class memory_table {
 
   // The mappings overlapping [address, address + size): the first one (with mutex_ held).
   std::map<uint64_t, mapping_t>::iterator first_mapping_locked(uint64_t address);
+  // pointer_info for virtual memory: the recorded piece holding address, if any.
+  void mapped_piece_locked(uint64_t address, kreplay_pointer_info_t* info);
   // Each call of kreplay's, its answer checked (mutex_ not held).
   void record_alloc(uint64_t address, size_t size);
   void record_free(uint64_t address);
