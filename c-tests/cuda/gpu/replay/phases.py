@@ -3,14 +3,14 @@
   python3 phases.py LOG
 
 Each replayed launch logs one line, its phases in order and, inside its passes, the profiler's, the cache flushes',
-the collection's and the restores' time (ms). Printed: the number of launches, then each part's median and total
-over them, largest total first."""
+the collection's and the restores' time (ms), and the profiler's time in each counted pass. Printed: the number of
+launches, each part's median and total over them, largest total first, then the profiler's median by pass."""
 import collections
 import re
 import statistics
 import sys
 
-LINE = re.compile(r"kreplay-inject: launch \d+ \(.*\): (.*); in the passes: (.*)$")
+LINE = re.compile(r"kreplay-inject: launch \d+ \(.*\): (.*); in the passes: (.*); profiler by pass:(.*)$")
 PART = re.compile(r"([a-z][a-z ]*) (-?[0-9.]+)$")
 
 
@@ -23,6 +23,8 @@ def parts_of(line):
         part = PART.match(text.strip())
         if part:
             parts[part.group(1)] = float(part.group(2))
+    for index, ms in enumerate(found.group(3).split()):
+        parts[f"profiler, pass {index + 1}"] = float(ms)
     return parts
 
 
@@ -38,8 +40,12 @@ def main():
             for name, ms in parts.items():
                 values[name].append(ms)
     print(f"{launches} launches logged (ms: median, total)")
+    by_pass = {name: ms for name, ms in values.items() if name.startswith("profiler, pass")}
     for name, ms in sorted(values.items(), key=lambda item: -sum(item[1])):
-        print(f"  {name}: {statistics.median(ms):.3f}, {sum(ms):.1f}")
+        if name not in by_pass:
+            print(f"  {name}: {statistics.median(ms):.3f}, {sum(ms):.1f}")
+    if by_pass:
+        print("  profiler by pass (median): " + " ".join(f"{statistics.median(ms):.2f}" for ms in by_pass.values()))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,15 @@
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
 #   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
-#   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs.
+#   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs
+#   (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them).
 #   KREPLAY_RUN_COUNTERS  ResNet-18, 1 step, the first KREPLAY_COUNTER_LAUNCHES (default 60) launches: kreplay's
 #                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
 #                         run's: four count metrics, then a list of 15 that needs 10 passes (ncu runs that one).
 #   KREPLAY_RUN_SET       --set full on ResNet-18's first launches: the summary, the checksum, the CSV in pandas
+#   KREPLAY_RUN_PROBE     bench/range_profiler_probe.cu: CUPTI's Range Profiler call by call, and which ways of
+#                         calling it work
 #   KREPLAY_RUN_LIST      --list-metrics: the chip's metrics (with the CUPTI on the loader's path, else PyTorch's
 #                         or the toolkit's through KREPLAY_CUPTI_PATH)
 # OUT_DIR receives graphs_counters.tar.gz and summary.txt; the exit status is 1 when a check failed.
@@ -112,6 +115,23 @@ if [[ ${KREPLAY_RUN_LIST:-1} != 0 ]]; then
   row "INFO --list-metrics: $(head -4 "$work/list_metrics.txt" | cut -c1-200 | tr '\n' '|')"
   verdict "--list-metrics: exit $rc, $(grep -c '^counter ' "$work/list_metrics.txt") counters, $(grep -c '^ratio ' "$work/list_metrics.txt") ratios, $(grep -c '^throughput ' "$work/list_metrics.txt") throughputs, smsp__inst_executed among them" \
     grep -q '^counter  *smsp__inst_executed ' "$work/list_metrics.txt"
+fi
+
+if [[ ${KREPLAY_RUN_PROBE:-1} != 0 ]]; then
+  # CUPTI's Range Profiler call by call (kernel-mode launches, a launch without SetConfig, user ranges after
+  # automatic ones and on a fresh profiler object): bench/range_profiler_probe.cu.
+  # Built here with nvcc against the toolkit's CUPTI (the replay build is a project of its own).
+  cupti_h=$(find /usr/local/cuda*/ -name cupti_range_profiler.h 2>/dev/null | head -1)
+  cupti_so=$(find /usr/local/cuda*/ -name 'libcupti.so*' 2>/dev/null | head -1)
+  probe=$build/range_profiler_probe
+  if [[ -n $cupti_h && -n $cupti_so ]] &&
+     nvcc -std=c++17 -O2 -arch=sm_90 -I"$src/.." -I"$src/../../../../include" -I"$(dirname "$cupti_h")" "$src/../../bench/range_profiler_probe.cu" \
+       -L"$(dirname "$cupti_so")" -l:"$(basename "$cupti_so")" -Xlinker -rpath="$(dirname "$cupti_so")" -o "$probe" >>"$work/env.log" 2>&1; then
+    run "$work/range_profiler_probe.log" "$probe" >/dev/null
+    sed 's/^/INFO range profiler probe: /' "$work/range_profiler_probe.log" | cut -c1-1500 | tee -a "$summary"
+  else
+    row "INFO range profiler probe: not built (CUPTI: ${cupti_h:-no header}, ${cupti_so:-no library}; env.log)"
+  fi
 fi
 
 if [[ ${KREPLAY_RUN_NATIVE:-1} != 0 ]]; then
@@ -205,7 +225,8 @@ fi
 if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
   # One compile worker: no pool of processes under the injection. The plain run fills Inductor's caches (code
   # and autotuning choices), so the replayed runs compile the same kernels.
-  KREPLAY_PROG_STEPS=6 TORCHINDUCTOR_COMPILE_THREADS=1 graph_program compiled python3 "$src/torch_prog.py" compiled
+  KREPLAY_PROG_STEPS=6 TORCHINDUCTOR_COMPILE_THREADS=1 KREPLAY_GRAPH_MODES=${KREPLAY_COMPILED_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
+    graph_program compiled python3 "$src/torch_prog.py" compiled
 fi
 
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
@@ -218,7 +239,8 @@ if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
       -o "$work/xla.trace.csv" -- python3 "$src/jax_prealloc.py" >/dev/null
     row "INFO xla trace: $(grep -c 'vmem\|cuMem' "$work/xla.trace.log") virtual-memory lines; graph launches run once: $(csv_figure "$work/xla.trace.csv" graph_reasons | cut -c1-400)"
   fi
-  KREPLAY_PROG_STEPS=5 graph_program xla python3 "$src/jax_prealloc.py"
+  KREPLAY_PROG_STEPS=5 KREPLAY_GRAPH_MODES=${KREPLAY_XLA_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
+    graph_program xla python3 "$src/jax_prealloc.py"
   unset XLA_FLAGS XLA_PYTHON_CLIENT_PREALLOCATE
 fi
 

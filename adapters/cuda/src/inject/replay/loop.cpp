@@ -3,6 +3,7 @@
 // fenced, with its reason.
 #include <algorithm>
 #include <cinttypes>
+#include <cstdio>
 #include <iterator>
 #include <new>
 
@@ -393,12 +394,18 @@ void replayer::log_phases(const pending_t& p) {
     return;
   }
   double profiler_ms = 0;
+  std::string by_pass;
+  char number[32];
   for (const double ms : p.counter_ms) {
     profiler_ms += ms;
+    std::snprintf(number, sizeof(number), " %.3f", ms);
+    by_pass += number;
   }
   log(KREPLAY_LOG_INFO,
-      "launch %" PRIu64 " (%s): %s; in the passes: profiler %.3f, cache flushes %.3f, collect %.3f, restores %.3f",
-      p.row.index, p.row.kernel.c_str(), phases.c_str(), profiler_ms, p.flush_ms, p.collect_ms, p.row.restore_ms);
+      "launch %" PRIu64 " (%s): %s; in the passes: profiler %.3f, cache flushes %.3f, collect %.3f, restores %.3f; "
+      "profiler by pass:%s",
+      p.row.index, p.row.kernel.c_str(), phases.c_str(), profiler_ms, p.flush_ms, p.collect_ms, p.row.restore_ms,
+      by_pass.c_str());
 }
 
 void replayer::exit(const CUpti_CallbackData& data) {
