@@ -141,7 +141,8 @@ replay_config_t read_replay_config() {
 // --set and --metrics: CUPTI's Range Profiler as the replay's counter source. False, with one line on stderr, when
 // the list or the library will not do: nothing is replayed then (a profile without its counters is not what was
 // asked).
-bool make_counters(std::vector<std::string> metrics, counter_replay replay, std::unique_ptr<counter_source>* out) {
+bool make_counters(std::vector<std::string> metrics, counter_replay replay, counter_ranges ranges,
+                   std::unique_ptr<counter_source>* out) {
   std::string why;
   range_profiler_api_t api;
   if (!resolve_range_profiler(api, &why)) {
@@ -150,7 +151,7 @@ bool make_counters(std::vector<std::string> metrics, counter_replay replay, std:
   }
   *out = make_range_profiler_source(api, std::move(metrics), [](CUcontext context) {
     return g_injection.owner->device_of(context);
-  }, replay);
+  }, replay, ranges);
   return *out != nullptr;
 }
 
@@ -171,7 +172,9 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
   }
   const counter_replay replay = config.backend == replay_backend::cupti_kernel_replay ? counter_replay::cupti_kernel
                                                                                     : counter_replay::kreplay;
-  if (!metrics.empty() && !make_counters(std::move(metrics), replay, &counters)) {
+  // Range mode pushes each launch as a user range, even alone in its range: a context's profiler keeps one kind.
+  const counter_ranges ranges = config.mode == replay_mode::range ? counter_ranges::user : counter_ranges::automatic;
+  if (!metrics.empty() && !make_counters(std::move(metrics), replay, ranges, &counters)) {
     return;
   }
   g_injection.replay =

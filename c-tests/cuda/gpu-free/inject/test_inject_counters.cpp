@@ -198,6 +198,11 @@ std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(g
 // ---- A fake CUPTI Range Profiler, for the real source -----------------------------------------------------------
 std::vector<std::string> g_cupti;  // the calls, in order
 size_t g_ranges_per_pass = 1;      // what SetConfig must be asked for (range mode: the range's launches)
+bool g_user_ranges = false;        // and whether for user ranges (range mode) or automatic ones
+// The kind of range the profiler object was first configured with, -1 before: as on the H200 (CUPTI 13.0), it
+// keeps it until disabled; a push after automatic ranges is refused, and a configuration for automatic ranges
+// after user ones (there the image's initialisation failed).
+int g_object_kind = -1;
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
 bool g_range_open = false;         // a user range pushed and not yet popped
@@ -259,10 +264,12 @@ range_profiler_api_t fake_cupti() {
     CHECK(p->structSize == CUPTI_PROFILER_STRUCT_SIZE(CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject));
     CHECK(p->ctx == ctx0);
     p->pRangeProfilerObject = g_object;
+    g_object_kind = -1;
     return CUPTI_SUCCESS;
   };
   a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
     g_cupti.push_back("disable");
+    g_object_kind = -1;
     return CUPTI_SUCCESS;
   };
   a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
@@ -281,9 +288,13 @@ range_profiler_api_t fake_cupti() {
   a.set_config = [](CUpti_RangeProfiler_SetConfig_Params* p) {
     g_cupti.push_back("set_config");
     CHECK(!g_started);
-    // One launch a pass: an automatic range; several (range mode): a user range each.
-    CHECK(p->range == (g_ranges_per_pass > 1 ? CUPTI_UserRange : CUPTI_AutoRange));
+    // Kernel mode: an automatic range; range mode: a user range each, one launch a pass or several.
+    CHECK(p->range == (g_user_ranges ? CUPTI_UserRange : CUPTI_AutoRange));
     CHECK(p->maxRangesPerPass == g_ranges_per_pass);
+    if (g_object_kind == CUPTI_UserRange && p->range == CUPTI_AutoRange) {
+      return CUPTI_ERROR_UNKNOWN;
+    }
+    g_object_kind = g_object_kind < 0 ? p->range : g_object_kind;
     CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -310,6 +321,9 @@ range_profiler_api_t fake_cupti() {
   a.push_range = [](CUpti_RangeProfiler_PushRange_Params* p) {
     g_cupti.push_back("push");
     CHECK(g_started && !g_range_open && p->pRangeName != nullptr);
+    if (g_object_kind != CUPTI_UserRange) {
+      return CUPTI_ERROR_INVALID_PARAMETER;
+    }
     g_range_open = true;
     g_runs_at_push = g_runs;
     return CUPTI_SUCCESS;
@@ -560,8 +574,9 @@ void the_control_without_restores_ends_elsewhere() {
 }
 
 std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics,
-                                               counter_replay replay = counter_replay::kreplay) {
-  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; }, replay);
+                                               counter_replay replay = counter_replay::kreplay,
+                                               counter_ranges ranges = counter_ranges::automatic) {
+  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; }, replay, ranges);
 }
 
 // The Range Profiler source on a fake CUPTI that asks for 3 passes: set up once, configured per launch for user
@@ -651,11 +666,16 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   g_cupti.clear();
   g_plan = fake_plan{};
   g_ranges_per_pass = 2;
+  g_user_ranges = true;
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
-  const std::vector<std::string> lines =
-      replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}), 2);
+  const std::vector<std::string> lines = replay_one_launch(
+      2, true,
+      range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}, counter_replay::kreplay,
+                     counter_ranges::user),
+      2);
   g_options.clear();
   g_ranges_per_pass = 1;
+  g_user_ranges = false;
   CHECK(g_runs == 2 + 3 * 2 && after_steps(2));
   std::vector<std::string> expected = {"init", "chip", "host_init", "add_metrics", "enable", "size for 2", "image",
                                        "set_config"};
@@ -670,11 +690,40 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   without_push.push_range = nullptr;
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
   const std::vector<std::string> uncounted = replay_one_launch(
-      2, true, make_range_profiler_source(without_push, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; }), 2);
+      2, true,
+      make_range_profiler_source(without_push, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; },
+                                 counter_replay::kreplay, counter_ranges::user),
+      2);
   g_options.clear();
   CHECK(after_steps(2) && uncounted.size() == 3);
   CHECK(uncounted.size() == 3 && uncounted[1].find("no cuptiRangeProfilerPushRange") != std::string::npos &&
         uncounted[1].find(",1,\"\",") != std::string::npos);  // replayed, not counted
+}
+
+// Range mode makes every launch a user range, also one alone in its range: a context's profiler object keeps the
+// kind of range it was first configured with (the fake refuses a push after automatic ranges, as CUPTI 13.0 did
+// on the H200), so ranges of one launch configured for automatic ranges would stop every later range's counting.
+void range_mode_makes_a_launch_alone_in_its_range_a_user_range() {
+  g_cupti.clear();
+  g_plan = fake_plan{};
+  g_user_ranges = true;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "1"}};
+  const std::vector<std::string> lines = replay_one_launch(
+      2, true, range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user), 2);
+  g_options.clear();
+  g_user_ranges = false;
+  CHECK(after_steps(2) && lines.size() == 3);
+  const std::vector<std::string> one_range = {"image", "set_config", "start", "push", "pop", "stop", "start", "push",
+                                              "pop",   "stop",       "start", "push", "pop", "stop", "decode",
+                                              "evaluate"};
+  std::vector<std::string> expected = {"init", "chip", "host_init", "add_metrics", "enable"};
+  expected.insert(expected.end(), one_range.begin(), one_range.end());
+  expected.insert(expected.end(), one_range.begin(), one_range.end());
+  expected.push_back("disable");
+  CHECK(g_cupti == expected);
+  for (size_t row = 1; row < lines.size(); ++row) {
+    CHECK(lines[row].find("stopped") == std::string::npos && ends_with(lines[row], ",\"\",30"));  // counted
+  }
 }
 
 // Range mode with ranges of up to `size` launches, 2 passes, a source that needs 1, and the report.
@@ -696,6 +745,7 @@ void a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay() {
   g_cupti.clear();
   g_plan = fake_plan{};
   g_ranges_per_pass = 2;
+  g_user_ranges = true;
   range_profiler_api_t api = fake_cupti();
   api.push_range = [](CUpti_RangeProfiler_PushRange_Params*) {
     g_cupti.push_back("push");
@@ -707,9 +757,13 @@ void a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay() {
   };
   g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
   const std::vector<std::string> lines = replay_one_launch(
-      2, true, make_range_profiler_source(api, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; }), 2);
+      2, true,
+      make_range_profiler_source(api, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; },
+                                 counter_replay::kreplay, counter_ranges::user),
+      2);
   g_options.clear();
   g_ranges_per_pass = 1;
+  g_user_ranges = false;
   CHECK(g_runs == 2 + 3 * 2 && after_steps(2));  // every pass ran; the program's result kept
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "start") == 1);  // the later passes are not counted
   CHECK(std::find(g_cupti.begin(), g_cupti.end(), "decode") == g_cupti.end());
@@ -980,5 +1034,6 @@ int main() {
   RUN_TEST(a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once);
   RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
+  RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
   return 0;
 }

@@ -225,8 +225,11 @@ fi
 if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
   # One compile worker: no pool of processes under the injection. The plain run fills Inductor's caches (code
   # and autotuning choices), so the replayed runs compile the same kernels.
+  # The control relaunches Inductor's Triton kernels only: relaunching every kernel node without restores ran past
+  # 180 s on the H200 (2026-12-03-c), like the cudagraph loop's cuDNN wgrad node; the Triton kernels that update in
+  # place (batch norm's running statistics among them) change the result.
   KREPLAY_PROG_STEPS=6 TORCHINDUCTOR_COMPILE_THREADS=1 KREPLAY_GRAPH_MODES=${KREPLAY_COMPILED_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
-    graph_program compiled python3 "$src/torch_prog.py" compiled
+    KREPLAY_CONTROL_ARGS="--kernel-name triton" graph_program compiled python3 "$src/torch_prog.py" compiled
 fi
 
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then

@@ -28,7 +28,8 @@ class counter_session {
   // Around one counted pass: before its launch is submitted, and after it has completed (or failed).
   virtual bool begin_pass(std::string* why) = 0;
   virtual bool end_pass(std::string* why) = 0;
-  // Range mode, inside a counted pass: around each launch's relaunch, so that each is a range of its own.
+  // Inside a counted pass, around each launch's relaunch (one in kernel mode, a range's in range mode), so that
+  // each is a range of its own where the source makes user ranges.
   virtual bool begin_range(std::string*) { return true; }
   virtual bool end_range(std::string*) { return true; }
   // After the last counted pass: one value per metric, in the source's order.

@@ -109,7 +109,8 @@ double replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   const auto begun = replay_clock::now();
   p.flush_ms += ms_between(flushing, begun);
   p.row.counter_setup_ms += ms_between(flushing, begun);
-  if (std::string why; !p.counting->begin_pass(&why)) {
+  // The launch a range of its own where the source asks for user ranges (range mode's profiler object).
+  if (std::string why; !p.counting->begin_pass(&why) || !p.counting->begin_range(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
   }
   return ms_between(begun, replay_clock::now());
@@ -121,7 +122,7 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran, double be
   }
   std::string why;
   const auto ending = replay_clock::now();
-  if (!p.counting->end_pass(&why)) {
+  if (!p.counting->end_range(&why) || !p.counting->end_pass(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
     return;
   }

@@ -109,6 +109,7 @@ struct session_inputs {
   uint32_t passes;
   size_t metrics;  // the source's
   CUpti_ProfilerReplayMode replay;  // user replay (kreplay's passes), or CUPTI's own kernel replay
+  bool user_ranges = false;         // each launch pushed and popped as a range (counter_ranges::user)
   uint32_t ranges = 1;              // launches (ranges) per pass
   std::vector<uint8_t>* image = nullptr;  // the counter-data image for `ranges` (in images)
 };
@@ -128,10 +129,10 @@ class range_session final : public counter_session {
     }
   }
 
-  // The counter-data image initialized afresh, and the configuration: one launch a pass as an automatic range,
-  // in user replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between
-  // Start and Stop, saving and restoring memory itself); several a pass (range mode) as user ranges, one pushed
-  // and popped around each relaunch. On the H200 automatic ranges over a range's relaunches (all made inside a
+  // The counter-data image initialized afresh, and the configuration: each launch an automatic range, in user
+  // replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between Start and
+  // Stop, saving and restoring memory itself); or (range mode) each a user range, pushed and popped around its
+  // relaunch, one or several a pass. On the H200 automatic ranges over a range's relaunches (all made inside a
   // launch callback) recorded fewer ranges than launches (2 for 32).
   bool configure(std::string* why) override {
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
@@ -273,8 +274,8 @@ class range_session final : public counter_session {
 
   bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
 
-  // Several launches a pass (open_ranges makes those only with a CUPTI that can push and pop ranges).
-  bool user_ranges() const { return in_.ranges > 1; }
+  // The source's kind (a source makes user ranges only with a CUPTI that can push and pop them).
+  bool user_ranges() const { return in_.user_ranges; }
 
   const range_profiler_api_t& api_;
   session_inputs in_;
@@ -288,11 +289,13 @@ class range_session final : public counter_session {
 class range_profiler_source final : public counter_source {
  public:
   range_profiler_source(const range_profiler_api_t& api, std::vector<std::string> metrics, device_of_t device_of,
-                        counter_replay replay)
+                        counter_replay replay, counter_ranges ranges)
       : api_(api),
         metrics_(std::move(metrics)),
         device_of_(std::move(device_of)),
-        replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay) {
+        replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay),
+        user_ranges_(ranges == counter_ranges::user && replay == counter_replay::kreplay && api.push_range != nullptr &&
+                     api.pop_range != nullptr) {
     for (const std::string& metric : metrics_) {
       names_.push_back(metric.c_str());
     }
@@ -342,14 +345,17 @@ class range_profiler_source final : public counter_source {
       return nullptr;
     }
     *passes = setup.passes;
-    return std::make_unique<range_session>(
-        api_, session_inputs{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_});
+    return std::make_unique<range_session>(api_, inputs(setup));
   }
 
   std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
                                                std::string* why) override {
     if (ranges > 1 && (api_.push_range == nullptr || api_.pop_range == nullptr)) {
       *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
+      return nullptr;
+    }
+    if (ranges > 1 && !user_ranges_) {
+      *why = "this source makes automatic ranges: one launch a range";
       return nullptr;
     }
     std::unique_ptr<counter_session> single = open(context, passes, why);
@@ -377,13 +383,19 @@ class range_profiler_source final : public counter_source {
       }
       image.resize(size.counterDataSize);
     }
-    session_inputs inputs{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_};
-    inputs.ranges = ranges;
-    inputs.image = &image;
-    return std::make_unique<range_session>(api_, std::move(inputs));
+    session_inputs several = inputs(setup);
+    several.ranges = ranges;
+    several.image = &image;
+    return std::make_unique<range_session>(api_, std::move(several));
   }
 
  private:
+  session_inputs inputs(const context_setup& setup) const {
+    session_inputs out{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_};
+    out.user_ranges = user_ranges_;
+    return out;
+  }
+
   // The host side (config image, pass count) and the target side (the profiler on the context, the counter-data
   // size); the first failure is kept in setup.failure.
   void set_up(CUcontext context, context_setup& setup) {
@@ -537,6 +549,7 @@ class range_profiler_source final : public counter_source {
   device_of_t device_of_;
   std::mutex mutex_;
   CUpti_ProfilerReplayMode replay_;
+  bool user_ranges_;  // counter_ranges::user, with a CUPTI that can push and pop
   std::map<CUcontext, context_setup> contexts_;
   bool initialized_ = false;
   bool warned_ = false;
@@ -602,8 +615,8 @@ bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool lo
 
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
                                                            std::vector<std::string> metrics, device_of_t device_of,
-                                                           counter_replay replay) {
-  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of), replay);
+                                                           counter_replay replay, counter_ranges ranges) {
+  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of), replay, ranges);
 }
 
 }  // namespace kreplay::cuda::inject

@@ -1,5 +1,6 @@
 // The counter source of --metrics: CUPTI's Range Profiler (CUDA 12.6 and later) in user replay with automatic
-// ranges, one range per launch (or, for --backend cupti-kernel-replay, in CUPTI's own kernel replay). Per context, once: the host side turns the metric names into a config image and
+// ranges, one range per launch, or user ranges in range mode (or, for --backend cupti-kernel-replay, in CUPTI's own
+// kernel replay). Per context, once: the host side turns the metric names into a config image and
 // says how many passes they need; the target side enables the profiler on the context and sizes a counter-data
 // image. Per launch (a session, configured inside the launch's window): a fresh counter-data image and SetConfig;
 // Start and Stop around each counted pass (the loop restores the memory between them); then DecodeData and the
@@ -77,9 +78,17 @@ using device_of_t = std::function<int(CUcontext)>;
 // --backend cupti-kernel-replay, the side-by-side measurement).
 enum class counter_replay : uint8_t { kreplay, cupti_kernel };
 
+// How a launch is made a range: automatically (CUPTI takes each launch between Start and Stop as one, kernel mode),
+// or as a user range pushed and popped around it (range mode, where a pass holds many). The profiler object of a
+// context keeps the kind it was first configured with (on the H200, CUPTI 13.0: PushRange refused after automatic
+// ranges, CounterDataImageInitialize after user ones; bench/range_profiler_probe.cu), so a source makes one kind
+// only. A CUPTI without PushRange/PopRange gets automatic ranges, one launch a pass.
+enum class counter_ranges : uint8_t { automatic, user };
+
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
                                                            std::vector<std::string> metrics, device_of_t device_of,
-                                                           counter_replay replay = counter_replay::kreplay);
+                                                           counter_replay replay = counter_replay::kreplay,
+                                                           counter_ranges ranges = counter_ranges::automatic);
 
 }  // namespace kreplay::cuda::inject
 

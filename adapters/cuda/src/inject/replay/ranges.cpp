@@ -396,8 +396,8 @@ double replayer::flush_before_range_pass(range_t& range) {
 }
 
 // One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
-// all (each launch a range of its own: begin_range / end_range around it), the caches flushed before. False when a
-// launch or the wait failed.
+// all (each launch a range of its own: begin_range / end_range around it, in *counter_ms with them), the caches
+// flushed before. False when a launch or the wait failed.
 bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
                               double* flush_ms, bool* counting_lost) {
   *flush_ms = counting != nullptr ? flush_before_range_pass(range) : 0.0;
@@ -408,9 +408,13 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
   bool ran = true;
   bool ranged = counted;  // each launch its own user range while the profiler takes them
   for (auto& p : range.launches) {
+    profiler = replay_clock::now();
     ranged = ranged && counting->begin_range(&why);
+    *counter_ms += ms_between(profiler, replay_clock::now());
     ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
+    profiler = replay_clock::now();
     ranged = ranged && counting->end_range(&why);
+    *counter_ms += ms_between(profiler, replay_clock::now());
   }
   const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
   ran = ran && waited;
