@@ -142,7 +142,7 @@ replay_config_t read_replay_config() {
 // the list or the library will not do: nothing is replayed then (a profile without its counters is not what was
 // asked).
 bool make_counters(std::vector<std::string> metrics, counter_replay replay, counter_ranges ranges,
-                   std::unique_ptr<counter_source>* out) {
+                   uint32_t per_pass, std::unique_ptr<counter_source>* out) {
   std::string why;
   range_profiler_api_t api;
   if (!resolve_range_profiler(api, &why)) {
@@ -151,7 +151,7 @@ bool make_counters(std::vector<std::string> metrics, counter_replay replay, coun
   }
   *out = make_range_profiler_source(api, std::move(metrics), [](CUcontext context) {
     return g_injection.owner->device_of(context);
-  }, replay, ranges);
+  }, replay, ranges, per_pass);
   return *out != nullptr;
 }
 
@@ -174,7 +174,8 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
                                                                                     : counter_replay::kreplay;
   // Range mode pushes each launch as a user range, even alone in its range: a context's profiler keeps one kind.
   const counter_ranges ranges = config.mode == replay_mode::range ? counter_ranges::user : counter_ranges::automatic;
-  if (!metrics.empty() && !make_counters(std::move(metrics), replay, ranges, &counters)) {
+  const uint32_t per_pass = config.mode == replay_mode::range ? config.range_size : 1;
+  if (!metrics.empty() && !make_counters(std::move(metrics), replay, ranges, per_pass, &counters)) {
     return;
   }
   g_injection.replay =

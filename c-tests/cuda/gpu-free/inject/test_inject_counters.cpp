@@ -203,6 +203,12 @@ bool g_user_ranges = false;        // and whether for user ranges (range mode) o
 // keeps it until disabled; a push after automatic ranges is refused, and a configuration for automatic ranges
 // after user ones (there the image's initialisation failed).
 int g_object_kind = -1;
+// The same for the ranges a pass may hold: configured again for another number, the object recorded 2 ranges a
+// pass whatever it held (32 or 4 launches).
+int64_t g_object_per_pass = -1;
+bool g_per_pass_changed = false;
+size_t g_ranges_this_pass = 0;  // pushed in the current pass (user ranges)
+size_t g_ranges_recorded = 0;   // recorded in the last pass
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
 bool g_range_open = false;         // a user range pushed and not yet popped
@@ -265,6 +271,8 @@ range_profiler_api_t fake_cupti() {
     CHECK(p->ctx == ctx0);
     p->pRangeProfilerObject = g_object;
     g_object_kind = -1;
+    g_object_per_pass = -1;
+    g_per_pass_changed = false;
     return CUPTI_SUCCESS;
   };
   a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
@@ -295,6 +303,9 @@ range_profiler_api_t fake_cupti() {
       return CUPTI_ERROR_UNKNOWN;
     }
     g_object_kind = g_object_kind < 0 ? p->range : g_object_kind;
+    const auto per_pass = static_cast<int64_t>(p->maxRangesPerPass);
+    g_per_pass_changed = g_per_pass_changed || (g_object_per_pass >= 0 && g_object_per_pass != per_pass);
+    g_object_per_pass = g_object_per_pass < 0 ? per_pass : g_object_per_pass;
     CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -304,12 +315,14 @@ range_profiler_api_t fake_cupti() {
     g_cupti.push_back("start");
     CHECK(p->pRangeProfilerObject == g_object && !g_started);
     g_started = true;
+    g_ranges_this_pass = 0;
     return CUPTI_SUCCESS;
   };
   a.stop = [](CUpti_RangeProfiler_Stop_Params* p) {
     g_cupti.push_back("stop");
     CHECK(g_started);
     g_started = false;
+    g_ranges_recorded = g_object_kind == CUPTI_UserRange ? g_ranges_this_pass : 1;
     if (g_kernel_replay) {  // CUPTI ran every pass inside the launch
       CHECK(g_runs == 1);
       g_stops = static_cast<int>(kFakePasses) - 1;
@@ -326,12 +339,17 @@ range_profiler_api_t fake_cupti() {
     }
     g_range_open = true;
     g_runs_at_push = g_runs;
+    ++g_ranges_this_pass;
     return CUPTI_SUCCESS;
   };
   a.pop_range = [](CUpti_RangeProfiler_PopRange_Params*) {
     g_cupti.push_back("pop");
     CHECK(g_started && g_range_open && g_runs == g_runs_at_push + 1);
     g_range_open = false;
+    return CUPTI_SUCCESS;
+  };
+  a.get_counter_data_info = [](CUpti_RangeProfiler_GetCounterDataInfo_Params* p) {
+    p->numTotalRanges = g_per_pass_changed ? 2 : g_ranges_recorded;
     return CUPTI_SUCCESS;
   };
   a.decode_data = [](CUpti_RangeProfiler_DecodeData_Params* p) {
@@ -575,8 +593,10 @@ void the_control_without_restores_ends_elsewhere() {
 
 std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics,
                                                counter_replay replay = counter_replay::kreplay,
-                                               counter_ranges ranges = counter_ranges::automatic) {
-  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; }, replay, ranges);
+                                               counter_ranges ranges = counter_ranges::automatic,
+                                               uint32_t per_pass = 1) {
+  return make_range_profiler_source(fake_cupti(), std::move(metrics), [](CUcontext) { return 0; }, replay, ranges,
+                                    per_pass);
 }
 
 // The Range Profiler source on a fake CUPTI that asks for 3 passes: set up once, configured per launch for user
@@ -671,7 +691,7 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   const std::vector<std::string> lines = replay_one_launch(
       2, true,
       range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}, counter_replay::kreplay,
-                     counter_ranges::user),
+                     counter_ranges::user, 2),
       2);
   g_options.clear();
   g_ranges_per_pass = 1;
@@ -692,7 +712,7 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   const std::vector<std::string> uncounted = replay_one_launch(
       2, true,
       make_range_profiler_source(without_push, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; },
-                                 counter_replay::kreplay, counter_ranges::user),
+                                 counter_replay::kreplay, counter_ranges::user, 2),
       2);
   g_options.clear();
   CHECK(after_steps(2) && uncounted.size() == 3);
@@ -739,6 +759,44 @@ replay_config_t range_run(const char* size) {
                     {"KREPLAY_REPLAY_RANGE_SIZE", size}});
 }
 
+// Ranges of different lengths (one launch ended by a copy, then a full one of 4) are configured alike, for the
+// source's 4 ranges a pass: the fake, as the H200's CUPTI, records 2 ranges a pass once the number changes.
+void ranges_of_any_length_are_configured_for_the_same_ranges_a_pass() {
+  g_cupti.clear();
+  g_user_ranges = true;
+  g_ranges_per_pass = 4;
+  const replay_config_t config = range_run("4");
+  {
+    replayer r(*g_tracker, config, g_ops, counter_driver(),
+               range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user, 4));
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch(r);
+    CUresult ok = CUDA_SUCCESS;
+    r.on_copy(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
+    r.on_copy(fake::callback_data(CUPTI_API_EXIT, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
+    for (int i = 0; i < 4; ++i) {
+      program_launch(r);
+    }
+    r.finish();
+  }
+  g_user_ranges = false;
+  g_ranges_per_pass = 1;
+  CHECK(after_steps(5) && std::count(g_cupti.begin(), g_cupti.end(), "set_config") == 2);
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "size for 4") == 1);  // one image, made at the set-up
+  std::ifstream in(csv_path());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  std::remove(csv_path().c_str());
+  CHECK(lines.size() == 6);
+  for (size_t row = 1; row < lines.size(); ++row) {
+    CHECK(lines[row].find("not collected") == std::string::npos && lines[row].find("stopped") == std::string::npos);
+    CHECK(ends_with(lines[row], ",\"\",30"));  // counted
+  }
+}
+
 // A user range that cannot be pushed: the pass's ranges are not the launches', so no later pass is counted and
 // nothing is collected; the rows say why, and the range is still replayed and its memory put back.
 void a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay() {
@@ -759,7 +817,7 @@ void a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay() {
   const std::vector<std::string> lines = replay_one_launch(
       2, true,
       make_range_profiler_source(api, {"smsp__inst_executed.sum"}, [](CUcontext) { return 0; },
-                                 counter_replay::kreplay, counter_ranges::user),
+                                 counter_replay::kreplay, counter_ranges::user, 2),
       2);
   g_options.clear();
   g_ranges_per_pass = 1;
@@ -1035,5 +1093,6 @@ int main() {
   RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
+  RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   return 0;
 }

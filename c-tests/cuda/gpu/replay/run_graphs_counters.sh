@@ -16,7 +16,8 @@
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
-#                         replay); kreplay's kernel mode logs each launch's time by phase (phases.py)
+#                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode); kreplay's kernel mode logs each launch's
+#                         time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
@@ -195,7 +196,7 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   start=$SECONDS
   plain=$(run "$work/side.plain.log" "${cmd[@]}")
   row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s"
-  counted_against_ncu side "$more" "--replay-mode kernel" "$plain" -- "${cmd[@]}"
+  [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_against_ncu side "$more" "--replay-mode kernel" "$plain" -- "${cmd[@]}"
   if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 ]]; then
     start=$SECONDS
     sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \

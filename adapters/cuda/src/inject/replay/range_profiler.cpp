@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -83,9 +84,7 @@ constexpr size_t kHostInitializeSize = CUPTI_PROFILER_STRUCT_SIZE(CUpti_Profiler
 // context's other launches wait for.
 struct profiler_images {
   std::vector<uint8_t> config;
-  std::vector<uint8_t> counter_data;
-  // Range mode: a counter-data image for each number of ranges per pass asked for (kept like the others).
-  std::map<uint32_t, std::vector<uint8_t>> range_data;
+  std::vector<uint8_t> counter_data;  // room for the source's ranges per pass
   // The metrics the context's device knows (the names CUPTI is given), and their columns among the source's
   // metrics; the others' columns stay empty. Fixed once the set-up is done.
   std::vector<const char*> names;
@@ -110,14 +109,14 @@ struct session_inputs {
   size_t metrics;  // the source's
   CUpti_ProfilerReplayMode replay;  // user replay (kreplay's passes), or CUPTI's own kernel replay
   bool user_ranges = false;         // each launch pushed and popped as a range (counter_ranges::user)
-  uint32_t ranges = 1;              // launches (ranges) per pass
-  std::vector<uint8_t>* image = nullptr;  // the counter-data image for `ranges` (in images)
+  uint32_t per_pass = 1;            // the ranges a pass may hold, the same for every session of the source
+  uint32_t ranges = 1;              // the launches (ranges) of this session's passes, at most per_pass
 };
 
 class range_session final : public counter_session {
  public:
   range_session(const range_profiler_api_t& api, session_inputs inputs)
-      : api_(api), in_(std::move(inputs)), image_(in_.image != nullptr ? *in_.image : in_.images->counter_data) {}
+      : api_(api), in_(std::move(inputs)), image_(in_.images->counter_data) {}
   range_session(const range_session&) = delete;
   range_session& operator=(const range_session&) = delete;
 
@@ -152,7 +151,7 @@ class range_session final : public counter_session {
     config.pCounterDataImage = image_.data();
     config.range = user_ranges() ? CUPTI_UserRange : CUPTI_AutoRange;
     config.replayMode = in_.replay;
-    config.maxRangesPerPass = in_.ranges;
+    config.maxRangesPerPass = in_.per_pass;
     config.numNestingLevels = 1;
     config.minNestingLevel = 1;
     config.passIndex = 0;
@@ -170,6 +169,9 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
+  // The launches each pass of this session holds (range mode), at most the source's ranges per pass.
+  void expect_ranges(uint32_t ranges) { in_.ranges = ranges; }
+
   bool begin_range(std::string* why) override {
     if (!user_ranges()) {
       return true;
@@ -177,7 +179,7 @@ class range_session final : public counter_session {
     CUpti_RangeProfiler_PushRange_Params push{};
     push.structSize = CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
     push.pRangeProfilerObject = in_.object;
-    const std::string name = "launch " + std::to_string(pushed_++ % in_.ranges);
+    const std::string name = "launch " + std::to_string(pushed_++ % std::max<uint32_t>(in_.ranges, 1));
     push.pRangeName = name.c_str();
     return ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
   }
@@ -289,13 +291,14 @@ class range_session final : public counter_session {
 class range_profiler_source final : public counter_source {
  public:
   range_profiler_source(const range_profiler_api_t& api, std::vector<std::string> metrics, device_of_t device_of,
-                        counter_replay replay, counter_ranges ranges)
+                        counter_replay replay, counter_ranges ranges, uint32_t per_pass)
       : api_(api),
         metrics_(std::move(metrics)),
         device_of_(std::move(device_of)),
         replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay),
         user_ranges_(ranges == counter_ranges::user && replay == counter_replay::kreplay && api.push_range != nullptr &&
-                     api.pop_range != nullptr) {
+                     api.pop_range != nullptr),
+        per_pass_(user_ranges_ ? std::max<uint32_t>(per_pass, 1) : 1) {
     for (const std::string& metric : metrics_) {
       names_.push_back(metric.c_str());
     }
@@ -354,45 +357,23 @@ class range_profiler_source final : public counter_source {
       *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
       return nullptr;
     }
-    if (ranges > 1 && !user_ranges_) {
-      *why = "this source makes automatic ranges: one launch a range";
+    if (ranges > per_pass_) {
+      *why = "a pass of " + std::to_string(ranges) + " launches, where the source was made for " +
+             std::to_string(per_pass_);
       return nullptr;
     }
-    std::unique_ptr<counter_session> single = open(context, passes, why);
-    if (single == nullptr || ranges == 1) {
-      return single;
+    std::unique_ptr<counter_session> session = open(context, passes, why);
+    if (session != nullptr) {
+      static_cast<range_session*>(session.get())->expect_ranges(ranges);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto found = contexts_.find(context);
-    if (found == contexts_.end()) {
-      *why = "the context went while its session was made";
-      return nullptr;
-    }
-    const context_setup& setup = found->second;
-    std::vector<uint8_t>& image = setup.images->range_data[ranges];
-    if (image.empty()) {
-      CUpti_RangeProfiler_GetCounterDataSize_Params size{};
-      size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
-      size.pRangeProfilerObject = setup.object;
-      size.pMetricNames = const_cast<const char**>(setup.images->names.data());
-      size.numMetrics = setup.images->names.size();
-      size.maxNumOfRanges = ranges;
-      set_tree_nodes(size, ranges);
-      if (!cupti_succeeded(api_, api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", why)) {
-        return nullptr;
-      }
-      image.resize(size.counterDataSize);
-    }
-    session_inputs several = inputs(setup);
-    several.ranges = ranges;
-    several.image = &image;
-    return std::make_unique<range_session>(api_, std::move(several));
+    return session;
   }
 
  private:
   session_inputs inputs(const context_setup& setup) const {
     session_inputs out{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_};
     out.user_ranges = user_ranges_;
+    out.per_pass = per_pass_;
     return out;
   }
 
@@ -431,8 +412,8 @@ class range_profiler_source final : public counter_source {
     size.pRangeProfilerObject = setup.object;
     size.pMetricNames = const_cast<const char**>(setup.images->names.data());
     size.numMetrics = setup.images->names.size();
-    size.maxNumOfRanges = 1;
-    set_tree_nodes(size, 1);
+    size.maxNumOfRanges = per_pass_;
+    set_tree_nodes(size, per_pass_);
     if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
       setup.images->counter_data.resize(size.counterDataSize);
     }
@@ -550,6 +531,7 @@ class range_profiler_source final : public counter_source {
   std::mutex mutex_;
   CUpti_ProfilerReplayMode replay_;
   bool user_ranges_;  // counter_ranges::user, with a CUPTI that can push and pop
+  uint32_t per_pass_; // the ranges every configuration allows a pass (1 for automatic ranges)
   std::map<CUcontext, context_setup> contexts_;
   bool initialized_ = false;
   bool warned_ = false;
@@ -615,8 +597,10 @@ bool resolve_range_profiler(range_profiler_api_t& out, std::string* why, bool lo
 
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
                                                            std::vector<std::string> metrics, device_of_t device_of,
-                                                           counter_replay replay, counter_ranges ranges) {
-  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of), replay, ranges);
+                                                           counter_replay replay, counter_ranges ranges,
+                                                           uint32_t per_pass) {
+  return std::make_unique<range_profiler_source>(api, std::move(metrics), std::move(device_of), replay, ranges,
+                                                 per_pass);
 }
 
 }  // namespace kreplay::cuda::inject

@@ -82,13 +82,17 @@ enum class counter_replay : uint8_t { kreplay, cupti_kernel };
 // or as a user range pushed and popped around it (range mode, where a pass holds many). The profiler object of a
 // context keeps the kind it was first configured with (on the H200, CUPTI 13.0: PushRange refused after automatic
 // ranges, CounterDataImageInitialize after user ones; bench/range_profiler_probe.cu), so a source makes one kind
-// only. A CUPTI without PushRange/PopRange gets automatic ranges, one launch a pass.
+// only. A CUPTI without PushRange/PopRange gets automatic ranges, one launch a pass. The object seems to keep the
+// ranges a pass may hold too (configured for 1 first, later passes of 4 and of 32 user ranges recorded 2), so
+// every configuration of a user-range source allows `per_pass` (range mode's --range-size), and its counter-data
+// image has room for them, however many launches a range holds.
 enum class counter_ranges : uint8_t { automatic, user };
 
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
                                                            std::vector<std::string> metrics, device_of_t device_of,
                                                            counter_replay replay = counter_replay::kreplay,
-                                                           counter_ranges ranges = counter_ranges::automatic);
+                                                           counter_ranges ranges = counter_ranges::automatic,
+                                                           uint32_t per_pass = 1);
 
 }  // namespace kreplay::cuda::inject
 
