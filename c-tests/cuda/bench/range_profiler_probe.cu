@@ -7,7 +7,8 @@
 //   switch   on the same profiler object, SetConfig with user ranges (4 a pass) after automatic ones: PushRange's
 //            answer
 //   fresh    the profiler disabled and enabled again, user ranges first: each pass's Push/Pop answers, the
-//            ranges decoded, the instruction counts of the four
+//            ranges decoded, the instruction counts of the four; then automatic ranges and user ones again
+//   per pass on fresh objects: one user range a pass, then four; four a pass holding one launch, then four
 // Exits 0 unless CUDA itself fails: a refusal by CUPTI is a finding.
 #include <chrono>
 #include <cstdio>
@@ -259,6 +260,28 @@ bool host_side(probe& p, const std::string& list) {
   return true;
 }
 
+// One session: the image initialized, SetConfig (unless `configure` is false) for `ranges` launches a pass (each
+// pushed as a user range, or automatic ones), the passes, the values; its line printed.
+void session(probe& p, const std::string& label, std::vector<uint8_t>& data, CUpti_ProfilerRange kind, int ranges,
+             bool configure) {
+  std::string line = label;
+  if (timed(&line, "init", [&] { return p.initialize(data); }) &&
+      (!configure || timed(&line, "setconfig", [&] { return p.set_config(data, kind, ranges); }))) {
+    p.passes_and_values(&line, data, ranges, kind == CUPTI_UserRange);
+  }
+  std::printf("%s\n", line.c_str());
+}
+
+// A session configured for four user ranges a pass whose passes hold `launches`.
+void session_holding(probe& p, const std::string& label, std::vector<uint8_t>& data, int launches) {
+  std::string line = label;
+  if (timed(&line, "init", [&] { return p.initialize(data); }) &&
+      timed(&line, "setconfig", [&] { return p.set_config(data, CUPTI_UserRange, 4); })) {
+    p.passes_and_values(&line, data, launches, true);
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,58 +305,37 @@ int main(int argc, char** argv) {
   }
   std::vector<uint8_t> one = p.image(1);
   for (int launch = 0; launch < 3; ++launch) {
-    std::string line = "kernel launch " + std::to_string(launch) + ":";
-    if (timed(&line, "init", [&] { return p.initialize(one); }) &&
-        timed(&line, "setconfig", [&] { return p.set_config(one, CUPTI_AutoRange, 1); })) {
-      p.passes_and_values(&line, one, 1, false);
-    }
-    std::printf("%s\n", line.c_str());
+    session(p, "kernel launch " + std::to_string(launch) + ":", one, CUPTI_AutoRange, 1, true);
   }
-  {
-    std::string line = "reuse (no SetConfig):";
-    if (timed(&line, "init", [&] { return p.initialize(one); })) {
-      p.passes_and_values(&line, one, 1, false);
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  session(p, "reuse (no SetConfig):", one, CUPTI_AutoRange, 1, false);
   std::vector<uint8_t> four = p.image(4);
-  {
-    std::string line = "switch (user ranges after automatic, same object):";
-    if (timed(&line, "init", [&] { return p.initialize(four); }) &&
-        timed(&line, "setconfig", [&] { return p.set_config(four, CUPTI_UserRange, 4); })) {
-      p.passes_and_values(&line, four, 4, true);
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  session(p, "switch (user ranges after automatic, same object):", four, CUPTI_UserRange, 4, true);
   p.disable();
   if (!p.enable()) {
     return 0;
   }
   four = p.image(4);
-  for (int session = 0; session < 2; ++session) {
-    std::string line = "fresh (user ranges first), session " + std::to_string(session) + ":";
-    if (timed(&line, "init", [&] { return p.initialize(four); }) &&
-        timed(&line, "setconfig", [&] { return p.set_config(four, CUPTI_UserRange, 4); })) {
-      p.passes_and_values(&line, four, 4, true);
-    }
-    std::printf("%s\n", line.c_str());
+  session(p, "fresh (user ranges first), session 0:", four, CUPTI_UserRange, 4, true);
+  session(p, "fresh (user ranges first), session 1:", four, CUPTI_UserRange, 4, true);
+  session(p, "fresh, then automatic ranges, one launch:", one, CUPTI_AutoRange, 1, true);
+  session(p, "then user ranges again:", four, CUPTI_UserRange, 4, true);
+  // Ranges a pass: configured for one user range first, then for four (what range mode did before 73a2aea); and
+  // configured for four with a pass holding one (what it does now).
+  p.disable();
+  if (!p.enable()) {
+    return 0;
   }
-  {
-    std::string line = "fresh, then automatic ranges, one launch:";
-    if (timed(&line, "init", [&] { return p.initialize(one); }) &&
-        timed(&line, "setconfig", [&] { return p.set_config(one, CUPTI_AutoRange, 1); })) {
-      p.passes_and_values(&line, one, 1, false);
-    }
-    std::printf("%s\n", line.c_str());
+  one = p.image(1);
+  four = p.image(4);
+  session(p, "fresh, one user range a pass:", one, CUPTI_UserRange, 1, true);
+  session(p, "then four user ranges a pass:", four, CUPTI_UserRange, 4, true);
+  p.disable();
+  if (!p.enable()) {
+    return 0;
   }
-  {
-    std::string line = "then user ranges again:";
-    if (timed(&line, "init", [&] { return p.initialize(four); }) &&
-        timed(&line, "setconfig", [&] { return p.set_config(four, CUPTI_UserRange, 4); })) {
-      p.passes_and_values(&line, four, 4, true);
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  four = p.image(4);
+  session_holding(p, "fresh, four user ranges a pass, one launch in it:", four, 1);
+  session(p, "then four launches:", four, CUPTI_UserRange, 4, true);
   p.disable();
   return 0;
 }
