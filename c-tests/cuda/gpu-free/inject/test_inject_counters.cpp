@@ -209,6 +209,10 @@ int64_t g_object_per_pass = -1;
 bool g_per_pass_changed = false;
 size_t g_ranges_this_pass = 0;  // pushed in the current pass (user ranges)
 size_t g_ranges_recorded = 0;   // recorded in the last pass
+// A configuration dropped before its data was decoded leaves the object unable to finish a later one (on the
+// H200 every later session's passes were never all submitted) until it is disabled and enabled again.
+bool g_undecoded = false;
+bool g_object_broken = false;
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
 bool g_range_open = false;         // a user range pushed and not yet popped
@@ -273,6 +277,8 @@ range_profiler_api_t fake_cupti() {
     g_object_kind = -1;
     g_object_per_pass = -1;
     g_per_pass_changed = false;
+    g_undecoded = false;
+    g_object_broken = false;
     return CUPTI_SUCCESS;
   };
   a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
@@ -306,6 +312,8 @@ range_profiler_api_t fake_cupti() {
     const auto per_pass = static_cast<int64_t>(p->maxRangesPerPass);
     g_per_pass_changed = g_per_pass_changed || (g_object_per_pass >= 0 && g_object_per_pass != per_pass);
     g_object_per_pass = g_object_per_pass < 0 ? per_pass : g_object_per_pass;
+    g_object_broken = g_object_broken || g_undecoded;
+    g_undecoded = true;
     CHECK(p->replayMode == (g_kernel_replay ? CUPTI_KernelReplay : CUPTI_UserReplay));
     CHECK(p->configSize == 64 && p->counterDataImageSize == 256 && p->numNestingLevels == 1);
     g_stops = 0;
@@ -327,7 +335,7 @@ range_profiler_api_t fake_cupti() {
       CHECK(g_runs == 1);
       g_stops = static_cast<int>(kFakePasses) - 1;
     }
-    p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) ? 1 : 0;
+    p->isAllPassSubmitted = ++g_stops >= static_cast<int>(kFakePasses) && !g_object_broken ? 1 : 0;
     return CUPTI_SUCCESS;
   };
   // A user range holds exactly one relaunch, inside a pass.
@@ -354,6 +362,7 @@ range_profiler_api_t fake_cupti() {
   };
   a.decode_data = [](CUpti_RangeProfiler_DecodeData_Params* p) {
     g_cupti.push_back("decode");
+    g_undecoded = false;
     p->numOfRangeDropped = 0;
     return CUPTI_SUCCESS;
   };
@@ -955,6 +964,22 @@ void a_session_dropped_inside_a_pass_stops_its_range() {
   CHECK(g_cupti.back() == "disable");
 }
 
+// A launch whose relaunch fails on a counted pass drops its session undecoded; the next launch's session finds
+// the profiler disabled and enabled afresh on the context, and is counted (without that, the fake, as CUPTI on the
+// H200, never submits all its passes).
+void a_session_dropped_undecoded_enables_the_profiler_afresh() {
+  g_cupti.clear();
+  g_plan = fake_plan{};
+  g_fail_run = 3;  // the first launch's relaunch of pass 3, a counted one
+  const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum"}), 2);
+  CHECK(lines.size() == 3 && lines[1].find("stopped: pass 3 did not run") != std::string::npos);
+  CHECK(ends_with(lines[2], ",\"\",30"));  // the second launch counted
+  const auto first = std::find(g_cupti.begin(), g_cupti.end(), "enable");
+  const auto second = first == g_cupti.end() ? first : std::find(first + 1, g_cupti.end(), "enable");
+  CHECK(second != g_cupti.end() && *(second - 1) == "disable");  // between the two launches
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "enable") == 2);
+}
+
 // A metric CUPTI does not know is left out (one line on stderr): each name is tried alone, the launches are counted
 // with the others, and its column stays empty.
 void a_metric_cupti_does_not_know_is_left_out_and_the_others_counted() {
@@ -1094,5 +1119,6 @@ int main() {
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
+  RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
   return 0;
 }

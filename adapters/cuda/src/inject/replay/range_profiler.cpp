@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -89,6 +90,10 @@ struct profiler_images {
   // metrics; the others' columns stay empty. Fixed once the set-up is done.
   std::vector<const char*> names;
   std::vector<size_t> columns;
+  // A session configured and dropped before its data was decoded (a pass failed, a relaunch did not run): on the
+  // H200 every later session on that profiler object then found its passes never all submitted, so the next
+  // session disables the profiler on the context and enables it afresh.
+  std::atomic<bool> abandoned{false};
 };
 
 // What one context needs for every session on it, made at its first launch.
@@ -126,6 +131,9 @@ class range_session final : public counter_session {
       std::string ignored;
       (void)stop(&ignored);
     }
+    if (configured_ && !decoded_) {
+      in_.images->abandoned.store(true, std::memory_order_relaxed);
+    }
   }
 
   // The counter-data image initialized afresh, and the configuration: each launch an automatic range, in user
@@ -156,7 +164,8 @@ class range_session final : public counter_session {
     config.minNestingLevel = 1;
     config.passIndex = 0;
     config.targetNestingLevel = 1;
-    return ok(api_.set_config(&config), "cuptiRangeProfilerSetConfig", why);
+    configured_ = ok(api_.set_config(&config), "cuptiRangeProfilerSetConfig", why);
+    return configured_;
   }
 
   bool begin_pass(std::string* why) override {
@@ -282,6 +291,7 @@ class range_session final : public counter_session {
   const range_profiler_api_t& api_;
   session_inputs in_;
   std::vector<uint8_t>& image_;  // in_.images's counter data
+  bool configured_ = false;
   bool started_ = false;
   bool all_submitted_ = false;
   bool decoded_ = false;
@@ -342,7 +352,10 @@ class range_profiler_source final : public counter_source {
                      found->second.failure.c_str());
       }
     }
-    const context_setup& setup = found->second;
+    context_setup& setup = found->second;
+    if (setup.failure.empty() && setup.images->abandoned.exchange(false, std::memory_order_relaxed)) {
+      enable_afresh(context, setup);
+    }
     if (!setup.failure.empty()) {
       *why = setup.failure;
       return nullptr;
@@ -416,6 +429,22 @@ class range_profiler_source final : public counter_source {
     set_tree_nodes(size, per_pass_);
     if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
       setup.images->counter_data.resize(size.counterDataSize);
+    }
+  }
+
+  // The profiler on `context` disabled and enabled again (after an abandoned session); the counter-data image keeps
+  // its size, which depends on the metrics and ranges only.
+  void enable_afresh(CUcontext context, context_setup& setup) {
+    CUpti_RangeProfiler_Disable_Params disable{};
+    disable.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+    disable.pRangeProfilerObject = setup.object;
+    (void)api_.disable(&disable);
+    setup.object = nullptr;
+    CUpti_RangeProfiler_Enable_Params enable{};
+    enable.structSize = kEnableSize;
+    enable.ctx = context;
+    if (ok(api_.enable(&enable), "cuptiRangeProfilerEnable (again, after an abandoned session)", &setup.failure)) {
+      setup.object = enable.pRangeProfilerObject;
     }
   }
 

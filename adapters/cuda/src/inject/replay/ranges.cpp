@@ -411,10 +411,13 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
     profiler = replay_clock::now();
     ranged = ranged && counting->begin_range(&why);
     *counter_ms += ms_between(profiler, replay_clock::now());
-    ran = ran && relaunch(p->launch, driver_) == CUDA_SUCCESS;
+    ran = relaunch(p->launch, driver_) == CUDA_SUCCESS;
     profiler = replay_clock::now();
     ranged = ranged && counting->end_range(&why);
     *counter_ms += ms_between(profiler, replay_clock::now());
+    if (!ran) {
+      break;  // the pass is lost (the caller says so): no more launches, and no empty ranges after it
+    }
   }
   const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
   ran = ran && waited;
