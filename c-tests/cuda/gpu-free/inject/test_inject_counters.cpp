@@ -768,6 +768,33 @@ replay_config_t range_run(const char* size) {
                     {"KREPLAY_REPLAY_RANGE_SIZE", size}});
 }
 
+// A relaunch that fails in a range's pass: the range's rows say which launch and the CUresult, the passes stop
+// there, and the program's result is kept.
+void a_range_pass_that_fails_names_the_launch() {
+  const replay_config_t config = range_run("2");
+  {
+    replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    g_fail_run = 4;  // the program's two launches, then pass 1's relaunch of the second
+    program_launch(r);
+    program_launch(r);
+    r.finish();
+  }
+  CHECK(after_steps(2) && g_failed_runs == 1);
+  std::ifstream in(csv_path());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+  }
+  std::remove(csv_path().c_str());
+  CHECK(lines.size() == 3);
+  for (size_t row = 1; row < lines.size(); ++row) {
+    CHECK(lines[row].find("range: pass 1 of 1 did not run (its launch 2, step_kernel: CUresult 719)") !=
+          std::string::npos);
+  }
+}
+
 // Ranges of different lengths (one launch ended by a copy, then a full one of 4) are configured alike, for the
 // source's 4 ranges a pass: the fake, as the H200's CUPTI, records 2 ranges a pass once the number changes.
 void ranges_of_any_length_are_configured_for_the_same_ranges_a_pass() {
@@ -1120,5 +1147,6 @@ int main() {
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
+  RUN_TEST(a_range_pass_that_fails_names_the_launch);
   return 0;
 }

@@ -4,6 +4,7 @@
 #define KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "replay/backend.hpp"
@@ -71,6 +72,7 @@ struct replayer::range_t {
   std::vector<std::unique_ptr<pending_t>> launches;  // handed over at their exits, in order
   pending_t* entering = nullptr;                     // a launch between its entry and its exit
   std::string why_ended;
+  std::string pass_failure;  // what stopped a pass: the launch that failed to relaunch, or the wait, with the CUresult
 };
 
 }  // namespace kreplay::cuda::inject

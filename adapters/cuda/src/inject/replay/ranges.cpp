@@ -377,7 +377,8 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
     if (!back) {
       row.reason = "range: the memory after it could not be put back; the program may see kreplay's passes";
     } else if (ran < passes) {
-      row.reason = "range: pass " + std::to_string(ran + 1) + " of " + std::to_string(passes) + " did not run";
+      row.reason = "range: pass " + std::to_string(ran + 1) + " of " + std::to_string(passes) + " did not run" +
+                   (range.pass_failure.empty() ? "" : " (" + range.pass_failure + ")");
     }
   }
 }
@@ -407,20 +408,27 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
   *counter_ms = ms_between(profiler, replay_clock::now());
   bool ran = true;
   bool ranged = counted;  // each launch its own user range while the profiler takes them
-  for (auto& p : range.launches) {
+  for (size_t i = 0; i < range.launches.size(); ++i) {
+    pending_t& p = *range.launches[i];
     profiler = replay_clock::now();
     ranged = ranged && counting->begin_range(&why);
     *counter_ms += ms_between(profiler, replay_clock::now());
-    ran = relaunch(p->launch, driver_) == CUDA_SUCCESS;
+    const CUresult launched = relaunch(p.launch, driver_);
+    ran = launched == CUDA_SUCCESS;
     profiler = replay_clock::now();
     ranged = ranged && counting->end_range(&why);
     *counter_ms += ms_between(profiler, replay_clock::now());
     if (!ran) {
-      break;  // the pass is lost (the caller says so): no more launches, and no empty ranges after it
+      range.pass_failure = "its launch " + std::to_string(i + 1) + ", " + p.row.kernel + ": CUresult " +
+                           std::to_string(static_cast<int>(launched));
+      break;  // the pass is lost: no more launches, and no empty ranges after it
     }
   }
-  const bool waited = driver_.ctx_synchronize() == CUDA_SUCCESS;  // also after a failed relaunch
-  ran = ran && waited;
+  const CUresult waited = driver_.ctx_synchronize();  // also after a failed relaunch
+  if (ran && waited != CUDA_SUCCESS) {
+    range.pass_failure = "the wait for its launches: CUresult " + std::to_string(static_cast<int>(waited));
+  }
+  ran = ran && waited == CUDA_SUCCESS;
   profiler = replay_clock::now();
   const bool ended = !counted || counting->end_pass(&why);
   *counter_ms += ms_between(profiler, replay_clock::now());
