@@ -197,6 +197,12 @@ struct probe {
     return result == CUPTI_SUCCESS;
   }
 
+  // A fresh profiler object on the context: the old one disabled, a new one enabled.
+  bool enable_afresh() {
+    disable();
+    return enable();
+  }
+
   void disable() {
     CUpti_RangeProfiler_Disable_Params off{};
     off.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
@@ -310,8 +316,7 @@ int main(int argc, char** argv) {
   session(p, "reuse (no SetConfig):", one, CUPTI_AutoRange, 1, false);
   std::vector<uint8_t> four = p.image(4);
   session(p, "switch (user ranges after automatic, same object):", four, CUPTI_UserRange, 4, true);
-  p.disable();
-  if (!p.enable()) {
+  if (!p.enable_afresh()) {
     return 0;
   }
   four = p.image(4);
@@ -321,16 +326,14 @@ int main(int argc, char** argv) {
   session(p, "then user ranges again:", four, CUPTI_UserRange, 4, true);
   // Ranges a pass: configured for one user range first, then for four (what range mode did before 73a2aea); and
   // configured for four with a pass holding one (what it does now).
-  p.disable();
-  if (!p.enable()) {
+  if (!p.enable_afresh()) {
     return 0;
   }
   one = p.image(1);
   four = p.image(4);
   session(p, "fresh, one user range a pass:", one, CUPTI_UserRange, 1, true);
   session(p, "then four user ranges a pass:", four, CUPTI_UserRange, 4, true);
-  p.disable();
-  if (!p.enable()) {
+  if (!p.enable_afresh()) {
     return 0;
   }
   four = p.image(4);

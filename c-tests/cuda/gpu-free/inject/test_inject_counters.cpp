@@ -195,6 +195,18 @@ kreplay_device_ops_t g_ops{};
 
 std::string csv_path() { return "/tmp/kreplay_counters_test_" + std::to_string(getpid()) + ".csv"; }
 
+// The report's lines (header first), echoed with "csv: " for the test log; the file is removed.
+std::vector<std::string> read_report() {
+  std::ifstream in(csv_path());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    std::printf("csv: %s\n", line.c_str());
+    lines.push_back(line);
+  }
+  std::remove(csv_path().c_str());
+  return lines;
+}
+
 // ---- A fake CUPTI Range Profiler, for the real source -----------------------------------------------------------
 std::vector<std::string> g_cupti;  // the calls, in order
 size_t g_ranges_per_pass = 1;      // what SetConfig must be asked for (range mode: the range's launches)
@@ -413,13 +425,7 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
     }
     r.finish();
   }
-  std::ifstream in(csv_path());
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    std::printf("csv: %s\n", line.c_str());
-    lines.push_back(line);
-  }
-  std::remove(csv_path().c_str());
+  std::vector<std::string> lines = read_report();
   CHECK(lines.size() == 1 + static_cast<size_t>(launches));
   return lines;
 }
@@ -782,12 +788,7 @@ void a_range_pass_that_fails_names_the_launch() {
     r.finish();
   }
   CHECK(after_steps(2) && g_failed_runs == 1);
-  std::ifstream in(csv_path());
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(line);
-  }
-  std::remove(csv_path().c_str());
+  const std::vector<std::string> lines = read_report();
   CHECK(lines.size() == 3);
   for (size_t row = 1; row < lines.size(); ++row) {
     CHECK(lines[row].find("range: pass 1 of 1 did not run (its launch 2, step_kernel: CUresult 719)") !=
@@ -820,12 +821,7 @@ void ranges_of_any_length_are_configured_for_the_same_ranges_a_pass() {
   g_ranges_per_pass = 1;
   CHECK(after_steps(5) && std::count(g_cupti.begin(), g_cupti.end(), "set_config") == 2);
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "size for 4") == 1);  // one image, made at the set-up
-  std::ifstream in(csv_path());
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(line);
-  }
-  std::remove(csv_path().c_str());
+  const std::vector<std::string> lines = read_report();
   CHECK(lines.size() == 6);
   for (size_t row = 1; row < lines.size(); ++row) {
     CHECK(lines[row].find("not collected") == std::string::npos && lines[row].find("stopped") == std::string::npos);
@@ -907,11 +903,7 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
     CHECK(g_runs == 3 + 2 + 2 && after_steps(4));  // a full range of the next two: one pass of both
     r.finish();
   }
-  std::ifstream in(csv_path());
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    lines.push_back(line);
-  }
+  const std::vector<std::string> lines = read_report();
   CHECK(lines.size() == 5);
   CHECK(lines.size() == 5 && lines[2].find("range: its arguments cannot be copied, run once") != std::string::npos &&
         lines[2].find(",0,\"range:") != std::string::npos);
