@@ -154,6 +154,10 @@ struct probe {
         return;
       }
     }
+    if (!all) {
+      *line += " | not all passes submitted after 64";
+      return;
+    }
     CUpti_RangeProfiler_DecodeData_Params decode{};
     decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
     decode.pRangeProfilerObject = object;
@@ -266,24 +270,14 @@ bool host_side(probe& p, const std::string& list) {
   return true;
 }
 
-// One session: the image initialized, SetConfig (unless `configure` is false) for `ranges` launches a pass (each
-// pushed as a user range, or automatic ones), the passes, the values; its line printed.
-void session(probe& p, const std::string& label, std::vector<uint8_t>& data, CUpti_ProfilerRange kind, int ranges,
-             bool configure) {
+// One session: the image initialized, SetConfig (unless `configure` is false) for `per_pass` ranges a pass (user
+// ranges, each launch pushed, or automatic ones), passes of `launches` launches, the values; its line printed.
+void session(probe& p, const std::string& label, std::vector<uint8_t>& data, CUpti_ProfilerRange kind, int per_pass,
+             int launches, bool configure = true) {
   std::string line = label;
   if (timed(&line, "init", [&] { return p.initialize(data); }) &&
-      (!configure || timed(&line, "setconfig", [&] { return p.set_config(data, kind, ranges); }))) {
-    p.passes_and_values(&line, data, ranges, kind == CUPTI_UserRange);
-  }
-  std::printf("%s\n", line.c_str());
-}
-
-// A session configured for four user ranges a pass whose passes hold `launches`.
-void session_holding(probe& p, const std::string& label, std::vector<uint8_t>& data, int launches) {
-  std::string line = label;
-  if (timed(&line, "init", [&] { return p.initialize(data); }) &&
-      timed(&line, "setconfig", [&] { return p.set_config(data, CUPTI_UserRange, 4); })) {
-    p.passes_and_values(&line, data, launches, true);
+      (!configure || timed(&line, "setconfig", [&] { return p.set_config(data, kind, per_pass); }))) {
+    p.passes_and_values(&line, data, launches, kind == CUPTI_UserRange);
   }
   std::printf("%s\n", line.c_str());
 }
@@ -311,19 +305,19 @@ int main(int argc, char** argv) {
   }
   std::vector<uint8_t> one = p.image(1);
   for (int launch = 0; launch < 3; ++launch) {
-    session(p, "kernel launch " + std::to_string(launch) + ":", one, CUPTI_AutoRange, 1, true);
+    session(p, "kernel launch " + std::to_string(launch) + ":", one, CUPTI_AutoRange, 1, 1);
   }
-  session(p, "reuse (no SetConfig):", one, CUPTI_AutoRange, 1, false);
+  session(p, "reuse (no SetConfig):", one, CUPTI_AutoRange, 1, 1, false);
   std::vector<uint8_t> four = p.image(4);
-  session(p, "switch (user ranges after automatic, same object):", four, CUPTI_UserRange, 4, true);
+  session(p, "switch (user ranges after automatic, same object):", four, CUPTI_UserRange, 4, 4);
   if (!p.enable_afresh()) {
     return 0;
   }
   four = p.image(4);
-  session(p, "fresh (user ranges first), session 0:", four, CUPTI_UserRange, 4, true);
-  session(p, "fresh (user ranges first), session 1:", four, CUPTI_UserRange, 4, true);
-  session(p, "fresh, then automatic ranges, one launch:", one, CUPTI_AutoRange, 1, true);
-  session(p, "then user ranges again:", four, CUPTI_UserRange, 4, true);
+  session(p, "fresh (user ranges first), session 0:", four, CUPTI_UserRange, 4, 4);
+  session(p, "fresh (user ranges first), session 1:", four, CUPTI_UserRange, 4, 4);
+  session(p, "fresh, then automatic ranges, one launch:", one, CUPTI_AutoRange, 1, 1);
+  session(p, "then user ranges again:", four, CUPTI_UserRange, 4, 4);
   // Ranges a pass: configured for one user range first, then for four (what range mode did before 73a2aea); and
   // configured for four with a pass holding one (what it does now).
   if (!p.enable_afresh()) {
@@ -331,14 +325,14 @@ int main(int argc, char** argv) {
   }
   one = p.image(1);
   four = p.image(4);
-  session(p, "fresh, one user range a pass:", one, CUPTI_UserRange, 1, true);
-  session(p, "then four user ranges a pass:", four, CUPTI_UserRange, 4, true);
+  session(p, "fresh, one user range a pass:", one, CUPTI_UserRange, 1, 1);
+  session(p, "then four user ranges a pass:", four, CUPTI_UserRange, 4, 4);
   if (!p.enable_afresh()) {
     return 0;
   }
   four = p.image(4);
-  session_holding(p, "fresh, four user ranges a pass, one launch in it:", four, 1);
-  session(p, "then four launches:", four, CUPTI_UserRange, 4, true);
+  session(p, "fresh, four user ranges a pass, one launch in it:", four, CUPTI_UserRange, 4, 1);
+  session(p, "then four launches:", four, CUPTI_UserRange, 4, 4);
   p.disable();
   return 0;
 }

@@ -228,7 +228,7 @@ bool g_object_broken = false;
 int g_stops = 0;                   // Stop calls of the current configuration
 bool g_started = false;            // a range begun and not yet ended
 bool g_range_open = false;         // a user range pushed and not yet popped
-int g_runs_at_push = 0;            // g_runs when it was pushed
+int g_runs_at_push = 0;            // g_runs + g_failed_runs when it was pushed
 CUpti_RangeProfiler_Object* const g_object = fake::handle<CUpti_RangeProfiler_Object*>(0x0B);
 CUpti_Profiler_Host_Object* const g_host = fake::handle<CUpti_Profiler_Host_Object*>(0x0C);
 constexpr size_t kFakePasses = 3;
@@ -358,13 +358,13 @@ range_profiler_api_t fake_cupti() {
       return CUPTI_ERROR_INVALID_PARAMETER;
     }
     g_range_open = true;
-    g_runs_at_push = g_runs;
+    g_runs_at_push = g_runs + g_failed_runs;  // a relaunch that fails still had its range
     ++g_ranges_this_pass;
     return CUPTI_SUCCESS;
   };
   a.pop_range = [](CUpti_RangeProfiler_PopRange_Params*) {
     g_cupti.push_back("pop");
-    CHECK(g_started && g_range_open && g_runs == g_runs_at_push + 1);
+    CHECK(g_started && g_range_open && g_runs + g_failed_runs == g_runs_at_push + 1);
     g_range_open = false;
     return CUPTI_SUCCESS;
   };
@@ -509,7 +509,14 @@ void a_counted_pass_s_cost_is_split_between_kreplay_and_the_profiler() {
   CHECK(field(lines, 1, "counter_pass_ms") < 20);
 }
 
-// KREPLAY_INJECT_LOG=info: each replayed launch's time by phase, one line, with the passes' profiler time apart.
+// The figure logged after `name ` in a phase line, or -1 when it is not there.
+double logged(const std::string& text, const std::string& name) {
+  const size_t at = text.find(" " + name + " ");
+  return at == std::string::npos ? -1.0 : std::strtod(text.c_str() + at + name.size() + 2, nullptr);
+}
+
+// KREPLAY_INJECT_LOG=info: each replayed launch's time by phase, one line, with the passes' profiler time apart
+// (here a configuration of 30 ms and two counted passes whose end takes 10 ms each), the kernel's name last.
 void a_launch_s_phases_are_logged_at_info() {
   g_plan = fake_plan{};
   g_plan.passes = 2;
@@ -518,15 +525,18 @@ void a_launch_s_phases_are_logged_at_info() {
   set_log_level(KREPLAY_LOG_INFO);
   const std::string said = fake::stderr_of([] { (void)replay_one_launch(2); });
   set_log_level(KREPLAY_LOG_WARNING);
-  const size_t line = said.find("launch 0 (");
+  const size_t line = said.find("launch 0: ");
   CHECK(line != std::string::npos);
-  const std::string text = said.substr(line, said.find('\n', line) - line);
-  for (const char* phase : {"entry ", "window ", "drain ", "snapshot ", "configure 3", "passes ", "program pass ",
-                            "close ", "profiler 2", "cache flushes ", "collect ", "restores "}) {
-    CHECK(text.find(phase) != std::string::npos);
+  const std::string text = " " + said.substr(line, said.find('\n', line) - line);
+  CHECK(logged(text, "configure") >= 30 && logged(text, "configure") < 100);
+  CHECK(logged(text, "profiler") >= 20 && logged(text, "passes") >= logged(text, "profiler"));
+  for (const char* phase : {"entry", "window", "drain", "snapshot", "program", "pass", "close", "flushes", "collect",
+                            "restores"}) {
+    CHECK(logged(text, phase) >= 0);
   }
+  CHECK(ends_with(text, "; kernel step_kernel"));
   // Without info lines, nothing is timed or said.
-  CHECK(fake::stderr_of([] { (void)replay_one_launch(2); }).find("launch 0 (") == std::string::npos);
+  CHECK(fake::stderr_of([] { (void)replay_one_launch(2); }).find("launch 0: ") == std::string::npos);
   g_plan = fake_plan{};
 }
 
@@ -774,24 +784,33 @@ replay_config_t range_run(const char* size) {
                     {"KREPLAY_REPLAY_RANGE_SIZE", size}});
 }
 
-// A relaunch that fails in a range's pass: the range's rows say which launch and the CUresult, the passes stop
-// there, and the program's result is kept.
+// A relaunch that fails in a range's pass: the pass stops there (no more launches, no empty ranges pushed after
+// it), the range's rows say which launch and the CUresult, and the program's result is kept.
 void a_range_pass_that_fails_names_the_launch() {
+  g_cupti.clear();
+  g_user_ranges = true;
+  g_ranges_per_pass = 2;
   const replay_config_t config = range_run("2");
   {
-    replayer r(*g_tracker, config, g_ops, counter_driver(), std::make_unique<fake_source>());
+    replayer r(*g_tracker, config, g_ops, counter_driver(),
+               range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user, 2));
     std::string why;
     CHECK(r.start(nullptr, &why));
-    g_fail_run = 4;  // the program's two launches, then pass 1's relaunch of the second
+    g_fail_run = 3;  // the program's two launches, then pass 1's relaunch of the first
     program_launch(r);
     program_launch(r);
     r.finish();
   }
+  g_user_ranges = false;
+  g_ranges_per_pass = 1;
   CHECK(after_steps(2) && g_failed_runs == 1);
+  const auto start = std::find(g_cupti.begin(), g_cupti.end(), "start");
+  CHECK(start != g_cupti.end() && std::vector<std::string>(start, g_cupti.end()) ==
+                                      calls({"start", "push", "pop", "stop", "disable"}));
   const std::vector<std::string> lines = read_report();
   CHECK(lines.size() == 3);
   for (size_t row = 1; row < lines.size(); ++row) {
-    CHECK(lines[row].find("range: pass 1 of 1 did not run (its launch 2, step_kernel: CUresult 719)") !=
+    CHECK(lines[row].find("range: pass 1 of 3 did not run (its launch 1, step_kernel: CUresult 719)") !=
           std::string::npos);
   }
 }

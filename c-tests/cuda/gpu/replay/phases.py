@@ -2,7 +2,7 @@
 
   python3 phases.py LOG
 
-Each replayed launch logs one line, its phases in order and, inside its passes, the profiler's, the cache flushes',
+Each replayed stream launch in kernel mode logs one line, its phases in order and, inside its passes, the profiler's, the cache flushes',
 the collection's and the restores' time (ms), and the profiler's time in each counted pass. Printed: the number of
 launches, each part's median and total over them, largest total first, then the profiler's median by pass."""
 import collections
@@ -10,7 +10,8 @@ import re
 import statistics
 import sys
 
-LINE = re.compile(r"kreplay-inject: launch \d+ \(.*\): (.*); in the passes: (.*); profiler by pass:(.*)$")
+LINE = re.compile(r"kreplay-inject: launch \d+: (.*); in the passes: (.*); profiler by pass:(.*); kernel ")
+ANY = re.compile(r"kreplay-inject: launch \d+: ")
 PART = re.compile(r"([a-z][a-z ]*) (-?[0-9.]+)$")
 
 
@@ -31,15 +32,17 @@ def parts_of(line):
 def main():
     values = collections.defaultdict(list)
     launches = 0
+    unread = 0
     with open(sys.argv[1], errors="replace") as log:
         for line in log:
             parts = parts_of(line.rstrip("\n"))
             if parts is None:
+                unread += 1 if ANY.search(line) else 0
                 continue
             launches += 1
             for name, ms in parts.items():
                 values[name].append(ms)
-    print(f"{launches} launches logged (ms: median, total)")
+    print(f"{launches} launches logged (ms: median, total)" + (f"; {unread} lines not read" if unread else ""))
     by_pass = {name: ms for name, ms in values.items() if name.startswith("profiler, pass")}
     for name, ms in sorted(values.items(), key=lambda item: -sum(item[1])):
         if name not in by_pass:

@@ -20,7 +20,8 @@
 #                         time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
-#   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off
+#   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first
+#                         (unless KREPLAY_XLA_TRACE=0) a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
 #   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
 #   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs
@@ -122,12 +123,15 @@ if [[ ${KREPLAY_RUN_PROBE:-1} != 0 ]]; then
   # CUPTI's Range Profiler call by call (kernel-mode launches, a launch without SetConfig, user ranges after
   # automatic ones and on a fresh profiler object): bench/range_profiler_probe.cu.
   # Built here with nvcc against the toolkit's CUPTI (the replay build is a project of its own).
+  # Header and library from one CUPTI (the include folder's parent holds the library too, under lib64 or lib).
   cupti_h=$(find /usr/local/cuda*/ -name cupti_range_profiler.h 2>/dev/null | head -1)
-  cupti_so=$(find /usr/local/cuda*/ -name 'libcupti.so*' 2>/dev/null | head -1)
-  probe=$build/range_profiler_probe
+  cupti_so=
+  [[ -n $cupti_h ]] && cupti_so=$(find "$(dirname "$(dirname "$cupti_h")")" -name 'libcupti.so*' 2>/dev/null | head -1)
+  probe=$work/range_profiler_probe
   if [[ -n $cupti_h && -n $cupti_so ]] &&
-     nvcc -std=c++17 -O2 -arch=sm_90 -I"$src/.." -I"$src/../../../../include" -I"$(dirname "$cupti_h")" "$src/../../bench/range_profiler_probe.cu" \
-       -L"$(dirname "$cupti_so")" -l:"$(basename "$cupti_so")" -Xlinker -rpath="$(dirname "$cupti_so")" -o "$probe" >>"$work/env.log" 2>&1; then
+     nvcc -std=c++17 -O2 -arch=native -I"$src/.." -I"$src/../../../../include" -I"$(dirname "$cupti_h")" \
+       "$src/../../bench/range_profiler_probe.cu" -L"$(dirname "$cupti_so")" -l:"$(basename "$cupti_so")" \
+       -Xlinker -rpath="$(dirname "$cupti_so")" -o "$probe" >>"$work/env.log" 2>&1; then
     run "$work/range_profiler_probe.log" "$probe" >/dev/null
     sed 's/^/INFO range profiler probe: /' "$work/range_profiler_probe.log" | cut -c1-1500 | tee -a "$summary"
   else
@@ -153,6 +157,7 @@ counted_against_ncu() {
   shift 5
   local sum start
   start=$SECONDS
+  # The phase log: one line a launch on stderr (into the log file), a few microseconds beside a launch's ~90 ms.
   sum=$(KREPLAY_INJECT_LOG=info run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 \
         -o "$work/$name.kreplay.csv" -- "$@")
   row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
@@ -203,7 +208,8 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
           -o "$work/side.cupti.csv" -- "${cmd[@]}")
     row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
     verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-    python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
+    [[ -f $work/side.kreplay.csv ]] &&
+      python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
     sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
     # Where Nsight Compute and CUPTI's kernel replay agree with each other, kreplay's agreement with them.
     python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
@@ -216,10 +222,12 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
   row "INFO side: range mode: $(csv_figure "$work/side.range.csv" pass_share); replaying $(csv_figure "$work/side.range.csv" replay_s) s"
   verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-  python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
-  compare_rc=$?
-  sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
-  verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
+  if [[ -f $work/side.kreplay.csv ]]; then  # KREPLAY_SIDE_KERNEL=0: nothing to compare with
+    python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
+    compare_rc=$?
+    sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
+    verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
+  fi
   unset KREPLAY_PROG_STEPS
 fi
 
@@ -236,16 +244,16 @@ fi
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
   # Command buffers at XLA's default (on); autotuning off so that every run computes with the same algorithms;
   # preallocation off so that the snapshots fit the host budget.
-  export XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false
-  # First the tracker's trace of every virtual-memory call (xla.trace.log), beside why graph launches ran once.
+  # First (KREPLAY_XLA_TRACE, default 1) the tracker's trace of every virtual-memory call (xla.trace.log), beside
+  # why graph launches ran once. The XLA settings are given to each command, not exported.
   if [[ ${KREPLAY_XLA_TRACE:-1} != 0 ]]; then
-    KREPLAY_INJECT_LOG=trace KREPLAY_PROG_STEPS=2 run "$work/xla.trace.log" "$launcher" --passes 3 \
-      -o "$work/xla.trace.csv" -- python3 "$src/jax_prealloc.py" >/dev/null
+    XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_INJECT_LOG=trace \
+      KREPLAY_PROG_STEPS=2 run "$work/xla.trace.log" "$launcher" --passes 3 -o "$work/xla.trace.csv" -- \
+      python3 "$src/jax_prealloc.py" >/dev/null
     row "INFO xla trace: $(grep -c 'vmem\|cuMem' "$work/xla.trace.log") virtual-memory lines; graph launches run once: $(csv_figure "$work/xla.trace.csv" graph_reasons | cut -c1-400)"
   fi
-  KREPLAY_PROG_STEPS=5 KREPLAY_GRAPH_MODES=${KREPLAY_XLA_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
-    graph_program xla python3 "$src/jax_prealloc.py"
-  unset XLA_FLAGS XLA_PYTHON_CLIENT_PREALLOCATE
+  XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_PROG_STEPS=5 \
+    KREPLAY_GRAPH_MODES=${KREPLAY_XLA_MODES:-${KREPLAY_GRAPH_MODES:-node}} graph_program xla python3 "$src/jax_prealloc.py"
 fi
 
 if [[ ${KREPLAY_RUN_COUNTERS:-1} != 0 ]]; then

@@ -149,7 +149,9 @@ void replayer::enter(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
     return;
   }
   p->phases.mark("window");
-  if (!drain(*p) || (p->phases.mark("drain"), !take_snapshot(*p))) {
+  const bool drained = drain(*p);
+  p->phases.mark("drain");
+  if (!drained || !take_snapshot(*p)) {
     const std::string why = p->row.reason;
     close_window(*p);
     run_once_fenced(*p, why);
@@ -387,7 +389,8 @@ bool replayer::context_gone(const pending_t& p) {
 
 // ---- The launch's exit ------------------------------------------------------------------------------------------
 
-// KREPLAY_INJECT_LOG=info: where a replayed launch's time went, phase by phase (ms), with its passes' parts.
+// KREPLAY_INJECT_LOG=info: where a replayed stream launch's time went in kernel mode, phase by phase (ms), with its
+// passes' parts. (Range mode's launches and node mode's kernel nodes are not logged.)
 void replayer::log_phases(const pending_t& p) {
   const std::string phases = p.phases.text();
   if (phases.empty()) {
@@ -401,11 +404,12 @@ void replayer::log_phases(const pending_t& p) {
     std::snprintf(number, sizeof(number), " %.3f", ms);
     by_pass += number;
   }
+  // The kernel's name last and cut short: a log line holds 1,024 bytes, and the figures must not be the part lost.
   log(KREPLAY_LOG_INFO,
-      "launch %" PRIu64 " (%s): %s; in the passes: profiler %.3f, cache flushes %.3f, collect %.3f, restores %.3f; "
-      "profiler by pass:%s",
-      p.row.index, p.row.kernel.c_str(), phases.c_str(), profiler_ms, p.flush_ms, p.collect_ms, p.row.restore_ms,
-      by_pass.c_str());
+      "launch %" PRIu64 ": %s; in the passes: profiler %.3f, cache flushes %.3f, collect %.3f, restores %.3f; "
+      "profiler by pass:%s; kernel %.80s",
+      p.row.index, phases.c_str(), profiler_ms, p.flush_ms, p.collect_ms, p.row.restore_ms, by_pass.c_str(),
+      p.row.kernel.c_str());
 }
 
 void replayer::exit(const CUpti_CallbackData& data) {

@@ -90,17 +90,53 @@ struct profiler_images {
   // metrics; the others' columns stay empty. Fixed once the set-up is done.
   std::vector<const char*> names;
   std::vector<size_t> columns;
-  // A session configured and dropped before its data was decoded (a pass failed, a relaunch did not run): on the
-  // H200 every later session on that profiler object then found its passes never all submitted, so the next
-  // session disables the profiler on the context and enables it afresh.
+  uint32_t per_pass = 1;  // the ranges a pass may hold (the counter-data image's room)
+  // The profiler enabled on the context. A session configured and dropped before its data was decoded (a pass
+  // failed, a relaunch did not run) sets `abandoned`: on the H200 every later session on that object then found
+  // its passes never all submitted, so the next session's configure, inside its window, disables the profiler on
+  // the context and enables it afresh here.
+  CUcontext context = nullptr;
+  CUpti_RangeProfiler_Object* object = nullptr;
   std::atomic<bool> abandoned{false};
 };
+
+CUpti_RangeProfiler_Object* enable_profiler(const range_profiler_api_t& api, CUcontext context, std::string* why) {
+  CUpti_RangeProfiler_Enable_Params enable{};
+  enable.structSize = kEnableSize;
+  enable.ctx = context;
+  return cupti_succeeded(api, api.enable(&enable), "cuptiRangeProfilerEnable", why) ? enable.pRangeProfilerObject
+                                                                                    : nullptr;
+}
+
+void disable_profiler(const range_profiler_api_t& api, CUpti_RangeProfiler_Object* object) {
+  if (object != nullptr) {
+    CUpti_RangeProfiler_Disable_Params disable{};
+    disable.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+    disable.pRangeProfilerObject = object;
+    (void)api.disable(&disable);
+  }
+}
+
+// The counter-data image sized for the images' metrics and ranges a pass, as the object asks.
+bool size_counter_data(const range_profiler_api_t& api, profiler_images& images, std::string* why) {
+  CUpti_RangeProfiler_GetCounterDataSize_Params size{};
+  size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+  size.pRangeProfilerObject = images.object;
+  size.pMetricNames = const_cast<const char**>(images.names.data());
+  size.numMetrics = images.names.size();
+  size.maxNumOfRanges = images.per_pass;
+  set_tree_nodes(size, images.per_pass);
+  if (!cupti_succeeded(api, api.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", why)) {
+    return false;
+  }
+  images.counter_data.resize(size.counterDataSize);
+  return true;
+}
 
 // What one context needs for every session on it, made at its first launch.
 struct context_setup {
   std::string failure;  // non-empty: this context cannot be counted, and why
   CUpti_Profiler_Host_Object* host = nullptr;
-  CUpti_RangeProfiler_Object* object = nullptr;
   std::shared_ptr<profiler_images> images = std::make_shared<profiler_images>();
   uint32_t passes = 0;
 };
@@ -108,7 +144,6 @@ struct context_setup {
 // What a session needs of its context's set-up, so that a context forgotten meanwhile leaves it whole.
 struct session_inputs {
   CUpti_Profiler_Host_Object* host;
-  CUpti_RangeProfiler_Object* object;
   std::shared_ptr<profiler_images> images;
   uint32_t passes;
   size_t metrics;  // the source's
@@ -131,20 +166,35 @@ class range_session final : public counter_session {
       std::string ignored;
       (void)stop(&ignored);
     }
-    if (configured_ && !decoded_) {
-      in_.images->abandoned.store(true, std::memory_order_relaxed);
+    if (configured_ && !decode_called_) {
+      in_.images->abandoned.store(true, std::memory_order_release);
     }
   }
 
-  // The counter-data image initialized afresh, and the configuration: each launch an automatic range, in user
-  // replay (kreplay runs the passes) or kernel replay (CUPTI runs them all inside the one launch between Start and
-  // Stop, saving and restoring memory itself); or (range mode) each a user range, pushed and popped around its
-  // relaunch, one or several a pass. On the H200 automatic ranges over a range's relaunches (all made inside a
-  // launch callback) recorded fewer ranges than launches (2 for 32).
+  // After an abandoned session, a fresh profiler object first (inside this launch's window, so no other session
+  // of the context is between its Start and Stop). Then the counter-data image initialized afresh, and the
+  // configuration: each launch an automatic range, in user replay (kreplay runs the passes) or kernel replay
+  // (CUPTI runs them all inside the one launch between Start and Stop, saving and restoring memory itself); or
+  // (range mode) each a user range, pushed and popped around its relaunch, one or several a pass, always
+  // configured for the source's ranges a pass (range_profiler.hpp says why).
   bool configure(std::string* why) override {
+    profiler_images& images = *in_.images;
+    if (images.abandoned.exchange(false, std::memory_order_acq_rel)) {
+      disable_profiler(api_, images.object);
+      images.object = enable_profiler(api_, images.context, why);
+      if (images.object == nullptr || !size_counter_data(api_, images, why)) {
+        *why += " (enabling the profiler afresh after an abandoned session)";
+        return false;
+      }
+    }
+    if (images.object == nullptr) {
+      *why = "the profiler could not be enabled afresh on this context";
+      return false;
+    }
+    configured_ = true;  // from here on CUPTI holds state that only a decode (or a fresh object) clears
     CUpti_RangeProfiler_CounterDataImage_Initialize_Params init{};
     init.structSize = CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
-    init.pRangeProfilerObject = in_.object;
+    init.pRangeProfilerObject = in_.images->object;
     init.counterDataSize = image_.size();
     init.pCounterData = image_.data();
     if (!ok(api_.counter_data_image_initialize(&init), "cuptiRangeProfilerCounterDataImageInitialize", why)) {
@@ -152,7 +202,7 @@ class range_session final : public counter_session {
     }
     CUpti_RangeProfiler_SetConfig_Params config{};
     config.structSize = CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
-    config.pRangeProfilerObject = in_.object;
+    config.pRangeProfilerObject = in_.images->object;
     config.configSize = in_.images->config.size();
     config.pConfig = in_.images->config.data();
     config.counterDataImageSize = image_.size();
@@ -164,14 +214,13 @@ class range_session final : public counter_session {
     config.minNestingLevel = 1;
     config.passIndex = 0;
     config.targetNestingLevel = 1;
-    configured_ = ok(api_.set_config(&config), "cuptiRangeProfilerSetConfig", why);
-    return configured_;
+    return ok(api_.set_config(&config), "cuptiRangeProfilerSetConfig", why);
   }
 
   bool begin_pass(std::string* why) override {
     CUpti_RangeProfiler_Start_Params start{};
     start.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
-    start.pRangeProfilerObject = in_.object;
+    start.pRangeProfilerObject = in_.images->object;
     started_ = ok(api_.start(&start), "cuptiRangeProfilerStart", why);
     return started_;
   }
@@ -187,7 +236,7 @@ class range_session final : public counter_session {
     }
     CUpti_RangeProfiler_PushRange_Params push{};
     push.structSize = CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
-    push.pRangeProfilerObject = in_.object;
+    push.pRangeProfilerObject = in_.images->object;
     const std::string name = "launch " + std::to_string(pushed_++ % std::max<uint32_t>(in_.ranges, 1));
     push.pRangeName = name.c_str();
     return ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
@@ -199,7 +248,7 @@ class range_session final : public counter_session {
     }
     CUpti_RangeProfiler_PopRange_Params pop{};
     pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
-    pop.pRangeProfilerObject = in_.object;
+    pop.pRangeProfilerObject = in_.images->object;
     return ok(api_.pop_range(&pop), "cuptiRangeProfilerPopRange", why);
   }
 
@@ -239,7 +288,7 @@ class range_session final : public counter_session {
   bool stop(std::string* why) {
     CUpti_RangeProfiler_Stop_Params stop{};
     stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
-    stop.pRangeProfilerObject = in_.object;
+    stop.pRangeProfilerObject = in_.images->object;
     started_ = false;
     if (!ok(api_.stop(&stop), "cuptiRangeProfilerStop", why)) {
       return false;
@@ -251,8 +300,12 @@ class range_session final : public counter_session {
   bool decode(std::string* why) {
     CUpti_RangeProfiler_DecodeData_Params decode{};
     decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
-    decode.pRangeProfilerObject = in_.object;
-    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why) || !all_ranges(why)) {
+    decode.pRangeProfilerObject = in_.images->object;
+    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why)) {
+      return false;
+    }
+    decode_called_ = true;
+    if (!all_ranges(why)) {
       return false;
     }
     if (decode.numOfRangeDropped != 0) {
@@ -291,7 +344,8 @@ class range_session final : public counter_session {
   const range_profiler_api_t& api_;
   session_inputs in_;
   std::vector<uint8_t>& image_;  // in_.images's counter data
-  bool configured_ = false;
+  bool configured_ = false;    // the image initialised or SetConfig tried
+  bool decode_called_ = false;  // DecodeData succeeded: the object is ready for another configuration
   bool started_ = false;
   bool all_submitted_ = false;
   bool decoded_ = false;
@@ -325,7 +379,7 @@ class range_profiler_source final : public counter_source {
   const std::vector<std::string>& metrics() const override { return metrics_; }
 
   // CONTEXT_DESTROY_STARTING: the context is still valid, so the profiler is disabled on it and its host object
-  // released, outside the lock; a session still running there keeps copies and fails its next call cleanly.
+  // released, outside the lock; a session still running there fails its next call cleanly (its object disabled).
   void context_gone(CUcontext context) override {
     context_setup gone;
     {
@@ -352,10 +406,7 @@ class range_profiler_source final : public counter_source {
                      found->second.failure.c_str());
       }
     }
-    context_setup& setup = found->second;
-    if (setup.failure.empty() && setup.images->abandoned.exchange(false, std::memory_order_relaxed)) {
-      enable_afresh(context, setup);
-    }
+    const context_setup& setup = found->second;
     if (!setup.failure.empty()) {
       *why = setup.failure;
       return nullptr;
@@ -384,7 +435,7 @@ class range_profiler_source final : public counter_source {
 
  private:
   session_inputs inputs(const context_setup& setup) const {
-    session_inputs out{setup.host, setup.object, setup.images, setup.passes, names_.size(), replay_};
+    session_inputs out{setup.host, setup.images, setup.passes, names_.size(), replay_};
     out.user_ranges = user_ranges_;
     out.per_pass = per_pass_;
     return out;
@@ -413,38 +464,12 @@ class range_profiler_source final : public counter_source {
         !host_side(chip.pChipName, setup)) {
       return;
     }
-    CUpti_RangeProfiler_Enable_Params enable{};
-    enable.structSize = kEnableSize;
-    enable.ctx = context;
-    if (!ok(api_.enable(&enable), "cuptiRangeProfilerEnable", &setup.failure)) {
-      return;
-    }
-    setup.object = enable.pRangeProfilerObject;
-    CUpti_RangeProfiler_GetCounterDataSize_Params size{};
-    size.structSize = CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
-    size.pRangeProfilerObject = setup.object;
-    size.pMetricNames = const_cast<const char**>(setup.images->names.data());
-    size.numMetrics = setup.images->names.size();
-    size.maxNumOfRanges = per_pass_;
-    set_tree_nodes(size, per_pass_);
-    if (ok(api_.get_counter_data_size(&size), "cuptiRangeProfilerGetCounterDataSize", &setup.failure)) {
-      setup.images->counter_data.resize(size.counterDataSize);
-    }
-  }
-
-  // The profiler on `context` disabled and enabled again (after an abandoned session); the counter-data image keeps
-  // its size, which depends on the metrics and ranges only.
-  void enable_afresh(CUcontext context, context_setup& setup) {
-    CUpti_RangeProfiler_Disable_Params disable{};
-    disable.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
-    disable.pRangeProfilerObject = setup.object;
-    (void)api_.disable(&disable);
-    setup.object = nullptr;
-    CUpti_RangeProfiler_Enable_Params enable{};
-    enable.structSize = kEnableSize;
-    enable.ctx = context;
-    if (ok(api_.enable(&enable), "cuptiRangeProfilerEnable (again, after an abandoned session)", &setup.failure)) {
-      setup.object = enable.pRangeProfilerObject;
+    profiler_images& images = *setup.images;
+    images.context = context;
+    images.per_pass = per_pass_;
+    images.object = enable_profiler(api_, context, &setup.failure);
+    if (images.object != nullptr) {
+      (void)size_counter_data(api_, images, &setup.failure);
     }
   }
 
@@ -542,12 +567,7 @@ class range_profiler_source final : public counter_source {
   void deinitialize(CUpti_Profiler_Host_Object* host) { close_host_object(api_, host); }
 
   void release(context_setup& setup) {
-    if (setup.object != nullptr) {
-      CUpti_RangeProfiler_Disable_Params disable{};
-      disable.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
-      disable.pRangeProfilerObject = setup.object;
-      (void)api_.disable(&disable);
-    }
+    disable_profiler(api_, setup.images->object);
     deinitialize(setup.host);
   }
 

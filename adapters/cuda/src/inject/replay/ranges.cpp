@@ -419,7 +419,7 @@ bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* co
     ranged = ranged && counting->end_range(&why);
     *counter_ms += ms_between(profiler, replay_clock::now());
     if (!ran) {
-      range.pass_failure = "its launch " + std::to_string(i + 1) + ", " + p.row.kernel + ": CUresult " +
+      range.pass_failure = "its launch " + std::to_string(i + 1) + ", " + p.row.kernel.substr(0, 80) + ": CUresult " +
                            std::to_string(static_cast<int>(launched));
       break;  // the pass is lost: no more launches, and no empty ranges after it
     }
