@@ -13,10 +13,12 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "injection_fixture.hpp"
+#include "replay/counters.hpp"
 #include "replay/replay.hpp"
 #include "replay_config.hpp"
 
@@ -411,7 +413,7 @@ kreplay_device_ops_t g_ops{};
 
 std::string csv_path() { return "/tmp/kreplay_graph_test_" + std::to_string(getpid()) + ".csv"; }
 
-replayer make_replayer(std::map<std::string, std::string> values) {
+replayer make_replayer(std::map<std::string, std::string> values, std::unique_ptr<counter_source> counters = nullptr) {
   replay_config_t config;
   std::string error;
   values.emplace("KREPLAY_REPLAY", "1");
@@ -424,12 +426,13 @@ replayer make_replayer(std::map<std::string, std::string> values) {
     return found != values.end() ? found->second.c_str() : nullptr;
   };
   CHECK(parse_replay_config(get, &config, &error));
-  return replayer(*g_tracker, config, g_ops, graph_driver());
+  return replayer(*g_tracker, config, g_ops, graph_driver(), std::move(counters));
 }
 
 // A replay around `program`: started, the program's calls, finished (its report complete).
-void with_replayer(const std::map<std::string, std::string>& options, const std::function<void(replayer&)>& program) {
-  replayer r = make_replayer(options);
+void with_replayer(const std::map<std::string, std::string>& options, const std::function<void(replayer&)>& program,
+                   std::unique_ptr<counter_source> counters = nullptr) {
+  replayer r = make_replayer(options, std::move(counters));
   std::string why;
   CHECK(r.start(nullptr, &why));
   program(r);
@@ -891,6 +894,65 @@ void node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_g
   fill_buffer();
 }
 
+// A counter source that needs one pass and records its sessions' calls, in order.
+class recording_source final : public counter_source {
+ public:
+  explicit recording_source(std::vector<std::string>* calls) : calls_(calls) {}
+  const std::vector<std::string>& metrics() const override { return metrics_; }
+  std::unique_ptr<counter_session> open(CUcontext, uint32_t* passes, std::string*) override {
+    *passes = 1;
+    return std::make_unique<session>(calls_);
+  }
+
+ private:
+  class session final : public counter_session {
+   public:
+    explicit session(std::vector<std::string>* calls) : calls_(calls) {}
+    bool configure(std::string*) override { return said("configure"); }
+    bool begin_pass(std::string*) override { return said("begin_pass"); }
+    bool end_pass(std::string*) override { return said("end_pass"); }
+    bool begin_range(std::string*) override { return said("begin_range"); }
+    bool end_range(std::string*) override { return said("end_range"); }
+    bool collect(std::vector<double>* values, std::string*) override {
+      *values = {1.0};
+      return said("collect");
+    }
+
+   private:
+    bool said(const char* call) {
+      calls_->push_back(call);
+      return true;
+    }
+    std::vector<std::string>* calls_;
+  };
+  std::vector<std::string>* calls_;
+  std::vector<std::string> metrics_ = {"smsp__inst_executed.sum"};
+};
+
+// Kernel nodes are counted in node mode as stream launches are: each relaunch of a counted pass is also a range of
+// its own (begin_range / end_range inside begin_pass / end_pass), which a user-range source (range mode's) needs.
+void kernel_nodes_are_counted_each_relaunch_a_range_of_its_own() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  clear_runs();
+  std::vector<std::string> calls;
+  std::map<std::string, std::string> options = node_mode;
+  options["KREPLAY_REPLAY_CACHE_CONTROL"] = "none";
+  with_replayer(
+      options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
+      std::make_unique<recording_source>(&calls));
+  const std::vector<std::string> one_node = {"configure", "begin_pass", "begin_range", "end_range", "end_pass",
+                                             "collect"};
+  std::vector<std::string> expected;
+  for (int node = 0; node < 3; ++node) {
+    expected.insert(expected.end(), one_node.begin(), one_node.end());
+  }
+  CHECK(calls == expected);
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4 && rows[0].find(",\"\",1") != std::string::npos);  // the first node counted
+  fill_buffer();
+}
+
 // A kernel node with a cluster shape set on it is relaunched with cuLaunchKernelEx and that shape.
 void a_kernel_node_s_cluster_shape_is_kept() {
   CUgraphNode scale = nullptr;
@@ -1084,6 +1146,7 @@ int main() {
   RUN_TEST(changes_to_an_executable_after_instantiation_are_followed);
   RUN_TEST(a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list);
   RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
+  RUN_TEST(kernel_nodes_are_counted_each_relaunch_a_range_of_its_own);
   RUN_TEST(node_mode_without_restores_differs);
   RUN_TEST(a_kernel_node_s_cluster_shape_is_kept);
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);
