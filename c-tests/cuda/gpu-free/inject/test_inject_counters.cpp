@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -221,6 +222,7 @@ int64_t g_object_per_pass = -1;
 bool g_per_pass_changed = false;
 size_t g_ranges_this_pass = 0;  // pushed in the current pass (user ranges)
 size_t g_ranges_recorded = 0;   // recorded in the last pass
+bool g_lose_a_range = false;    // the decoded image holds one range fewer than were pushed
 // A configuration dropped before its data was decoded leaves the object unable to finish a later one (on the
 // H200 every later session's passes were never all submitted) until it is disabled and enabled again.
 bool g_undecoded = false;
@@ -369,7 +371,7 @@ range_profiler_api_t fake_cupti() {
     return CUPTI_SUCCESS;
   };
   a.get_counter_data_info = [](CUpti_RangeProfiler_GetCounterDataInfo_Params* p) {
-    p->numTotalRanges = g_per_pass_changed ? 2 : g_ranges_recorded;
+    p->numTotalRanges = g_per_pass_changed ? 2 : g_ranges_recorded - (g_lose_a_range ? 1 : 0);
     return CUPTI_SUCCESS;
   };
   a.decode_data = [](CUpti_RangeProfiler_DecodeData_Params* p) {
@@ -784,25 +786,50 @@ replay_config_t range_run(const char* size) {
                     {"KREPLAY_REPLAY_RANGE_SIZE", size}});
 }
 
-// A relaunch that fails in a range's pass: the pass stops there (no more launches, no empty ranges pushed after
-// it), the range's rows say which launch and the CUresult, and the program's result is kept.
-void a_range_pass_that_fails_names_the_launch() {
-  g_cupti.clear();
+// A range-mode replay on the Range Profiler source with user ranges, `per_pass` a pass (ranges of up to that many
+// launches), around `program`; the fake expects that configuration meanwhile.
+void with_user_ranges(uint32_t per_pass, const std::function<void(replayer&)>& program) {
   g_user_ranges = true;
-  g_ranges_per_pass = 2;
-  const replay_config_t config = range_run("2");
+  g_ranges_per_pass = per_pass;
+  const replay_config_t config = range_run(std::to_string(per_pass).c_str());
   {
     replayer r(*g_tracker, config, g_ops, counter_driver(),
-               range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user, 2));
+               range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user, per_pass));
     std::string why;
     CHECK(r.start(nullptr, &why));
-    g_fail_run = 3;  // the program's two launches, then pass 1's relaunch of the first
-    program_launch(r);
-    program_launch(r);
+    program(r);
     r.finish();
   }
   g_user_ranges = false;
   g_ranges_per_pass = 1;
+}
+
+// A decoded image that does not hold the range's launches: every launch's row says so, from one decode.
+void a_range_s_data_is_decoded_once_for_all_its_launches() {
+  g_cupti.clear();
+  g_lose_a_range = true;
+  with_user_ranges(2, [](replayer& r) {
+    program_launch(r);
+    program_launch(r);
+  });
+  g_lose_a_range = false;
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "decode") == 1);
+  const std::vector<std::string> lines = read_report();
+  CHECK(lines.size() == 3);
+  for (size_t row = 1; row < lines.size(); ++row) {
+    CHECK(lines[row].find("not collected: 1 ranges recorded for 2 launches") != std::string::npos);
+  }
+}
+
+// A relaunch that fails in a range's pass: the pass stops there (no more launches, no empty ranges pushed after
+// it), the range's rows say which launch and the CUresult, and the program's result is kept.
+void a_range_pass_that_fails_names_the_launch() {
+  g_cupti.clear();
+  with_user_ranges(2, [](replayer& r) {
+    g_fail_run = 3;  // the program's two launches, then pass 1's relaunch of the first
+    program_launch(r);
+    program_launch(r);
+  });
   CHECK(after_steps(2) && g_failed_runs == 1);
   const auto start = std::find(g_cupti.begin(), g_cupti.end(), "start");
   CHECK(start != g_cupti.end() && std::vector<std::string>(start, g_cupti.end()) ==
@@ -819,14 +846,7 @@ void a_range_pass_that_fails_names_the_launch() {
 // source's 4 ranges a pass: the fake, as the H200's CUPTI, records 2 ranges a pass once the number changes.
 void ranges_of_any_length_are_configured_for_the_same_ranges_a_pass() {
   g_cupti.clear();
-  g_user_ranges = true;
-  g_ranges_per_pass = 4;
-  const replay_config_t config = range_run("4");
-  {
-    replayer r(*g_tracker, config, g_ops, counter_driver(),
-               range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::user, 4));
-    std::string why;
-    CHECK(r.start(nullptr, &why));
+  with_user_ranges(4, [](replayer& r) {
     program_launch(r);
     CUresult ok = CUDA_SUCCESS;
     r.on_copy(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
@@ -834,10 +854,7 @@ void ranges_of_any_length_are_configured_for_the_same_ranges_a_pass() {
     for (int i = 0; i < 4; ++i) {
       program_launch(r);
     }
-    r.finish();
-  }
-  g_user_ranges = false;
-  g_ranges_per_pass = 1;
+  });
   CHECK(after_steps(5) && std::count(g_cupti.begin(), g_cupti.end(), "set_config") == 2);
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "size for 4") == 1);  // one image, made at the set-up
   const std::vector<std::string> lines = read_report();
@@ -1159,5 +1176,6 @@ int main() {
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
   RUN_TEST(a_range_pass_that_fails_names_the_launch);
+  RUN_TEST(a_range_s_data_is_decoded_once_for_all_its_launches);
   return 0;
 }

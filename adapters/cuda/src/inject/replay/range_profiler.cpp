@@ -166,7 +166,7 @@ class range_session final : public counter_session {
       std::string ignored;
       (void)stop(&ignored);
     }
-    if (configured_ && !decode_called_) {
+    if (configured_ && !decode_called_) {  // (a session whose data was decoded leaves the object ready)
       in_.images->abandoned.store(true, std::memory_order_release);
     }
   }
@@ -227,9 +227,6 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
-  // The launches each pass of this session holds (range mode), at most the source's ranges per pass.
-  void expect_ranges(uint32_t ranges) { in_.ranges = ranges; }
-
   bool begin_range(std::string* why) override {
     if (!user_ranges()) {
       return true;
@@ -237,7 +234,7 @@ class range_session final : public counter_session {
     CUpti_RangeProfiler_PushRange_Params push{};
     push.structSize = CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
     push.pRangeProfilerObject = in_.images->object;
-    const std::string name = "launch " + std::to_string(pushed_++ % std::max<uint32_t>(in_.ranges, 1));
+    const std::string name = "launch " + std::to_string(pushed_++ % in_.ranges);
     push.pRangeName = name.c_str();
     return ok(api_.push_range(&push), "cuptiRangeProfilerPushRange", why);
   }
@@ -260,7 +257,7 @@ class range_session final : public counter_session {
       *why = "CUPTI needs more passes than it said (" + std::to_string(in_.passes) + ")";
       return false;
     }
-    if (!decoded_ && !decode(why)) {
+    if (!decode(why)) {
       return false;
     }
     const profiler_images& images = *in_.images;
@@ -297,22 +294,24 @@ class range_session final : public counter_session {
     return true;
   }
 
+  // DecodeData once, at the first range's collection; its verdict (empty: the image holds the launches' ranges)
+  // kept for every range after it, so a range mode's 32 collections do not decode 32 times.
   bool decode(std::string* why) {
-    CUpti_RangeProfiler_DecodeData_Params decode{};
-    decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
-    decode.pRangeProfilerObject = in_.images->object;
-    if (!ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", why)) {
+    if (!decode_tried_) {
+      decode_tried_ = true;
+      CUpti_RangeProfiler_DecodeData_Params decode{};
+      decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+      decode.pRangeProfilerObject = in_.images->object;
+      decode_called_ = ok(api_.decode_data(&decode), "cuptiRangeProfilerDecodeData", &decode_failure_);
+      if (decode_called_ && all_ranges(&decode_failure_) && decode.numOfRangeDropped != 0) {
+        decode_failure_ =
+            std::to_string(decode.numOfRangeDropped) + " ranges dropped (more kernels in the pass than launches?)";
+      }
+    }
+    if (!decode_failure_.empty()) {
+      *why = decode_failure_;
       return false;
     }
-    decode_called_ = true;
-    if (!all_ranges(why)) {
-      return false;
-    }
-    if (decode.numOfRangeDropped != 0) {
-      *why = std::to_string(decode.numOfRangeDropped) + " ranges dropped (more kernels in the pass than launches?)";
-      return false;
-    }
-    decoded_ = true;
     return true;
   }
 
@@ -345,10 +344,11 @@ class range_session final : public counter_session {
   session_inputs in_;
   std::vector<uint8_t>& image_;  // in_.images's counter data
   bool configured_ = false;    // the image initialised or SetConfig tried
+  bool decode_tried_ = false;
   bool decode_called_ = false;  // DecodeData succeeded: the object is ready for another configuration
+  std::string decode_failure_;  // why the decoded data cannot be read (empty: it can)
   bool started_ = false;
   bool all_submitted_ = false;
-  bool decoded_ = false;
   uint64_t pushed_ = 0;  // ranges pushed, for their names
 };
 
@@ -395,6 +395,27 @@ class range_profiler_source final : public counter_source {
   }
 
   std::unique_ptr<counter_session> open(CUcontext context, uint32_t* passes, std::string* why) override {
+    return open_session(context, 1, passes, why);
+  }
+
+  std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
+                                               std::string* why) override {
+    if (ranges > 1 && (api_.push_range == nullptr || api_.pop_range == nullptr)) {
+      *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
+      return nullptr;
+    }
+    if (ranges == 0 || ranges > per_pass_) {
+      *why = "a pass of " + std::to_string(ranges) + " launches, where the source was made for " +
+             std::to_string(per_pass_);
+      return nullptr;
+    }
+    return open_session(context, ranges, passes, why);
+  }
+
+ private:
+  // A session whose passes hold `ranges` launches, the context set up at its first.
+  std::unique_ptr<counter_session> open_session(CUcontext context, uint32_t ranges, uint32_t* passes,
+                                                std::string* why) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto found = contexts_.find(context);
     if (found == contexts_.end()) {
@@ -412,33 +433,11 @@ class range_profiler_source final : public counter_source {
       return nullptr;
     }
     *passes = setup.passes;
-    return std::make_unique<range_session>(api_, inputs(setup));
-  }
-
-  std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
-                                               std::string* why) override {
-    if (ranges > 1 && (api_.push_range == nullptr || api_.pop_range == nullptr)) {
-      *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
-      return nullptr;
-    }
-    if (ranges > per_pass_) {
-      *why = "a pass of " + std::to_string(ranges) + " launches, where the source was made for " +
-             std::to_string(per_pass_);
-      return nullptr;
-    }
-    std::unique_ptr<counter_session> session = open(context, passes, why);
-    if (session != nullptr) {
-      static_cast<range_session*>(session.get())->expect_ranges(ranges);
-    }
-    return session;
-  }
-
- private:
-  session_inputs inputs(const context_setup& setup) const {
-    session_inputs out{setup.host, setup.images, setup.passes, names_.size(), replay_};
-    out.user_ranges = user_ranges_;
-    out.per_pass = per_pass_;
-    return out;
+    session_inputs inputs{setup.host, setup.images, setup.passes, names_.size(), replay_};
+    inputs.user_ranges = user_ranges_;
+    inputs.per_pass = per_pass_;
+    inputs.ranges = ranges;
+    return std::make_unique<range_session>(api_, std::move(inputs));
   }
 
   // The host side (config image, pass count) and the target side (the profiler on the context, the counter-data
@@ -521,7 +520,7 @@ class range_profiler_source final : public counter_source {
       CUpti_Profiler_Host_Object* probe = nullptr;
       std::string ignored;
       if (host_with(chip_name, {names_[i]}, &probe, &ignored)) {
-        deinitialize(probe);
+        close_host_object(api_, probe);
         known.push_back(names_[i]);
         columns.push_back(i);
       } else {
@@ -564,11 +563,9 @@ class range_profiler_source final : public counter_source {
     return true;
   }
 
-  void deinitialize(CUpti_Profiler_Host_Object* host) { close_host_object(api_, host); }
-
   void release(context_setup& setup) {
     disable_profiler(api_, setup.images->object);
-    deinitialize(setup.host);
+    close_host_object(api_, setup.host);
   }
 
   bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
