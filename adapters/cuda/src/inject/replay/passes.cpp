@@ -100,15 +100,15 @@ double replayer::begin_counted_pass(pending_t& p, uint32_t pass) {
   if (p.counting == nullptr || pass > p.counted_passes) {
     return 0;
   }
-  // Before the range starts, so the flush is never counted; a flush that fails leaves a note, not a lost pass.
-  const auto flushing = replay_clock::now();
-  if (std::string why; config_.caches == cache_control::all && !caches_.flush(p.context, p.launch.stream, &why) &&
-                       p.row.counters.empty()) {
-    p.row.counters = why;
+  // Before the range starts, so the flush is never counted.
+  std::string note;
+  const double flush_ms = flush_caches(p.context, p.launch.stream, &note);
+  if (!note.empty() && p.row.counters.empty()) {
+    p.row.counters = note;
   }
+  p.flush_ms += flush_ms;
+  p.row.counter_setup_ms += flush_ms;
   const auto begun = replay_clock::now();
-  p.flush_ms += ms_between(flushing, begun);
-  p.row.counter_setup_ms += ms_between(flushing, begun);
   // The launch a range of its own where the source asks for user ranges (range mode's profiler object).
   if (std::string why; !p.counting->begin_pass(&why) || !p.counting->begin_range(&why)) {
     stop_counting(p, "pass " + std::to_string(pass) + ": " + why);
@@ -141,6 +141,15 @@ void replayer::end_counted_pass(pending_t& p, uint32_t pass, bool ran, double be
     p.collect_ms = ms_between(collecting, replay_clock::now());
     p.row.counter_setup_ms += p.collect_ms;
   }
+}
+
+double replayer::flush_caches(CUcontext context, CUstream stream, std::string* why) {
+  const auto flushing = replay_clock::now();
+  why->clear();
+  if (config_.caches == cache_control::all) {
+    (void)caches_.flush(context, stream, why);  // says why when it fails
+  }
+  return ms_between(flushing, replay_clock::now());
 }
 
 void replayer::stop_counting(pending_t& p, const std::string& why) {

@@ -208,6 +208,9 @@ class replayer {
   double begin_counted_pass(pending_t& p, uint32_t pass);
   void end_counted_pass(pending_t& p, uint32_t pass, bool ran, double begin_ms);
   void stop_counting(pending_t& p, const std::string& why);
+  // --cache-control all: the L2 flushed on `stream` before a counted pass (kernel or range mode); its time, and
+  // *why set when it could not be (a note for the rows, not a lost pass).
+  double flush_caches(CUcontext context, CUstream stream, std::string* why);
   // ranges.cpp (--replay-mode range): a launch joins its thread's range at its entry (the range begun with the
   // snapshot of the memory before it), is handed over at its exit, and the range ends when full or at a boundary.
   void join_range(pending_t& p);
@@ -223,7 +226,6 @@ class replayer {
   void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, const range_pass_costs& costs);
   bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
                       double* flush_ms, bool* counting_lost);
-  double flush_before_range_pass(range_t& range);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);

@@ -278,15 +278,11 @@ kreplay_status_t memory_table::pointer_info(const void* ptr, kreplay_pointer_inf
 // kreplay captures), as device memory of that device. Pieces of one mapping lie end to end where cuMemSetAccess
 // was called in parts: each is its own region, as it is to kreplay. (mutex_ held.)
 void memory_table::mapped_piece_locked(uint64_t address, kreplay_pointer_info_t* info) {
-  auto it = mappings_.upper_bound(address);
-  if (it == mappings_.begin()) {
+  const auto it = first_mapping_locked(address);  // its pieces lie inside it: one of them holds address, or none
+  if (it == mappings_.end() || it->second.ordinal < 0) {
     return;
   }
-  --it;
   const mapping_t& mapping = it->second;
-  if (address - it->first >= mapping.size || mapping.ordinal < 0) {
-    return;
-  }
   for (const auto& [base, bytes] : mapping.recorded) {
     if (address >= base && address - base < bytes) {
       info->base = pointer(base);
