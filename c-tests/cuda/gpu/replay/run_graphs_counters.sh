@@ -20,8 +20,8 @@
 #                         time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps
-#   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first
-#                         (unless KREPLAY_XLA_TRACE=0) a run under KREPLAY_INJECT_LOG=trace
+#   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first,
+#                         with KREPLAY_XLA_TRACE=1, a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
 #   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
 #   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs
@@ -157,7 +157,7 @@ counted_against_ncu() {
   shift 5
   local sum start
   start=$SECONDS
-  # The phase log: one line a launch on stderr (into the log file), a few microseconds beside a launch's ~90 ms.
+  # With the phase log (KREPLAY_INJECT_LOG=info): one line a launch, into the log file, which phases.py sums.
   sum=$(KREPLAY_INJECT_LOG=info run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 \
         -o "$work/$name.kreplay.csv" -- "$@")
   row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
@@ -208,9 +208,10 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
           -o "$work/side.cupti.csv" -- "${cmd[@]}")
     row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
     verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-    [[ -f $work/side.kreplay.csv ]] &&
-      python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" >"$work/side.cupti.compare.txt" 2>&1
-    sed 's/^/against CUPTI kernel replay: /' "$work/side.cupti.compare.txt" | tee -a "$summary"
+  fi
+  if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 && -f $work/side.kreplay.csv ]]; then
+    python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.cupti.csv" 2>&1 |
+      sed 's/^/against CUPTI kernel replay: /' | tee -a "$summary"
     # Where Nsight Compute and CUPTI's kernel replay agree with each other, kreplay's agreement with them.
     python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
       grep '^NOISE' | tee -a "$summary"
@@ -244,15 +245,17 @@ fi
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then
   # Command buffers at XLA's default (on); autotuning off so that every run computes with the same algorithms;
   # preallocation off so that the snapshots fit the host budget.
-  # First (KREPLAY_XLA_TRACE, default 1) the tracker's trace of every virtual-memory call (xla.trace.log), beside
-  # why graph launches ran once. The XLA settings are given to each command, not exported.
-  if [[ ${KREPLAY_XLA_TRACE:-1} != 0 ]]; then
-    XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_INJECT_LOG=trace \
+  # With KREPLAY_XLA_TRACE=1, first the tracker's trace of every virtual-memory call (xla.trace.log), beside why
+  # graph launches ran once (how the untracked parameter of 2026-12-03-c was found). The XLA settings are given to
+  # each command, not exported.
+  xla_flags="--xla_gpu_autotune_level=0"
+  if [[ ${KREPLAY_XLA_TRACE:-0} != 0 ]]; then
+    XLA_FLAGS=$xla_flags XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_INJECT_LOG=trace \
       KREPLAY_PROG_STEPS=2 run "$work/xla.trace.log" "$launcher" --passes 3 -o "$work/xla.trace.csv" -- \
       python3 "$src/jax_prealloc.py" >/dev/null
     row "INFO xla trace: $(grep -c 'vmem\|cuMem' "$work/xla.trace.log") virtual-memory lines; graph launches run once: $(csv_figure "$work/xla.trace.csv" graph_reasons | cut -c1-400)"
   fi
-  XLA_FLAGS="--xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_PROG_STEPS=5 \
+  XLA_FLAGS=$xla_flags XLA_PYTHON_CLIENT_PREALLOCATE=false KREPLAY_PROG_STEPS=5 \
     KREPLAY_GRAPH_MODES=${KREPLAY_XLA_MODES:-${KREPLAY_GRAPH_MODES:-node}} graph_program xla python3 "$src/jax_prealloc.py"
 fi
 
