@@ -335,7 +335,9 @@ class range_session final : public counter_session {
     return true;
   }
 
-  bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
+  bool ok(CUptiResult result, const char* call, std::string* why) const {
+    return cupti_succeeded(api_, result, call, why);
+  }
 
   // The source's kind (a source makes user ranges only with a CUPTI that can push and pop them).
   bool user_ranges() const { return in_.user_ranges; }
@@ -568,7 +570,9 @@ class range_profiler_source final : public counter_source {
     close_host_object(api_, setup.host);
   }
 
-  bool ok(CUptiResult result, const char* call, std::string* why) const { return cupti_succeeded(api_, result, call, why); }
+  bool ok(CUptiResult result, const char* call, std::string* why) const {
+    return cupti_succeeded(api_, result, call, why);
+  }
 
   range_profiler_api_t api_;
   std::vector<std::string> metrics_;
