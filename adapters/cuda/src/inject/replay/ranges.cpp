@@ -383,16 +383,23 @@ void replayer::finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, 
   }
 }
 
+// The caches flushed before a counted pass of the range, a failure's note in its rows; the flush's time.
+double replayer::flush_before_range_pass(range_t& range) {
+  std::string why;
+  const double ms = flush_caches(range.context, range.launches.front()->launch.stream, &why);
+  if (!why.empty() && range.launches.front()->row.counters.empty()) {
+    for_rows(range.launches, &launch_row_t::counters, why);
+  }
+  return ms;
+}
+
 // One pass over the range's launches, from the memory before it: with `counting`, one Start and Stop around them
 // all (each launch a range of its own: begin_range / end_range around it, in *counter_ms with them), the caches
 // flushed before. False when a launch or the wait failed.
 bool replayer::run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
                               double* flush_ms, bool* counting_lost) {
+  *flush_ms = counting != nullptr ? flush_before_range_pass(range) : 0.0;
   std::string why;
-  *flush_ms = counting != nullptr ? flush_caches(range.context, range.launches.front()->launch.stream, &why) : 0.0;
-  if (!why.empty() && range.launches.front()->row.counters.empty()) {
-    for_rows(range.launches, &launch_row_t::counters, why);
-  }
   auto profiler = replay_clock::now();
   const bool counted = counting != nullptr && counting->begin_pass(&why);
   *counter_ms = ms_between(profiler, replay_clock::now());

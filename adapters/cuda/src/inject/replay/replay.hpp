@@ -226,6 +226,7 @@ class replayer {
   void finish_range_rows(range_t& range, uint32_t passes, uint32_t ran, bool back, const range_pass_costs& costs);
   bool run_range_pass(range_t& range, uint32_t pass, counter_session* counting, double* counter_ms,
                       double* flush_ms, bool* counting_lost);
+  double flush_before_range_pass(range_t& range);
   void begin_cupti_kernel_replay(pending_t& p);
   void end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& data);
   void exit(const CUpti_CallbackData& data);
