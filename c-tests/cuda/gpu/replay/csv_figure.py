@@ -9,7 +9,8 @@ graph_reasons (why graph launches ran once), graph_modes (how graph launches wer
 of replayed kernel nodes, stream launches, whole graphs), graph_kernel_ms (the median time of a graph launch),
 reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
 kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and counter_pass_ms,
-the profiler's; and counter_setup_ms), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node
+the profiler's; and counter_setup_ms), uncounted (rows with metrics asked that were not counted, by what their
+counters or reason column says, with counts; the first launch of each), node_ratio (kernel by kernel: for each kernel replayed both as a kernel node
 and as a stream launch, its nodes' median extra_pass_ms over its stream launches'; the median and the quartiles of
 those ratios, the same two medians pooled over those kernels, and the median footprints; stream launches after the
 last kernel node when there are such), node_same_footprint (a restore digests the whole footprint, so the cost grows
@@ -135,6 +136,15 @@ def figure(rows, what):
         return (f"{len(counted)} counted rows, median ms per pass (range mode: per launch of a pass): kreplay "
                 f"{median_of(counted, 'extra_pass_ms')}, "
                 f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
+    if what == "uncounted":
+        first, counts = {}, collections.Counter()
+        for r in rows:
+            if r["replayed"] == "1" and r.get("counters", "x") == "":
+                continue
+            why = (r.get("counters", "") or r["reason"])[:150]
+            counts[why] += 1
+            first.setdefault(why, r["launch"])
+        return "; ".join(f"{n} x {why} (first: launch {first[why]})" for why, n in counts.most_common()) or "none"
     if what == "node_ratio":
         return node_ratio(replayed)
     if what == "node_same_footprint":

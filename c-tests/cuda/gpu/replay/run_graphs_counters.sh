@@ -16,10 +16,10 @@
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
-#                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode); kreplay's kernel mode logs each launch's
-#                         time by phase (phases.py)
+#                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode, KREPLAY_SIDE_RANGE=0: no range mode);
+#                         kreplay's kernel mode logs each launch's time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
-#                         backward are CUDA graphs), 6 steps
+#                         backward are CUDA graphs), 6 steps, then 2 with the same Triton kernels on the stream
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first,
 #                         with KREPLAY_XLA_TRACE=1, a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
@@ -150,13 +150,14 @@ more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_w
 more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
 more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
 
-# counted_against_ncu NAME METRICS NCU_ARGS -- CMD...: kreplay's --metrics and ncu's on the same program, their
-# checksums, times and agreement (counters_compare.py).
-counted_against_ncu() {
-  local name=$1 metrics=$2 ncu_args=$3 plain=$4
-  shift 5
-  local sum start
-  start=$SECONDS
+# counted_by_kreplay NAME METRICS PLAIN -- CMD...: kreplay's kernel mode with --metrics, its checksum, time and
+# phases. counted_by_ncu NAME METRICS NCU_ARGS -- CMD...: Nsight Compute on the same program with the same metrics,
+# its time, and its agreement with kreplay's report when there is one (counters_compare.py).
+# counted_against_ncu NAME METRICS NCU_ARGS PLAIN -- CMD...: both.
+counted_by_kreplay() {
+  local name=$1 metrics=$2 plain=$3
+  shift 4
+  local sum start=$SECONDS
   # With the phase log (KREPLAY_INJECT_LOG=info): one line a launch, into the log file, which phases.py sums.
   sum=$(KREPLAY_INJECT_LOG=info run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 \
         -o "$work/$name.kreplay.csv" -- "$@")
@@ -164,16 +165,46 @@ counted_against_ncu() {
   row "INFO $name: kreplay: $(csv_figure "$work/$name.kreplay.csv" pass_share); replaying $(csv_figure "$work/$name.kreplay.csv" replay_s) s"
   verdict "$name: kreplay with counters: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/phases.py" "$work/$name.kreplay.log" | sed "s/^/INFO $name: kreplay by phase: /" | tee -a "$summary"
-  [[ ${KREPLAY_NCU:-1} != 0 ]] || return 0
-  start=$SECONDS
+}
+
+counted_by_ncu() {
+  local name=$1 metrics=$2 ncu_args=$3
+  shift 4
+  local start=$SECONDS
   # shellcheck disable=SC2086
   timeout -k 10 "$timeout_s" ncu --metrics "$metrics" $ncu_args --cache-control all --clock-control none --csv \
     --page raw --log-file "$work/$name.ncu.csv" "$@" >"$work/$name.ncu.log" 2>&1
   row "INFO $name: ncu $ncu_args: exit $?, $((SECONDS - start)) s"
+  [[ -f $work/$name.kreplay.csv ]] || return 0
   python3 "$src/counters_compare.py" "$work/$name.kreplay.csv" "$work/$name.ncu.csv" >"$work/$name.compare.txt" 2>&1
   local compare_rc=$?
   tee -a "$summary" <"$work/$name.compare.txt"
   verdict "$name: kreplay and ncu agree (counters_compare.py)" test "$compare_rc" = 0
+}
+
+counted_against_ncu() {
+  local name=$1 metrics=$2 ncu_args=$3 plain=$4
+  shift 5
+  counted_by_kreplay "$name" "$metrics" "$plain" -- "$@"
+  [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu "$name" "$metrics" "$ncu_args" -- "$@"
+}
+
+# side_range PLAIN CMD...: range mode on the side section's program, KREPLAY_RANGE_SIZE (default 32) launches per
+# profiler pass; its checksum, time, what was not counted and why, and its count metrics against kernel mode's.
+side_range() {
+  local plain=$1 sum start=$SECONDS
+  shift
+  sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
+        --metrics "$more" --progress 10 -o "$work/side.range.csv" -- "$@")
+  row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
+  row "INFO side: range mode: $(csv_figure "$work/side.range.csv" pass_share); replaying $(csv_figure "$work/side.range.csv" replay_s) s"
+  row "INFO side: range mode, not counted: $(csv_figure "$work/side.range.csv" uncounted | cut -c1-900)"
+  verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  [[ -f $work/side.kreplay.csv ]] || return 0  # KREPLAY_SIDE_KERNEL=0: nothing to compare with
+  python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
+  local compare_rc=$?
+  sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
+  verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
 }
 
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
@@ -201,7 +232,8 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   start=$SECONDS
   plain=$(run "$work/side.plain.log" "${cmd[@]}")
   row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s"
-  [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_against_ncu side "$more" "--replay-mode kernel" "$plain" -- "${cmd[@]}"
+  [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_by_kreplay side "$more" "$plain" -- "${cmd[@]}"
+  [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu side "$more" "--replay-mode kernel" -- "${cmd[@]}"
   if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 ]]; then
     start=$SECONDS
     sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
@@ -216,19 +248,8 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
     python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
       grep '^NOISE' | tee -a "$summary"
   fi
-  # Range mode: the same launches and metrics, KREPLAY_RANGE_SIZE (default 32) launches per profiler pass.
-  start=$SECONDS
-  sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
-        --metrics "$more" --progress 10 -o "$work/side.range.csv" -- "${cmd[@]}")
-  row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
-  row "INFO side: range mode: $(csv_figure "$work/side.range.csv" pass_share); replaying $(csv_figure "$work/side.range.csv" replay_s) s"
-  verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-  if [[ -f $work/side.kreplay.csv ]]; then  # KREPLAY_SIDE_KERNEL=0: nothing to compare with
-    python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
-    compare_rc=$?
-    sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
-    verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
-  fi
+  # Range mode: the same launches and metrics.
+  [[ ${KREPLAY_SIDE_RANGE:-1} == 0 ]] || side_range "$plain" "${cmd[@]}"
   unset KREPLAY_PROG_STEPS
 fi
 
@@ -238,7 +259,9 @@ if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
   # The control relaunches Inductor's Triton kernels only: relaunching every kernel node without restores ran past
   # 180 s on the H200 (2026-12-03-c), like the cudagraph loop's cuDNN wgrad node; the Triton kernels that update in
   # place (batch norm's running statistics among them) change the result.
-  KREPLAY_PROG_STEPS=6 TORCHINDUCTOR_COMPILE_THREADS=1 KREPLAY_GRAPH_MODES=${KREPLAY_COMPILED_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
+  # Two steps after the graphs' run the model compiled without CUDA graphs: the same Triton kernels as stream
+  # launches over the same memory (the node-over-stream cost figure).
+  KREPLAY_PROG_STEPS=6 KREPLAY_PROG_EAGER_STEPS=2 TORCHINDUCTOR_COMPILE_THREADS=1 KREPLAY_GRAPH_MODES=${KREPLAY_COMPILED_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
     KREPLAY_CONTROL_ARGS="--kernel-name triton" graph_program compiled python3 "$src/torch_prog.py" compiled
 fi
 

@@ -8,10 +8,12 @@ one checksum over its final state (every parameter, buffer and optimizer state t
   python3 torch_prog.py compiled      the same CNN under torch.compile(mode="reduce-overhead"): Inductor's
                                       forward and backward run as CUDA graphs (CUDA graph trees), SGD eagerly
 
-KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>". cudagraph with
-KREPLAY_PROG_EAGER_STEPS=N (default 0): N eager steps after the graph's, the same kernels as stream launches over
-the memory the graph's pool holds (a replay's cost grows with the footprint: the comparison of a kernel node's
-extra pass with a stream launch's wants both over the same memory)."""
+KREPLAY_PROG_STEPS (default 3) steps; prints "STEP_MS <step> <ms>" per step and "CHECKSUM <hex>".
+KREPLAY_PROG_EAGER_STEPS=N (default 0), for cudagraph and compiled: N steps after the graph's that launch the same
+kernels on the stream, over the memory the graphs' pool still holds (a replay's cost grows with the footprint: the
+comparison of a kernel node's extra pass with a stream launch's wants both over the same memory). cudagraph runs
+them eagerly; compiled runs the model compiled again without CUDA graphs (mode "default"), so that Inductor's
+Triton kernels, the ones inside its graphs, are the stream launches."""
 import hashlib
 import os
 import sys
@@ -107,6 +109,13 @@ else:
         step()
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+    if which == "compiled" and int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0")) > 0:
+        # The same Inductor kernels outside any graph: a second compilation (its own backend, so Dynamo compiles
+        # again rather than reusing the graphed entry) while the first's graph pool stays allocated.
+        forward = torch.compile(model, mode="default")
+        for _ in range(int(os.environ["KREPLAY_PROG_EAGER_STEPS"])):
+            step()
+            torch.cuda.synchronize()
 
 h = hashlib.sha256()
 tensors = list(model.parameters()) + list(model.buffers())
