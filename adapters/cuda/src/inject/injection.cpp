@@ -172,8 +172,10 @@ void connect_replay(const replay_config_t& config, const kreplay_device_ops_t& o
   }
   const counter_replay replay = config.backend == replay_backend::cupti_kernel_replay ? counter_replay::cupti_kernel
                                                                                     : counter_replay::kreplay;
-  // Range mode pushes each launch as a user range, even alone in its range: a context's profiler keeps one kind.
-  const counter_ranges ranges = config.mode == replay_mode::range ? counter_ranges::user : counter_ranges::automatic;
+  // Range mode makes every launch a range of the kind asked, even alone in its range: a context's profiler keeps
+  // one kind, and the ranges a pass it was first configured for.
+  const bool user = config.mode == replay_mode::range && config.ranges == profiler_ranges::user;
+  const counter_ranges ranges = user ? counter_ranges::user : counter_ranges::automatic;
   const uint32_t per_pass = config.mode == replay_mode::range ? config.range_size : 1;
   if (!metrics.empty() && !make_counters(std::move(metrics), replay, ranges, per_pass, &counters)) {
     return;

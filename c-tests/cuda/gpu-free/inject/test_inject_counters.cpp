@@ -221,6 +221,7 @@ int g_object_kind = -1;
 int64_t g_object_per_pass = -1;
 bool g_per_pass_changed = false;
 size_t g_ranges_this_pass = 0;  // pushed in the current pass (user ranges)
+int g_runs_at_start = 0;        // g_runs + g_failed_runs at the pass's Start (automatic ranges: one a launch)
 size_t g_ranges_recorded = 0;   // recorded in the last pass
 bool g_lose_a_range = false;    // the decoded image holds one range fewer than were pushed
 // A configuration dropped before its data was decoded leaves the object unable to finish a later one (on the
@@ -338,13 +339,16 @@ range_profiler_api_t fake_cupti() {
     CHECK(p->pRangeProfilerObject == g_object && !g_started);
     g_started = true;
     g_ranges_this_pass = 0;
+    g_runs_at_start = g_runs + g_failed_runs;
     return CUPTI_SUCCESS;
   };
   a.stop = [](CUpti_RangeProfiler_Stop_Params* p) {
     g_cupti.push_back("stop");
     CHECK(g_started);
     g_started = false;
-    g_ranges_recorded = g_object_kind == CUPTI_UserRange ? g_ranges_this_pass : 1;
+    g_ranges_recorded = g_object_kind == CUPTI_UserRange
+                            ? g_ranges_this_pass
+                            : static_cast<size_t>(g_runs + g_failed_runs - g_runs_at_start);  // each launch one
     if (g_kernel_replay) {  // CUPTI ran every pass inside the launch
       CHECK(g_runs == 1);
       g_stops = static_cast<int>(kFakePasses) - 1;
@@ -745,6 +749,33 @@ void the_range_profiler_counts_a_range_s_launches_in_one_pass() {
   CHECK(after_steps(2) && uncounted.size() == 3);
   CHECK(uncounted.size() == 3 && uncounted[1].find("no cuptiRangeProfilerPushRange") != std::string::npos &&
         uncounted[1].find(",1,\"\",") != std::string::npos);  // replayed, not counted
+}
+
+// --profiler-ranges auto: range mode on CUPTI's automatic ranges. The configuration allows the range's two launches
+// a pass, as with user ranges, but nothing is pushed or popped: CUPTI takes each relaunch between Start and Stop as
+// a range (the fake records one for each launch it ran), and each launch's range is evaluated into its row.
+void range_mode_on_automatic_ranges_pushes_nothing() {
+  g_cupti.clear();
+  g_plan = fake_plan{};
+  g_ranges_per_pass = 2;
+  g_options = {{"KREPLAY_REPLAY_MODE", "range"}, {"KREPLAY_REPLAY_RANGE_SIZE", "2"}};
+  const std::vector<std::string> lines = replay_one_launch(
+      2, true, range_profiler({"smsp__inst_executed.sum"}, counter_replay::kreplay, counter_ranges::automatic, 2), 2);
+  g_options.clear();
+  g_ranges_per_pass = 1;
+  CHECK(g_runs == 2 + 3 * 2 && after_steps(2));
+  std::vector<std::string> expected = {"init",  "chip",  "host_init", "add_metrics", "enable", "size for 2",
+                                       "image", "set_config"};
+  for (int pass = 0; pass < 3; ++pass) {
+    expected.insert(expected.end(), {"start", "stop"});
+  }
+  expected.insert(expected.end(), {"decode", "evaluate", "evaluate", "disable"});
+  CHECK(g_cupti == expected);
+  CHECK(lines.size() == 3);
+  for (size_t row = 1; row < lines.size(); ++row) {
+    CHECK(lines[row].find("stopped") == std::string::npos && lines[row].find("not collected") == std::string::npos);
+    CHECK(ends_with(lines[row], ",\"\",30"));  // counted: 3 passes seen
+  }
 }
 
 // Range mode makes every launch a user range, also one alone in its range: a context's profiler object keeps the
@@ -1173,6 +1204,7 @@ int main() {
   RUN_TEST(the_metric_list_gives_each_type_s_endings_and_every_metric);
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
+  RUN_TEST(range_mode_on_automatic_ranges_pushes_nothing);
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
   RUN_TEST(a_range_pass_that_fails_names_the_launch);

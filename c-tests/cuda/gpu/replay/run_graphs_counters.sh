@@ -16,7 +16,8 @@
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
-#                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode, KREPLAY_SIDE_RANGE=0: no range mode);
+#                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode, KREPLAY_SIDE_RANGE=0: no range mode;
+#                         KREPLAY_RANGE_KINDS, default "user auto": range mode's --profiler-ranges, one run each);
 #                         kreplay's kernel mode logs each launch's time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps, then 2 with the same Triton kernels on the stream
@@ -150,6 +151,12 @@ more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_w
 more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
 more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
 
+# The seconds a run's training steps took, from the program's STEP_MS lines in LOG (the process less its start-up
+# and the checksum; the issue's time bars are for the step).
+steps_s() {
+  awk '/^STEP_MS /{ms += $3} END {printf "%.1f", ms / 1000}' "$1"
+}
+
 # counted_by_kreplay NAME METRICS PLAIN -- CMD...: kreplay's kernel mode with --metrics, its checksum, time and
 # phases. counted_by_ncu NAME METRICS NCU_ARGS -- CMD...: Nsight Compute on the same program with the same metrics,
 # its time, and its agreement with kreplay's report when there is one (counters_compare.py).
@@ -161,7 +168,7 @@ counted_by_kreplay() {
   # With the phase log (KREPLAY_INJECT_LOG=info): one line a launch, into the log file, which phases.py sums.
   sum=$(KREPLAY_INJECT_LOG=info run "$work/$name.kreplay.log" "$launcher" --metrics "$metrics" --progress 10 \
         -o "$work/$name.kreplay.csv" -- "$@")
-  row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
+  row "INFO $name: kreplay, $(tr ',' '\n' <<<"$metrics" | wc -l) metrics: $((SECONDS - start)) s (steps $(steps_s "$work/$name.kreplay.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.kreplay.log" | tail -1)"
   row "INFO $name: kreplay: $(csv_figure "$work/$name.kreplay.csv" pass_share); replaying $(csv_figure "$work/$name.kreplay.csv" replay_s) s"
   verdict "$name: kreplay with counters: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   python3 "$src/phases.py" "$work/$name.kreplay.log" | sed "s/^/INFO $name: kreplay by phase: /" | tee -a "$summary"
@@ -174,7 +181,7 @@ counted_by_ncu() {
   # shellcheck disable=SC2086
   timeout -k 10 "$timeout_s" ncu --metrics "$metrics" $ncu_args --cache-control all --clock-control none --csv \
     --page raw --log-file "$work/$name.ncu.csv" "$@" >"$work/$name.ncu.log" 2>&1
-  row "INFO $name: ncu $ncu_args: exit $?, $((SECONDS - start)) s"
+  row "INFO $name: ncu $ncu_args: exit $?, $((SECONDS - start)) s (steps $(steps_s "$work/$name.ncu.log") s)"
   [[ -f $work/$name.kreplay.csv ]] || return 0
   python3 "$src/counters_compare.py" "$work/$name.kreplay.csv" "$work/$name.ncu.csv" >"$work/$name.compare.txt" 2>&1
   local compare_rc=$?
@@ -189,22 +196,25 @@ counted_against_ncu() {
   [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu "$name" "$metrics" "$ncu_args" -- "$@"
 }
 
-# side_range PLAIN CMD...: range mode on the side section's program, KREPLAY_RANGE_SIZE (default 32) launches per
-# profiler pass; its checksum, time, what was not counted and why, and its count metrics against kernel mode's.
+# side_range KIND PLAIN CMD...: range mode on the side section's program, KREPLAY_RANGE_SIZE (default 32) launches
+# per profiler pass, each launch a profiler range of KIND (--profiler-ranges user|auto); its checksum, time, what
+# was not counted and why, and its count metrics against kernel mode's.
 side_range() {
-  local plain=$1 sum start=$SECONDS
-  shift
-  sum=$(run "$work/side.range.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
-        --metrics "$more" --progress 10 -o "$work/side.range.csv" -- "$@")
-  row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32}: $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.range.log" | tail -1)"
-  row "INFO side: range mode: $(csv_figure "$work/side.range.csv" pass_share); replaying $(csv_figure "$work/side.range.csv" replay_s) s"
-  row "INFO side: range mode, not counted: $(csv_figure "$work/side.range.csv" uncounted | cut -c1-900)"
-  verdict "side: range mode: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+  local kind=$1 plain=$2 sum start=$SECONDS
+  shift 2
+  local name=side.range
+  [[ $kind == user ]] || name=side.range_$kind
+  sum=$(run "$work/$name.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
+        --profiler-ranges "$kind" --metrics "$more" --progress 10 -o "$work/$name.csv" -- "$@")
+  row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32} --profiler-ranges $kind: $((SECONDS - start)) s (steps $(steps_s "$work/$name.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.log" | tail -1)"
+  row "INFO side: range mode, $kind ranges: $(csv_figure "$work/$name.csv" pass_share); replaying $(csv_figure "$work/$name.csv" replay_s) s"
+  row "INFO side: range mode, $kind ranges, not counted: $(csv_figure "$work/$name.csv" uncounted | cut -c1-900)"
+  verdict "side: range mode, $kind ranges: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   [[ -f $work/side.kreplay.csv ]] || return 0  # KREPLAY_SIDE_KERNEL=0: nothing to compare with
-  python3 "$src/counters_compare.py" "$work/side.range.csv" "$work/side.kreplay.csv" >"$work/side.range.compare.txt" 2>&1
+  python3 "$src/counters_compare.py" "$work/$name.csv" "$work/side.kreplay.csv" >"$work/$name.compare.txt" 2>&1
   local compare_rc=$?
-  sed 's/^/range mode against kernel mode: /' "$work/side.range.compare.txt" | tee -a "$summary"
-  verdict "side: range mode's count metrics equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
+  sed "s/^/range mode ($kind ranges) against kernel mode: /" "$work/$name.compare.txt" | tee -a "$summary"
+  verdict "side: range mode's count metrics ($kind ranges) equal kernel mode's (counters_compare.py)" test "$compare_rc" = 0
 }
 
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
@@ -231,14 +241,14 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   cmd=(python3 "$src/torch_prog.py" resnet)
   start=$SECONDS
   plain=$(run "$work/side.plain.log" "${cmd[@]}")
-  row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s"
+  row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s (steps $(steps_s "$work/side.plain.log") s)"
   [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_by_kreplay side "$more" "$plain" -- "${cmd[@]}"
   [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu side "$more" "--replay-mode kernel" -- "${cmd[@]}"
   if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 ]]; then
     start=$SECONDS
     sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
           -o "$work/side.cupti.csv" -- "${cmd[@]}")
-    row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s; $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
+    row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s (steps $(steps_s "$work/side.cupti.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
     verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   fi
   if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 && -f $work/side.kreplay.csv ]]; then
@@ -248,8 +258,12 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
     python3 "$src/counters_compare.py" "$work/side.kreplay.csv" "$work/side.ncu.csv" "$work/side.cupti.csv" 2>&1 |
       grep '^NOISE' | tee -a "$summary"
   fi
-  # Range mode: the same launches and metrics.
-  [[ ${KREPLAY_SIDE_RANGE:-1} == 0 ]] || side_range "$plain" "${cmd[@]}"
+  # Range mode: the same launches and metrics, with each kind of profiler range in KREPLAY_RANGE_KINDS.
+  if [[ ${KREPLAY_SIDE_RANGE:-1} != 0 ]]; then
+    for kind in ${KREPLAY_RANGE_KINDS:-user auto}; do
+      side_range "$kind" "$plain" "${cmd[@]}"
+    done
+  fi
   unset KREPLAY_PROG_STEPS
 fi
 

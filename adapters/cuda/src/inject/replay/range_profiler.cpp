@@ -364,7 +364,8 @@ class range_profiler_source final : public counter_source {
         replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay),
         user_ranges_(ranges == counter_ranges::user && replay == counter_replay::kreplay && api.push_range != nullptr &&
                      api.pop_range != nullptr),
-        per_pass_(user_ranges_ ? std::max<uint32_t>(per_pass, 1) : 1) {
+        pushless_(ranges == counter_ranges::user && !user_ranges_),
+        per_pass_(replay == counter_replay::kreplay && !pushless_ ? std::max<uint32_t>(per_pass, 1) : 1) {
     for (const std::string& metric : metrics_) {
       names_.push_back(metric.c_str());
     }
@@ -402,7 +403,7 @@ class range_profiler_source final : public counter_source {
 
   std::unique_ptr<counter_session> open_ranges(CUcontext context, uint32_t ranges, uint32_t* passes,
                                                std::string* why) override {
-    if (ranges > 1 && (api_.push_range == nullptr || api_.pop_range == nullptr)) {
+    if (ranges > 1 && pushless_) {
       *why = "this CUPTI has no cuptiRangeProfilerPushRange / PopRange: one launch a range";
       return nullptr;
     }
@@ -581,7 +582,8 @@ class range_profiler_source final : public counter_source {
   std::mutex mutex_;
   CUpti_ProfilerReplayMode replay_;
   bool user_ranges_;  // counter_ranges::user, with a CUPTI that can push and pop
-  uint32_t per_pass_; // the ranges every configuration allows a pass (1 for automatic ranges)
+  bool pushless_;     // counter_ranges::user asked of a CUPTI that cannot push: automatic ranges, one a pass
+  uint32_t per_pass_; // the ranges every configuration allows a pass (1 in CUPTI's kernel replay)
   std::map<CUcontext, context_setup> contexts_;
   bool initialized_ = false;
   bool warned_ = false;

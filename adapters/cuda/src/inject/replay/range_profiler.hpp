@@ -79,14 +79,15 @@ using device_of_t = std::function<int(CUcontext)>;
 // --backend cupti-kernel-replay, the side-by-side measurement).
 enum class counter_replay : uint8_t { kreplay, cupti_kernel };
 
-// How a launch is made a range: automatically (CUPTI takes each launch between Start and Stop as one, kernel mode),
-// or as a user range pushed and popped around it (range mode, where a pass holds many). The profiler object of a
-// context keeps the kind it was first configured with (on the H200, CUPTI 13.0: PushRange refused after automatic
-// ranges, CounterDataImageInitialize after user ones: docs/results/2026-12-03-h200-c.md), so a source makes one kind
-// only. A CUPTI without PushRange/PopRange gets automatic ranges, one launch a pass. The object seems to keep the
-// ranges a pass may hold too (configured for 1 first, later passes of 4 and of 32 user ranges recorded 2), so
-// every configuration of a user-range source allows `per_pass` (range mode's --range-size), and its counter-data
-// image has room for them, however many launches a range holds.
+// How a launch is made a range: automatically (CUPTI takes each launch between Start and Stop as one: kernel mode,
+// and range mode with --profiler-ranges auto), or as a user range pushed and popped around it (range mode's
+// default). The profiler object of a context keeps the kind it was first configured with (on the H200, CUPTI
+// 13.0: PushRange refused after automatic ranges, CounterDataImageInitialize after user ones:
+// docs/results/2026-12-03-h200-c.md), so a source makes one kind only. User ranges asked of a CUPTI without
+// PushRange/PopRange become automatic ranges, one launch a pass. The object seems to keep the ranges a pass may
+// hold too (configured for 1 first, later passes of 4 and of 32 user ranges recorded 2), so every configuration
+// of a source in user replay allows `per_pass` (range mode's --range-size), and its counter-data image has room
+// for them, however many launches a range holds.
 enum class counter_ranges : uint8_t { automatic, user };
 
 std::unique_ptr<counter_source> make_range_profiler_source(const range_profiler_api_t& api,
