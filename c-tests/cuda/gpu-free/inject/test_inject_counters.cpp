@@ -979,6 +979,83 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
   }
 }
 
+// A function's limit on dynamic shared memory as the fake driver keeps it: the program sets it before each launch
+// (as cuDNN does), and a launch asking for more fails as cuLaunchKernel does.
+int g_shared_limit = 48 * 1024;
+std::vector<int> g_limits_set;  // by kreplay, through the driver
+
+driver_api_t shared_limit_driver() {
+  driver_api_t d = counter_driver();
+  d.func_get_attribute = [](int* value, CUfunction_attribute attribute, CUfunction f) {
+    CHECK(attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && f == step_kernel);
+    *value = g_shared_limit;
+    return CUDA_SUCCESS;
+  };
+  d.func_set_attribute = [](CUfunction f, CUfunction_attribute attribute, int value) {
+    CHECK(attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && f == step_kernel);
+    g_limits_set.push_back(value);
+    g_shared_limit = value;
+    return CUDA_SUCCESS;
+  };
+  d.launch_kernel = [](CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shared, CUstream stream, void** params, void** extra) {
+    if (shared > static_cast<unsigned>(g_shared_limit)) {
+      ++g_failed_runs;
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    return launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
+  };
+  return d;
+}
+
+// The program's launch with `shared` bytes of dynamic shared memory, the limit set to that first.
+void program_launch_shared(replayer& r, unsigned shared) {
+  g_shared_limit = static_cast<int>(shared);
+  cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, shared, nullptr, nullptr, nullptr};
+  CUresult ok = CUDA_SUCCESS;
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &ok));
+  step();
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &ok));
+}
+
+// A range's passes relaunch its launches after the program's calls: a launch made with 64 KiB of dynamic shared
+// memory is relaunched after the program lowered the function's limit to 50 KiB for its next launch (cuDNN's
+// batch-norm kernels in range mode on the H200 failed so). The limit is raised to 64 KiB for that relaunch and the
+// program's 50 KiB put back; the 50 KiB launch needs nothing. Without the driver's attribute calls the relaunch
+// fails as it did on the H200 (the control).
+void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
+  for (const bool with_attributes : {true, false}) {
+    const replay_config_t config = range_run("2");
+    driver_api_t driver = shared_limit_driver();
+    if (!with_attributes) {
+      driver.func_get_attribute = nullptr;
+    }
+    g_limits_set.clear();
+    {
+      replayer r(*g_tracker, config, g_ops, driver, std::make_unique<fake_source>());
+      std::string why;
+      CHECK(r.start(nullptr, &why));
+      program_launch_shared(r, 64 * 1024);
+      program_launch_shared(r, 50 * 1024);  // the range is full: its pass runs now
+      r.finish();
+    }
+    CHECK(after_steps(2) && g_shared_limit == 50 * 1024);  // the program's result and its limit
+    const std::vector<std::string> lines = read_report();
+    CHECK(lines.size() == 3);
+    if (with_attributes) {
+      CHECK(g_runs == 4 && g_limits_set == std::vector<int>({64 * 1024, 50 * 1024}));
+      for (size_t row = 1; row < lines.size(); ++row) {
+        CHECK(lines[row].find(",1,\"\",") != std::string::npos);  // replayed
+      }
+    } else {
+      CHECK(g_runs == 2 && g_limits_set.empty());
+      CHECK(lines.size() == 3 && lines[1].find("did not run (its launch 1") != std::string::npos &&
+            lines[1].find("CUresult 1)") != std::string::npos);
+    }
+  }
+  g_shared_limit = 48 * 1024;
+}
+
 // --list-metrics: each type's endings (from its first metric), then every base metric sorted, with its unit and
 // description; a CUPTI without the listing calls, or one that fails, says why.
 void the_metric_list_gives_each_type_s_endings_and_every_metric() {
@@ -1205,6 +1282,7 @@ int main() {
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
   RUN_TEST(range_mode_on_automatic_ranges_pushes_nothing);
+  RUN_TEST(a_relaunch_gets_the_shared_memory_its_launch_was_made_with);
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
   RUN_TEST(a_range_pass_that_fails_names_the_launch);

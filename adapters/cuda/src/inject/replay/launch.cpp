@@ -98,6 +98,41 @@ void copy_buffer(launch_t& launch) {
                        &launch.extra_size, CU_LAUNCH_PARAM_END};
 }
 
+// A function's limit on dynamic shared memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) is the program's
+// to set, and libraries set it just before each launch (cuDNN's batch-norm kernels, for the size of the layer). A
+// relaunch after the program's call (a range's passes, a kernel node) may find it lowered by a later launch below
+// what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE (range mode on the H200:
+// docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's size for the relaunch and put back after
+// it. Below the default limit (48 KiB) nothing is asked.
+class shared_limit_scope {
+ public:
+  shared_limit_scope(const launch_t& launch, const driver_api_t& driver) : driver_(driver), function_(launch.loaded) {
+    const unsigned wanted = launch.kind == launch_kind::kernel_ex ? launch.config.sharedMemBytes : launch.shared_bytes;
+    if (wanted <= kDefaultLimit || function_ == nullptr || driver.func_get_attribute == nullptr ||
+        driver.func_set_attribute == nullptr ||
+        driver.func_get_attribute(&limit_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_) != CUDA_SUCCESS ||
+        static_cast<unsigned>(limit_) >= wanted) {
+      return;
+    }
+    raised_ = driver.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        static_cast<int>(wanted)) == CUDA_SUCCESS;
+  }
+  ~shared_limit_scope() {
+    if (raised_) {
+      (void)driver_.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit_);
+    }
+  }
+  shared_limit_scope(const shared_limit_scope&) = delete;
+  shared_limit_scope& operator=(const shared_limit_scope&) = delete;
+
+ private:
+  static constexpr unsigned kDefaultLimit = 48 * 1024;
+  const driver_api_t& driver_;
+  CUfunction function_;
+  int limit_ = 0;  // the program's
+  bool raised_ = false;
+};
+
 }  // namespace
 
 void decode_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data, launch_t& out) {
@@ -170,6 +205,7 @@ CUresult relaunch(const launch_t& l, const driver_api_t& driver) {
   void** extra = l.argument_pointers.empty()
                      ? (l.extra_copy.empty() ? l.extra : const_cast<void**>(l.extra_copy.data()))
                      : nullptr;
+  const shared_limit_scope limit(l, driver);
   switch (l.kind) {
     case launch_kind::kernel:
       return driver.launch_kernel(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],
