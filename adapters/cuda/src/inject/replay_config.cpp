@@ -108,9 +108,10 @@ constexpr replay_option_t options[] = {
    "thread, and at a launch it does not take"},
   {"range-size", 0, "KREPLAY_REPLAY_RANGE_SIZE", count<&c::range_size>(1, 4096, "a number of launches"), "32",
    "range mode: launches per range at most, 1 to 4096"},
-  {"profiler-ranges", 0, "KREPLAY_REPLAY_PROFILER_RANGES", choice<&c::ranges>("user|auto"), "user",
-   "range mode with counters: user pushes and pops a profiler range around each launch's relaunch; auto lets "
-   "CUPTI take each launch between a pass's Start and Stop as a range (no calls between the launches)"},
+  {"profiler-ranges", 0, "KREPLAY_REPLAY_PROFILER_RANGES", choice<&c::ranges>("user|auto"), "auto",
+   "range mode with counters: auto lets CUPTI take each launch between a pass's Start and Stop as a range (no "
+   "calls between the launches); user pushes and pops a profiler range around each launch's relaunch (its time "
+   "metrics then include the push and the pop)"},
   {"cache-control", 0, "KREPLAY_REPLAY_CACHE_CONTROL", choice<&c::caches>("all|none"), "all",
    "with counters: all writes a buffer twice the L2's size before every counted pass (as Nsight Compute does), so "
    "each pass starts from a cold cache; none leaves the caches as the restore left them"},

@@ -30,7 +30,7 @@ enum class cache_control : uint8_t { all, none };
 // One window per launch (kernel), or up to --range-size consecutive launches of a thread per window (range).
 enum class replay_mode : uint8_t { kernel, range };
 // Range mode with counters: each launch a user range kreplay pushes and pops around its relaunch, or one of
-// CUPTI's automatic ranges (no calls between the launches).
+// CUPTI's automatic ranges (no calls between the launches: the default, for the time metrics' sake).
 enum class profiler_ranges : uint8_t { user, automatic };
 
 // The default exclusion list: communication kernels wait on other GPUs or on the host and hang when replayed.
@@ -57,7 +57,7 @@ struct replay_config_t {
   cache_control caches = cache_control::all; // with counters: flush the L2 before each counted pass
   replay_mode mode = replay_mode::kernel;     // a window per launch, or per range of launches
   uint32_t range_size = 32;                   // range mode: launches per window at most
-  profiler_ranges ranges = profiler_ranges::user;  // range mode with counters: how a launch is made a range
+  profiler_ranges ranges = profiler_ranges::automatic;  // range mode with counters: how a launch is made a range
   std::string output;                        // the CSV report ("" = none)
   std::string exclude = default_exclude;     // kernels never replayed ("" = exclude nothing), a name_pattern
   bool restore = true;                       // false: debug, relaunch without restoring

@@ -73,7 +73,7 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parsed.graphs == plain.graphs && parsed.graphs == graph_profiling::node);
   CHECK(parsed.metrics == plain.metrics && parsed.metrics.empty());
   CHECK(parsed.caches == plain.caches && parsed.caches == cache_control::all);
-  CHECK(parsed.ranges == plain.ranges && parsed.ranges == profiler_ranges::user);
+  CHECK(parsed.ranges == plain.ranges && parsed.ranges == profiler_ranges::automatic);
   // They reach the policy: learn_write_set and host_budget_percent.
   const kreplay_policy_t policy = replay_policy(parsed, kreplay_policy_t{});
   CHECK(policy.learn_write_set && policy.host_budget_percent == 50);
@@ -83,8 +83,8 @@ void the_table_s_defaults_are_the_struct_s() {
   CHECK(parse({{variable_of<&replay_config_t::write_set>(), "off"}, {budget, "0"}}, &parsed, &error));
   CHECK(!parsed.write_set && parsed.host_budget_percent == 0);
   CHECK(!parse({{budget, "101"}}, &parsed, &error));  // above 100: refused
-  CHECK(parse({{variable_of<&replay_config_t::ranges>(), "auto"}}, &parsed, &error));
-  CHECK(parsed.ranges == profiler_ranges::automatic);
+  CHECK(parse({{variable_of<&replay_config_t::ranges>(), "user"}}, &parsed, &error));
+  CHECK(parsed.ranges == profiler_ranges::user);
 }
 
 void every_row_refuses_a_malformed_value_naming_its_variable() {

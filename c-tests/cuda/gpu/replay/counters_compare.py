@@ -5,8 +5,9 @@
   python3 counters_compare.py KREPLAY_CSV NCU_RAW_CSV THIRD_KREPLAY_CSV
 
 KREPLAY_CSV: the launcher's report; NCU_RAW_CSV: `ncu --csv --page raw --log-file` of the same program, metrics
-and launches; or another report of the launcher (--backend cupti-kernel-replay: CUPTI's own kernel replay). Launches pair in order (the n-th counted launch of each); a pair whose kernel names disagree is
-counted and left out. A metric agrees on a launch when the values are equal (instruction and warp counts) or
+and launches; or another report of the launcher (--backend cupti-kernel-replay: CUPTI's own kernel replay, or
+range mode's). Launches pair in order by kernel name against Nsight Compute, skipping a launch one side lacks; two
+reports of the launcher pair by launch number (the launcher numbers a program's launches alike in every run). A metric agrees on a launch when the values are equal (instruction and warp counts) or
 within 1 % (the others). Prints one line per metric and exits 1 unless every metric agrees on at least 95 % of
 the paired launches for the four count metrics of issue 30's bar (BAR); the others are reported as INFO. With a
 third report of the same launches (--backend cupti-kernel-replay's), each exact metric also gets a NOISE line: on
@@ -41,7 +42,8 @@ def ncu_rows(path):
     lines = open(path, errors="replace").read().splitlines()
     if lines and lines[0].startswith("launch,kernel,"):  # another kreplay report: its counted rows, ncu's keys
         metrics, _, counted = kreplay_rows(path, "counters")
-        return [dict({m: r[m] for m in metrics}, **{"Kernel Name": r["kernel"]}) for r in counted]
+        return [dict({m: r[m] for m in metrics}, **{"Kernel Name": r["kernel"], "launch": r["launch"]})
+                for r in counted]
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         return []
@@ -75,6 +77,14 @@ def pair_in_order(mine, theirs, lookahead=8):
     return pairs
 
 
+def pair_by_launch(mine, theirs):
+    """Two reports of the launcher on the same program number its launches alike: pairs by launch number, where
+    both counted the launch and name the same kernel."""
+    by_launch = {r["launch"]: r for r in theirs}
+    return [(r, by_launch[r["launch"]]) for r in mine
+            if r["launch"] in by_launch and by_launch[r["launch"]]["Kernel Name"] == r["kernel"]]
+
+
 def main():
     try:
         metrics, rows, counted = kreplay_rows(sys.argv[1], "counters")
@@ -90,9 +100,11 @@ def main():
     if not metrics or not counted or not ncu:
         print("FAIL nothing to compare")
         return 1
-    pairs = pair_in_order(counted, ncu)
-    print(f"paired {len(pairs)} launches in order by kernel name ({len(counted)} counted by kreplay, {len(ncu)} "
-          "by ncu)")
+    if "launch" in ncu[0]:
+        pairs, how = pair_by_launch(counted, ncu), "by launch number"
+    else:
+        pairs, how = pair_in_order(counted, ncu), "in order by kernel name"
+    print(f"paired {len(pairs)} launches {how} ({len(counted)} counted by kreplay, {len(ncu)} by the other)")
     ok = bool(pairs)
     for metric in metrics:
         if metric not in ncu[0]:

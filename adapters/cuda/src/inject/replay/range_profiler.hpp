@@ -80,8 +80,8 @@ using device_of_t = std::function<int(CUcontext)>;
 enum class counter_replay : uint8_t { kreplay, cupti_kernel };
 
 // How a launch is made a range: automatically (CUPTI takes each launch between Start and Stop as one: kernel mode,
-// and range mode with --profiler-ranges auto), or as a user range pushed and popped around it (range mode's
-// default). The profiler object of a context keeps the kind it was first configured with (on the H200, CUPTI
+// and range mode's default), or as a user range pushed and popped around it (range mode with --profiler-ranges
+// user). The profiler object of a context keeps the kind it was first configured with (on the H200, CUPTI
 // 13.0: PushRange refused after automatic ranges, CounterDataImageInitialize after user ones:
 // docs/results/2026-12-03-h200-c.md), so a source makes one kind only. User ranges asked of a CUPTI without
 // PushRange/PopRange become automatic ranges, one launch a pass. The object seems to keep the ranges a pass may
