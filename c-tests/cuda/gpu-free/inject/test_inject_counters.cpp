@@ -1018,11 +1018,11 @@ void program_launch_shared(replayer& r, unsigned shared) {
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &ok));
 }
 
-// A range's passes relaunch its launches after the program's calls: a launch made with 64 KiB of dynamic shared
-// memory is relaunched after the program lowered the function's limit to 50 KiB for its next launch (cuDNN's
-// batch-norm kernels in range mode on the H200 failed so). The limit is raised to 64 KiB for that relaunch and the
-// program's 50 KiB put back; the 50 KiB launch needs nothing. Without the driver's attribute calls the relaunch
-// fails as it did on the H200 (the control).
+// A range's passes relaunch its launches after the program's calls: a launch made with 24 KiB of dynamic shared
+// memory is relaunched after the program lowered the function's limit to 6 KiB for its next launch (below the
+// default 48 KiB, as cuDNN's batch-norm kernel for ResNet-18's last layers did on the H200, where the relaunch
+// failed so). The limit is raised to 24 KiB for that relaunch and the program's 6 KiB put back; the 6 KiB launch
+// needs nothing. Without the driver's attribute calls the relaunch fails as it did on the H200 (the control).
 void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
   for (const bool with_attributes : {true, false}) {
     const replay_config_t config = range_run("2");
@@ -1035,15 +1035,15 @@ void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
       replayer r(*g_tracker, config, g_ops, driver, std::make_unique<fake_source>());
       std::string why;
       CHECK(r.start(nullptr, &why));
-      program_launch_shared(r, 64 * 1024);
-      program_launch_shared(r, 50 * 1024);  // the range is full: its pass runs now
+      program_launch_shared(r, 24 * 1024);
+      program_launch_shared(r, 6 * 1024);  // the range is full: its pass runs now
       r.finish();
     }
-    CHECK(after_steps(2) && g_shared_limit == 50 * 1024);  // the program's result and its limit
+    CHECK(after_steps(2) && g_shared_limit == 6 * 1024);  // the program's result and its limit
     const std::vector<std::string> lines = read_report();
     CHECK(lines.size() == 3);
     if (with_attributes) {
-      CHECK(g_runs == 4 && g_limits_set == std::vector<int>({64 * 1024, 50 * 1024}));
+      CHECK(g_runs == 4 && g_limits_set == std::vector<int>({24 * 1024, 6 * 1024}));
       for (size_t row = 1; row < lines.size(); ++row) {
         CHECK(lines[row].find(",1,\"\",") != std::string::npos);  // replayed
       }

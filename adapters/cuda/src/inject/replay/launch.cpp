@@ -99,16 +99,18 @@ void copy_buffer(launch_t& launch) {
 }
 
 // A function's limit on dynamic shared memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) is the program's
-// to set, and libraries set it just before each launch (cuDNN's batch-norm kernels, for the size of the layer). A
-// relaunch after the program's call (a range's passes, a kernel node) may find it lowered by a later launch below
-// what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE (range mode on the H200:
-// docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's size for the relaunch and put back after
-// it. Below the default limit (48 KiB) nothing is asked.
+// to set, below the default 48 KiB as well as above it, and a library may set it just before each launch, to what
+// that launch needs. A relaunch after the program's call (a range's passes, a kernel node) may then find it lowered
+// by a later launch below what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE: in range mode on
+// the H200, cuDNN's batch-norm kernel for ResNet-18's 256-channel layers relaunched after the program's first
+// launch of it for a 512-channel layer (docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's
+// size for the relaunch and put back after it: one query for a launch with dynamic shared memory, a set and a reset
+// only where it was lowered.
 class shared_limit_scope {
  public:
   shared_limit_scope(const launch_t& launch, const driver_api_t& driver) : driver_(driver), function_(launch.loaded) {
     const unsigned wanted = launch.kind == launch_kind::kernel_ex ? launch.config.sharedMemBytes : launch.shared_bytes;
-    if (wanted <= kDefaultLimit || function_ == nullptr || driver.func_get_attribute == nullptr ||
+    if (wanted == 0 || function_ == nullptr || driver.func_get_attribute == nullptr ||
         driver.func_set_attribute == nullptr ||
         driver.func_get_attribute(&limit_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_) != CUDA_SUCCESS ||
         static_cast<unsigned>(limit_) >= wanted) {
@@ -126,7 +128,6 @@ class shared_limit_scope {
   shared_limit_scope& operator=(const shared_limit_scope&) = delete;
 
  private:
-  static constexpr unsigned kDefaultLimit = 48 * 1024;
   const driver_api_t& driver_;
   CUfunction function_;
   int limit_ = 0;  // the program's
