@@ -101,9 +101,10 @@ void copy_buffer(launch_t& launch) {
 // A function's limit on dynamic shared memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) is the program's
 // to set, below the default 48 KiB as well as above it, and a library may set it just before each launch, to what
 // that launch needs. A relaunch after the program's call (a range's passes, a kernel node) may then find it lowered
-// by a later launch below what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE: in range mode on
-// the H200, cuDNN's batch-norm kernel for ResNet-18's 256-channel layers relaunched after the program's first
-// launch of it for a 512-channel layer (docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's
+// by a later launch below what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE. That is the cause
+// inferred for range mode's failures on the H200, not yet seen mended there: cuDNN's batch-norm kernel for
+// ResNet-18's 256-channel layers failed so, only when relaunched after the program's first launch of it for a
+// 512-channel layer (docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's
 // size for the relaunch and put back after it: one query for a launch with dynamic shared memory, a set and a reset
 // only where it was lowered.
 class shared_limit_scope {
