@@ -983,6 +983,7 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
 // (as cuDNN does), and a launch asking for more fails as cuLaunchKernel does.
 int g_shared_limit = 48 * 1024;
 std::vector<int> g_limits_set;  // by kreplay, through the driver
+int g_limit_meanwhile = 0;      // non-zero: another thread of the program sets this limit during a relaunch
 
 driver_api_t shared_limit_driver() {
   driver_api_t d = counter_driver();
@@ -1003,6 +1004,9 @@ driver_api_t shared_limit_driver() {
       ++g_failed_runs;
       return CUDA_ERROR_INVALID_VALUE;
     }
+    if (g_limit_meanwhile != 0 && g_runs >= 2) {  // a relaunch
+      g_shared_limit = g_limit_meanwhile;
+    }
     return launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
   };
   return d;
@@ -1022,8 +1026,22 @@ void program_launch_shared(replayer& r, unsigned shared) {
 // memory is relaunched after the program lowered the function's limit to 6 KiB for its next launch (below the
 // default 48 KiB, as cuDNN's batch-norm kernel for ResNet-18's last layers did on the H200, where the relaunch
 // failed so). The limit is raised to 24 KiB for that relaunch and the program's 6 KiB put back; the 6 KiB launch
-// needs nothing. Without the driver's attribute calls the relaunch fails as it did on the H200 (the control).
+// needs nothing. Without the driver's attribute calls the relaunch fails as it did on the H200 (the control). A
+// limit the program sets meanwhile (another thread) is left as the program set it.
 void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
+  g_limit_meanwhile = 32 * 1024;
+  {
+    const replay_config_t config = range_run("2");
+    replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
+    std::string why;
+    CHECK(r.start(nullptr, &why));
+    program_launch_shared(r, 24 * 1024);
+    program_launch_shared(r, 6 * 1024);
+    r.finish();
+  }
+  g_limit_meanwhile = 0;
+  CHECK(after_steps(2) && g_shared_limit == 32 * 1024);  // not put back over the program's own setting
+  (void)read_report();
   for (const bool with_attributes : {true, false}) {
     const replay_config_t config = range_run("2");
     driver_api_t driver = shared_limit_driver();

@@ -117,11 +117,16 @@ class shared_limit_scope {
         static_cast<unsigned>(limit_) >= wanted) {
       return;
     }
-    raised_ = driver.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        static_cast<int>(wanted)) == CUDA_SUCCESS;
+    raised_to_ = static_cast<int>(wanted);
+    raised_ = driver.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, raised_to_) ==
+              CUDA_SUCCESS;
   }
+  // Put back unless the program set it meanwhile (another thread, between the launch and here): its value stays.
   ~shared_limit_scope() {
-    if (raised_) {
+    int now = 0;
+    if (raised_ &&
+        driver_.func_get_attribute(&now, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_) == CUDA_SUCCESS &&
+        now == raised_to_) {
       (void)driver_.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit_);
     }
   }
@@ -131,7 +136,8 @@ class shared_limit_scope {
  private:
   const driver_api_t& driver_;
   CUfunction function_;
-  int limit_ = 0;  // the program's
+  int limit_ = 0;      // the program's
+  int raised_to_ = 0;  // kreplay's, for the relaunch
   bool raised_ = false;
 };
 
