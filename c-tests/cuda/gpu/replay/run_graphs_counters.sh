@@ -17,7 +17,7 @@
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
 #                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode, KREPLAY_SIDE_RANGE=0: no range mode;
-#                         KREPLAY_RANGE_KINDS, default "user auto": range mode's --profiler-ranges, one run each);
+#                         KREPLAY_RANGE_KINDS, default "auto": range mode's --profiler-ranges, one run each);
 #                         kreplay's kernel mode logs each launch's time by phase (phases.py)
 #   KREPLAY_RUN_COMPILED  torch_prog.py compiled (torch.compile mode="reduce-overhead": Inductor's forward and
 #                         backward are CUDA graphs), 6 steps, then 2 with the same Triton kernels on the stream
@@ -203,7 +203,7 @@ side_range() {
   local kind=$1 plain=$2 sum start=$SECONDS
   shift 2
   local name=side.range
-  [[ $kind == user ]] || name=side.range_$kind
+  [[ $kind == auto ]] || name=side.range_$kind
   sum=$(run "$work/$name.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
         --profiler-ranges "$kind" --metrics "$more" --progress 10 -o "$work/$name.csv" -- "$@")
   row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32} --profiler-ranges $kind: $((SECONDS - start)) s (steps $(steps_s "$work/$name.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.log" | tail -1)"
@@ -260,7 +260,7 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   fi
   # Range mode: the same launches and metrics, with each kind of profiler range in KREPLAY_RANGE_KINDS.
   if [[ ${KREPLAY_SIDE_RANGE:-1} != 0 ]]; then
-    for kind in ${KREPLAY_RANGE_KINDS:-user auto}; do
+    for kind in ${KREPLAY_RANGE_KINDS:-auto}; do
       side_range "$kind" "$plain" "${cmd[@]}"
     done
   fi
