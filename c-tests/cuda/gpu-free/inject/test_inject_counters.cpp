@@ -980,7 +980,7 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
 }
 
 // A function's limit on dynamic shared memory as the fake driver keeps it: the program sets it before each launch
-// (as cuDNN does), and a launch asking for more fails as cuLaunchKernel does.
+// (as cuDNN appears to), and a launch asking for more fails as cuLaunchKernel does.
 int g_shared_limit = 48 * 1024;
 std::vector<int> g_limits_set;  // by kreplay, through the driver
 int g_limit_meanwhile = 0;      // non-zero: another thread of the program sets this limit during a relaunch
@@ -1024,8 +1024,8 @@ void program_launch_shared(replayer& r, unsigned shared) {
 
 // A range's passes relaunch its launches after the program's calls: a launch made with 24 KiB of dynamic shared
 // memory is relaunched after the program lowered the function's limit to 6 KiB for its next launch (below the
-// default 48 KiB, as cuDNN's batch-norm kernel for ResNet-18's last layers did on the H200, where the relaunch
-// failed so). The limit is raised to 24 KiB for that relaunch and the program's 6 KiB put back; the 6 KiB launch
+// default 48 KiB: the inferred cause of the relaunches of cuDNN's batch-norm kernel that failed so in range mode on
+// the H200). The limit is raised to 24 KiB for that relaunch and the program's 6 KiB put back; the 6 KiB launch
 // needs nothing. Without the driver's attribute calls the relaunch fails as it did on the H200 (the control). A
 // limit the program sets meanwhile (another thread) is left as the program set it.
 void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
