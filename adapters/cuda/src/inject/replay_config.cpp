@@ -436,6 +436,12 @@ bool parse_replay_config(const std::function<const char*(const char*)>& get, rep
              "=cupti-kernel-replay counts metrics: give --set or --metrics";
     return false;
   }
+  if (config.backend == replay_backend::cupti_kernel_replay && config.mode == replay_mode::range) {
+    // CUPTI replays each launch inside its own call: there is no range of launches for it to replay together.
+    *error = std::string(variable_of<&replay_config_t::backend>()) +
+             "=cupti-kernel-replay runs each launch's passes itself: it takes --replay-mode kernel, not range";
+    return false;
+  }
   if (config.backend != replay_backend::kreplay && config.tier != replay_tier::host) {
     // CUPTI's Checkpoint API chooses its own storage (device memory first): the tier options are kreplay's.
     config.tier = replay_tier::host;

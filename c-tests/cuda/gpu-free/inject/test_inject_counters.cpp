@@ -676,6 +676,17 @@ void cupti_s_kernel_replay_runs_the_passes_itself() {
       },
       &config, &error));
   CHECK(error.find("give --set or --metrics") != std::string::npos);
+  // Nor in range mode: CUPTI replays each launch inside its call.
+  CHECK(!parse_replay_config(
+      [](const char* name) -> const char* {
+        const std::string n(name);
+        return n == "KREPLAY_REPLAY_BACKEND" ? "cupti-kernel-replay"
+               : n == "KREPLAY_REPLAY_MODE"  ? "range"
+               : n == "KREPLAY_REPLAY_METRICS" ? "smsp__inst_executed.sum"
+                                               : nullptr;
+      },
+      &config, &error));
+  CHECK(error.find("it takes --replay-mode kernel, not range") != std::string::npos);
 }
 
 // What `steps` runs of the kernel leave, from the buffer's start (7 everywhere).

@@ -362,9 +362,8 @@ class range_profiler_source final : public counter_source {
         metrics_(std::move(metrics)),
         device_of_(std::move(device_of)),
         replay_(replay == counter_replay::cupti_kernel ? CUPTI_KernelReplay : CUPTI_UserReplay),
-        user_ranges_(ranges == counter_ranges::user && replay == counter_replay::kreplay && api.push_range != nullptr &&
-                     api.pop_range != nullptr),
-        pushless_(ranges == counter_ranges::user && !user_ranges_),
+        user_ranges_(ranges == counter_ranges::user && replay == counter_replay::kreplay && can_push(api)),
+        pushless_(ranges == counter_ranges::user && replay == counter_replay::kreplay && !can_push(api)),
         per_pass_(replay == counter_replay::kreplay && !pushless_ ? std::max<uint32_t>(per_pass, 1) : 1) {
     for (const std::string& metric : metrics_) {
       names_.push_back(metric.c_str());
@@ -416,6 +415,8 @@ class range_profiler_source final : public counter_source {
   }
 
  private:
+  static bool can_push(const range_profiler_api_t& api) { return api.push_range != nullptr && api.pop_range != nullptr; }
+
   // A session whose passes hold `ranges` launches, the context set up at its first.
   std::unique_ptr<counter_session> open_session(CUcontext context, uint32_t ranges, uint32_t* passes,
                                                 std::string* why) {
