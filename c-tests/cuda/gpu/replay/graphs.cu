@@ -8,6 +8,11 @@
 //   replay_graphs while   a graph with a conditional while node (its handle reset at every launch): an init
 //                         kernel sets a counter, the body runs until the counter reaches zero, each iteration
 //                         folding the counter into an accumulator; launched twice
+//   replay_graphs cost    the graph-mode cost figure (issue 29): a 320 MB footprint like the torch.cuda.graph
+//                         loop's, of which a graph of 16 kernel nodes rewrites 87 MB; the same 87 MB rewritten by
+//                         one stream launch three times before the graph's four launches and three times after, so
+//                         that a graph's extra pass and a stream launch's compare at equal footprint and written
+//                         bytes
 //
 // Every kernel reads what it writes, so a pass from any state but the one before it ends elsewhere. Prints
 // "CHECKSUM <hex>" over the buffers at the end (the scripts compare it with the plain run's) and exits 1 on a
@@ -215,10 +220,92 @@ bool while_loop(float* accumulator, int* counter, uint64_t* hash) {
   return true;
 }
 
+// The cost mode's sizes: 87 MB rewritten every pass, in 16 slices, of a 320 MB footprint.
+constexpr size_t written_floats = 87'000'000 / sizeof(float);
+constexpr size_t read_only_bytes = 233'000'000;
+constexpr int slices = 16;
+
+__global__ void axpb_wide(float* x, size_t count, float a, float b) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    x[i] = a * x[i] + b;
+  }
+}
+
+// A chain of `slices` kernel nodes, each rewriting its slice of x.
+bool build_slices(cudaGraph_t* graph, float* x) {
+  CHECK(cudaGraphCreate(graph, 0));
+  cudaGraphNode_t previous = nullptr;
+  for (int slice = 0; slice < slices; ++slice) {
+    float* part = x + slice * (written_floats / slices);
+    size_t count = slice + 1 < slices ? written_floats / slices : written_floats - slice * (written_floats / slices);
+    float a = 1.0f + 0.001f * static_cast<float>(slice);
+    float b = 0.5f;
+    void* args[] = {&part, &count, &a, &b};
+    cudaKernelNodeParams params{};
+    params.func = reinterpret_cast<void*>(axpb_wide);
+    params.gridDim = dim3(528);
+    params.blockDim = dim3(256);
+    params.kernelParams = args;  // copied into the node
+    cudaGraphNode_t node;
+    CHECK(cudaGraphAddKernelNode(&node, *graph, previous != nullptr ? &previous : nullptr, previous != nullptr ? 1 : 0,
+                                 &params));
+    previous = node;
+  }
+  return true;
+}
+
+bool cost(uint64_t* hash) {
+  float* x = nullptr;
+  void* read_only = nullptr;
+  CHECK(cudaMalloc(&x, written_floats * sizeof(float)));
+  CHECK(cudaMalloc(&read_only, read_only_bytes));
+  CHECK(cudaMemset(read_only, 0x3c, read_only_bytes));
+  std::vector<float> host(written_floats);
+  for (size_t i = 0; i < written_floats; ++i) {
+    host[i] = static_cast<float>(i % 113) / 7.0f;
+  }
+  CHECK(cudaMemcpy(x, host.data(), written_floats * sizeof(float), cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  if (!build_slices(&graph, x)) {
+    return false;
+  }
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 10; ++launch) {
+    if (launch >= 3 && launch < 7) {
+      CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      axpb_wide<<<528, 256, 0, stream>>>(x, written_floats, 0.999f, 0.25f);
+      CHECK(cudaGetLastError());
+    }
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemcpy(host.data(), x, written_floats * sizeof(float), cudaMemcpyDeviceToHost));
+  *hash = fnv1a(host.data(), written_floats * sizeof(float), *hash);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaFree(read_only));
+  CHECK(cudaFree(x));
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool loop = argc > 1 && std::strcmp(argv[1], "while") == 0;
+  const char* mode = argc > 1 ? argv[1] : "step";
+  if (std::strcmp(mode, "cost") == 0) {
+    uint64_t hash = 1469598103934665603ull;
+    if (!cost(&hash)) {
+      return 1;
+    }
+    std::printf("CHECKSUM %016llx\n", static_cast<unsigned long long>(hash));
+    return 0;
+  }
+  const bool loop = std::strcmp(mode, "while") == 0;
   float* x = nullptr;
   float* y = nullptr;
   int* counter = nullptr;
