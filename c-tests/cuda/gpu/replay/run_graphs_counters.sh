@@ -36,7 +36,8 @@
 #                         run's: four count metrics, then a list of 15 that needs 10 passes (ncu runs that one).
 #   KREPLAY_RUN_SET       --set full on ResNet-18's first launches: the summary, the checksum, the CSV in pandas
 #   KREPLAY_RUN_PROBE     bench/range_profiler_probe.cu: CUPTI's Range Profiler call by call, and which ways of
-#                         calling it work
+#                         calling it work; then the kernel-mode launches alone for each metric list of
+#                         KREPLAY_PROBE_LISTS (space-separated)
 #   KREPLAY_RUN_LIST      --list-metrics: the chip's metrics (with the CUPTI on the loader's path, else PyTorch's
 #                         or the toolkit's through KREPLAY_CUPTI_PATH)
 # OUT_DIR receives graphs_counters.tar.gz and summary.txt; the exit status is 1 when a check failed.
@@ -138,6 +139,14 @@ if [[ ${KREPLAY_RUN_PROBE:-1} != 0 ]]; then
        -Xlinker -rpath="$(dirname "$cupti_so")" -o "$probe" >>"$work/env.log" 2>&1; then
     run "$work/range_profiler_probe.log" "$probe" >/dev/null
     sed 's/^/INFO range profiler probe: /' "$work/range_profiler_probe.log" | cut -c1-1500 | tee -a "$summary"
+    # KREPLAY_PROBE_LISTS: more metric lists (space-separated, each comma-separated) to time the passes of.
+    probe_list=0
+    for list in ${KREPLAY_PROBE_LISTS:-}; do
+      probe_list=$((probe_list + 1))
+      run "$work/range_profiler_probe.$probe_list.log" "$probe" "$list" >/dev/null
+      grep '^chip\|^kernel' "$work/range_profiler_probe.$probe_list.log" |
+        sed "s/^/INFO range profiler probe, list $probe_list: /" | cut -c1-1500 | tee -a "$summary"
+    done
   else
     row "INFO range profiler probe: not built (CUPTI: ${cupti_h:-no header}, ${cupti_so:-no library}; env.log)"
   fi
