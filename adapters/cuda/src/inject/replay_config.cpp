@@ -92,10 +92,12 @@ constexpr replay_option_t options[] = {
    "and row) and then runs the graph itself once from the memory before it; graph replays the whole graph as one "
    "window (one row per graph launch); off runs them once. A graph node mode cannot run faithfully is replayed "
    "in graph mode, with why in its row"},
-  {"set", 0, "KREPLAY_REPLAY_SET", choice<&c::set>("none|counts|speed|full"), "none",
+  {"set", 0, "KREPLAY_REPLAY_SET", choice<&c::set>("none|counts|speed|full|warps"), "none",
    "a named list of metrics, counted as --metrics' are (and before them): counts (instructions, warps, loads and "
    "stores: exact counts), speed (time, cycles and the speed of light of the SMs, L1, L2 and DRAM), full (both, "
-   "with bytes and hit rates at each memory level, IPC, occupancy and pipes)"},
+   "with bytes and hit rates at each memory level, IPC, occupancy and pipes), warps (the counts, issue rate, "
+   "occupancy, why warps stalled, and time: counters of the SMs alone, which CUPTI sets up far faster a pass "
+   "than those of L2 and DRAM)"},
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
    "Profiler in user replay: a launch gets at least the passes they need; in node mode every kernel node is "
@@ -291,6 +293,39 @@ constexpr const char* full_extra[] = {
     "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 };
 
+// Where the SMs' time goes, from counters in the SMs alone (8 passes on GH100): on the H200 CUPTI set up each of
+// those passes in about 2.2 ms, where a pass with L2, DRAM or elapsed-cycle counters took 10 to 25 ms
+// (docs/results/2026-12-03-h200-e.md).
+constexpr const char* warps_extra[] = {
+    "smsp__issue_active.avg.per_cycle_active",
+    "smsp__inst_executed.avg.per_cycle_active",
+    "smsp__warps_active.avg.per_cycle_active",
+    "smsp__warps_eligible.avg.per_cycle_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "smsp__average_warps_active_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_drain_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_membar_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_misc_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "gpu__time_duration.sum",
+    "sm__cycles_active.avg",
+};
+
 void add_new(std::vector<std::string>* out, const std::string& name) {
   if (std::find(out->begin(), out->end(), name) == out->end()) {
     out->push_back(name);
@@ -316,6 +351,10 @@ bool counted_metrics(const replay_config_t& config, std::vector<std::string>* ou
   }
   if (config.set == metric_set::full) {
     add_new(out, full_extra);
+  }
+  if (config.set == metric_set::warps) {
+    add_new(out, counts_set);
+    add_new(out, warps_extra);
   }
   std::vector<std::string> listed;
   if (!config.metrics.empty() && !parse_metric_list(config.metrics, &listed, why)) {

@@ -24,7 +24,7 @@ enum class replay_backend : uint8_t { kreplay, cupti, cupti_kernel_replay };
 // one window (graph: every pass launches the whole graph), or run once (off).
 enum class graph_profiling : uint8_t { node, graph, off };
 // A named list of metrics (--set), counted before --metrics' own.
-enum class metric_set : uint8_t { none, counts, speed, full };
+enum class metric_set : uint8_t { none, counts, speed, full, warps };
 // With counters: the L2 flushed before every counted pass (all, Nsight Compute's default), or left warm (none).
 enum class cache_control : uint8_t { all, none };
 // One window per launch (kernel), or up to --range-size consecutive launches of a thread per window (range).

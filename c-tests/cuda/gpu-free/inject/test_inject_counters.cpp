@@ -1217,16 +1217,24 @@ void sets_and_lists_make_one_list_of_metrics() {
   CHECK(names.front() == "gpu__time_duration.sum" && names.back() == "dram__bytes.sum");
   CHECK(std::count(names.begin(), names.end(), "sm__warps_launched.sum") == 1);
   CHECK(names.size() == 7 + 6 + 12 + 1);
+  // warps: the counts, then counters of the SMs alone (none of L2, DRAM or the front end's elapsed cycles).
+  config.set = metric_set::warps;
+  config.metrics.clear();
+  CHECK(counted_metrics(config, &names, &why) && names.size() == 6 + 27 && names[0] == "smsp__inst_executed.sum");
+  CHECK(std::count(names.begin(), names.end(), "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio") == 1);
+  CHECK(std::none_of(names.begin(), names.end(), [](const std::string& name) {
+    return name.rfind("dram__", 0) == 0 || name.rfind("lts__", 0) == 0 || name.find("cycles_elapsed") != std::string::npos;
+  }));
   config.metrics = "a,,b";
   CHECK(!counted_metrics(config, &names, &why) && why.find("empty metric name") != std::string::npos);
   // The option: its words in the enum's order.
-  const std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_SET", "speed"}};
+  const std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_SET", "warps"}};
   auto get = [&](const char* name) -> const char* {
     auto found = values.find(name);
     return found != values.end() ? found->second.c_str() : nullptr;
   };
   replay_config_t parsed;
-  CHECK(parse_replay_config(get, &parsed, &why) && parsed.set == metric_set::speed);
+  CHECK(parse_replay_config(get, &parsed, &why) && parsed.set == metric_set::warps);
   const std::map<std::string, std::string> wrong = {{"KREPLAY_REPLAY", "1"}, {"KREPLAY_REPLAY_SET", "most"}};
   auto get_wrong = [&](const char* name) -> const char* {
     auto found = wrong.find(name);

@@ -16,7 +16,8 @@
 #                         extra pass against the stream launches' (the same kernels in its warm-up steps), a whole
 #                         graph's against its own time; then (unless KREPLAY_CUDAGRAPH_COUNTED=0) the kernel nodes
 #                         counted against ncu's node mode
-#   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics: kreplay in
+#   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (with
+#                         KREPLAY_SIDE_SET=warps: the launcher's --set warps, 33 metrics of the SMs): kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
 #                         values compared in pairs (KREPLAY_NCU=0: no ncu, KREPLAY_SIDE_CUPTI=0: no CUPTI kernel
 #                         replay, KREPLAY_SIDE_KERNEL=0: no kernel mode, KREPLAY_SIDE_RANGE=0: no range mode;
@@ -144,7 +145,7 @@ if [[ ${KREPLAY_RUN_PROBE:-1} != 0 ]]; then
     for list in ${KREPLAY_PROBE_LISTS:-}; do
       probe_list=$((probe_list + 1))
       run "$work/range_profiler_probe.$probe_list.log" "$probe" "$list" >/dev/null
-      grep '^chip\|^kernel' "$work/range_profiler_probe.$probe_list.log" |
+      grep '^chip\|^kernel\|^set-up' "$work/range_profiler_probe.$probe_list.log" |
         sed "s/^/INFO range profiler probe, list $probe_list: /" | cut -c1-1500 | tee -a "$summary"
     done
   else
@@ -185,6 +186,14 @@ more="$counts,smsp__sass_inst_executed_op_global_st.sum,smsp__sass_thread_inst_e
 more="$more,sm__inst_executed_pipe_tensor.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum"
 more="$more,lts__t_sectors_srcunit_tex_op_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
 more="$more,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed"
+# The side section's list: the 15 above, or with KREPLAY_SIDE_SET=warps the launcher's --set warps (its names, so
+# that ncu counts the same).
+side_metrics=$more
+if [[ ${KREPLAY_SIDE_SET:-} == warps ]]; then
+  side_metrics=$(sed -n '/^constexpr const char\* \(counts_set\|warps_extra\)\[\]/,/^};/p' \
+                   "$src/../../../../adapters/cuda/src/inject/replay_config.cpp" | grep -o '"[a-z0-9_.]*"' | tr -d '"' |
+                   paste -sd, -)
+fi
 
 # The seconds a run's training steps took, from the program's STEP_MS lines in LOG (the process less its start-up
 # and the checksum; the issue's time bars are for the step).
@@ -240,7 +249,7 @@ side_range() {
   local name=side.range
   [[ $kind == auto ]] || name=side.range_$kind
   sum=$(run "$work/$name.log" "$launcher" --replay-mode range --range-size "${KREPLAY_RANGE_SIZE:-32}" \
-        --profiler-ranges "$kind" --metrics "$more" --progress 10 -o "$work/$name.csv" -- "$@")
+        --profiler-ranges "$kind" --metrics "$side_metrics" --progress 10 -o "$work/$name.csv" -- "$@")
   row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32} --profiler-ranges $kind: $((SECONDS - start)) s (steps $(steps_s "$work/$name.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.log" | tail -1)"
   row "INFO side: range mode, $kind ranges: $(csv_figure "$work/$name.csv" pass_share); replaying $(csv_figure "$work/$name.csv" replay_s) s"
   row "INFO side: range mode, $kind ranges, not counted: $(csv_figure "$work/$name.csv" uncounted | cut -c1-900)"
@@ -277,11 +286,11 @@ if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
   start=$SECONDS
   plain=$(run "$work/side.plain.log" "${cmd[@]}")
   row "INFO side: plain run, $KREPLAY_PROG_STEPS steps: $((SECONDS - start)) s (steps $(steps_s "$work/side.plain.log") s)"
-  [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_by_kreplay side "$more" "$plain" -- "${cmd[@]}"
-  [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu side "$more" "--replay-mode kernel" -- "${cmd[@]}"
+  [[ ${KREPLAY_SIDE_KERNEL:-1} == 0 ]] || counted_by_kreplay side "$side_metrics" "$plain" -- "${cmd[@]}"
+  [[ ${KREPLAY_NCU:-1} == 0 ]] || counted_by_ncu side "$side_metrics" "--replay-mode kernel" -- "${cmd[@]}"
   if [[ ${KREPLAY_SIDE_CUPTI:-1} != 0 ]]; then
     start=$SECONDS
-    sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$more" --progress 10 \
+    sum=$(run "$work/side.cupti.log" "$launcher" --backend cupti-kernel-replay --metrics "$side_metrics" --progress 10 \
           -o "$work/side.cupti.csv" -- "${cmd[@]}")
     row "INFO side: CUPTI's kernel replay (--backend cupti-kernel-replay): $((SECONDS - start)) s (steps $(steps_s "$work/side.cupti.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/side.cupti.log" | tail -1); replaying $(csv_figure "$work/side.cupti.csv" replay_s) s"
     verdict "side: CUPTI's kernel replay: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
