@@ -33,8 +33,6 @@ bool resolve_driver(driver_api_t& out) {
   find_symbol(cuda, "cuFuncGetParamInfo", out.func_get_param_info);
   find_symbol(cuda, "cuFuncIsLoaded", out.func_is_loaded);
   find_symbol(cuda, "cuFuncLoad", out.func_load);
-  find_symbol(cuda, "cuFuncGetAttribute", out.func_get_attribute);
-  find_symbol(cuda, "cuFuncSetAttribute", out.func_set_attribute);
   find_symbol(cuda, "cuEventCreate", out.event_create);
   find_symbol(cuda, "cuEventRecord", out.event_record);
   if (!find_symbol(cuda, "cuEventElapsedTime_v2", out.event_elapsed)) {

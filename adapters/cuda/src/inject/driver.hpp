@@ -37,8 +37,6 @@ struct driver_api_t {
   CUresult (*func_get_param_info)(CUfunction, size_t, size_t*, size_t*) = nullptr;  // cuFuncGetParamInfo
   CUresult (*func_is_loaded)(CUfunctionLoadingState*, CUfunction) = nullptr;        // cuFuncIsLoaded
   CUresult (*func_load)(CUfunction) = nullptr;                        // cuFuncLoad
-  CUresult (*func_get_attribute)(int*, CUfunction_attribute, CUfunction) = nullptr;  // cuFuncGetAttribute
-  CUresult (*func_set_attribute)(CUfunction, CUfunction_attribute, int) = nullptr;   // cuFuncSetAttribute
   CUresult (*event_create)(CUevent*, unsigned) = nullptr;             // cuEventCreate
   CUresult (*event_record)(CUevent, CUstream) = nullptr;              // cuEventRecord
   CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;      // cuEventElapsedTime_v2, else cuEventElapsedTime

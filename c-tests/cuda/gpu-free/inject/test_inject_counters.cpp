@@ -991,23 +991,16 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
 }
 
 // A function's limit on dynamic shared memory as the fake driver keeps it: the program sets it before each launch
-// (as cuDNN appears to), and a launch asking for more fails as cuLaunchKernel does.
+// (as cuDNN appears to), through the function or through its CUkernel, and a launch asking for more fails as
+// cuLaunchKernel does. kreplay never sets it: the fake has no attribute calls to give it.
 int g_shared_limit = 48 * 1024;
-std::vector<int> g_limits_set;  // by kreplay, through the driver
-int g_limit_meanwhile = 0;      // non-zero: another thread of the program sets this limit during a relaunch
+const CUkernel step_kernel_handle = fake::handle<CUkernel>(0xC7);
 
 driver_api_t shared_limit_driver() {
   driver_api_t d = counter_driver();
-  d.func_get_attribute = [](int* value, CUfunction_attribute attribute, CUfunction f) {
-    CHECK(attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && f == step_kernel);
-    *value = g_shared_limit;
-    return CUDA_SUCCESS;
-  };
-  d.func_set_attribute = [](CUfunction f, CUfunction_attribute attribute, int value) {
-    CHECK(attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && f == step_kernel);
-    g_limits_set.push_back(value);
-    g_shared_limit = value;
-    return CUDA_SUCCESS;
+  d.kernel_get_function = [](CUfunction* f, CUkernel kernel) {
+    *f = kernel == step_kernel_handle ? step_kernel : nullptr;
+    return kernel == step_kernel_handle ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   };
   d.launch_kernel = [](CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                        unsigned shared, CUstream stream, void** params, void** extra) {
@@ -1015,17 +1008,27 @@ driver_api_t shared_limit_driver() {
       ++g_failed_runs;
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (g_limit_meanwhile != 0 && g_runs >= 2) {  // a relaunch
-      g_shared_limit = g_limit_meanwhile;
-    }
     return launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);
   };
   return d;
 }
 
-// The program's launch with `shared` bytes of dynamic shared memory, the limit set to that first.
+// The program sets step_kernel's limit, through its CUkernel (the runtime's way) or the function itself; `seen`
+// false: the replay is not told (the control).
+void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen = true) {
+  CUresult ok = CUDA_SUCCESS;
+  cuKernelSetAttribute_params on_kernel{CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit, step_kernel_handle, 0};
+  cuFuncSetAttribute_params on_function{step_kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit};
+  if (seen && through_kernel) {
+    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute, callback_data(CUPTI_API_ENTER, &on_kernel, &ok));
+  } else if (seen) {
+    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute, callback_data(CUPTI_API_ENTER, &on_function, &ok));
+  }
+  g_shared_limit = limit;
+}
+
+// The program's launch with `shared` bytes of dynamic shared memory.
 void program_launch_shared(replayer& r, unsigned shared) {
-  g_shared_limit = static_cast<int>(shared);
   cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, shared, nullptr, nullptr, nullptr};
   CUresult ok = CUDA_SUCCESS;
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &ok));
@@ -1033,55 +1036,57 @@ void program_launch_shared(replayer& r, unsigned shared) {
   r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &ok));
 }
 
-// A range's passes relaunch its launches after the program's calls: a launch made with 24 KiB of dynamic shared
-// memory is relaunched after the program lowered the function's limit to 6 KiB for its next launch (below the
-// default 48 KiB: the inferred cause of the relaunches of cuDNN's batch-norm kernel that failed so in range mode on
-// the H200). The limit is raised to 24 KiB for that relaunch and the program's 6 KiB put back; the 6 KiB launch
-// needs nothing. Without the driver's attribute calls the relaunch fails as it did on the H200 (the control). A
-// limit the program sets meanwhile (another thread) is left as the program set it.
-void a_relaunch_gets_the_shared_memory_its_launch_was_made_with() {
-  g_limit_meanwhile = 32 * 1024;
+// A range's passes relaunch its launches after the program's calls, under the function's limits as they are then.
+// The program lowers the limit from 24 KiB (its first launch's) to 6 KiB for its next launch (cuDNN's batch-norm
+// kernel on the H200 did; kreplay's earlier mend raised the limit itself, and the value it put back overrode the
+// program's later settings, failing the program's own launch): the range ends at that call, before the limit
+// changes, and both launches are counted, each in its range. Raising a limit, or lowering it to what the
+// range's launches still fit, ends nothing. The control, the replay not told of the call: the relaunch fails as
+// it did on the H200.
+void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
+  for (const bool through_kernel : {true, false}) {
+    const replay_config_t config = range_run("3");
+    {
+      replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
+      std::string why;
+      CHECK(r.start(nullptr, &why));
+      program_sets_limit(r, 16 * 1024, through_kernel);
+      program_launch_shared(r, 16 * 1024);
+      program_sets_limit(r, 24 * 1024, through_kernel);  // raised: the range goes on
+      program_launch_shared(r, 24 * 1024);
+      CHECK(g_runs == 2);
+      program_sets_limit(r, 6 * 1024, through_kernel);  // below both: their range ends first
+      CHECK(g_runs == 2 + 2);
+      program_launch_shared(r, 6 * 1024);
+      program_sets_limit(r, 6 * 1024, through_kernel);  // what the launch was made with: nothing ends
+      CHECK(g_runs == 2 + 2 + 1);
+      CUresult ok = CUDA_SUCCESS;
+      r.on_range_end_call(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuCtxSynchronize"));
+      CHECK(g_runs == 2 + 2 + 1 + 1);
+      r.finish();
+    }
+    CHECK(after_steps(3) && g_failed_runs == 0 && g_shared_limit == 6 * 1024);
+    const std::vector<std::string> lines = read_report();
+    CHECK(lines.size() == 4);
+    for (size_t row = 1; row < lines.size(); ++row) {
+      CHECK(lines[row].find(",1,\"\",") != std::string::npos);  // replayed and counted
+    }
+  }
+  const replay_config_t config = range_run("2");
   {
-    const replay_config_t config = range_run("2");
     replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
     std::string why;
     CHECK(r.start(nullptr, &why));
+    program_sets_limit(r, 24 * 1024, true, false);
     program_launch_shared(r, 24 * 1024);
-    program_launch_shared(r, 6 * 1024);
+    program_sets_limit(r, 6 * 1024, true, false);
+    program_launch_shared(r, 6 * 1024);  // the range is full: its pass runs now, under 6 KiB
     r.finish();
   }
-  g_limit_meanwhile = 0;
-  CHECK(after_steps(2) && g_shared_limit == 32 * 1024);  // not put back over the program's own setting
-  (void)read_report();
-  for (const bool with_attributes : {true, false}) {
-    const replay_config_t config = range_run("2");
-    driver_api_t driver = shared_limit_driver();
-    if (!with_attributes) {
-      driver.func_get_attribute = nullptr;
-    }
-    g_limits_set.clear();
-    {
-      replayer r(*g_tracker, config, g_ops, driver, std::make_unique<fake_source>());
-      std::string why;
-      CHECK(r.start(nullptr, &why));
-      program_launch_shared(r, 24 * 1024);
-      program_launch_shared(r, 6 * 1024);  // the range is full: its pass runs now
-      r.finish();
-    }
-    CHECK(after_steps(2) && g_shared_limit == 6 * 1024);  // the program's result and its limit
-    const std::vector<std::string> lines = read_report();
-    CHECK(lines.size() == 3);
-    if (with_attributes) {
-      CHECK(g_runs == 4 && g_limits_set == std::vector<int>({24 * 1024, 6 * 1024}));
-      for (size_t row = 1; row < lines.size(); ++row) {
-        CHECK(lines[row].find(",1,\"\",") != std::string::npos);  // replayed
-      }
-    } else {
-      CHECK(g_runs == 2 && g_limits_set.empty());
-      CHECK(lines.size() == 3 && lines[1].find("did not run (its launch 1") != std::string::npos &&
-            lines[1].find("CUresult 1)") != std::string::npos);
-    }
-  }
+  CHECK(after_steps(2) && g_failed_runs == 1);
+  const std::vector<std::string> lines = read_report();
+  CHECK(lines.size() == 3 && lines[1].find("did not run (its launch 1") != std::string::npos &&
+        lines[1].find("CUresult 1)") != std::string::npos);
   g_shared_limit = 48 * 1024;
 }
 
@@ -1319,7 +1324,7 @@ int main() {
   RUN_TEST(a_range_that_cannot_be_pushed_stops_the_counting_not_the_replay);
   RUN_TEST(range_mode_makes_a_launch_alone_in_its_range_a_user_range);
   RUN_TEST(range_mode_on_automatic_ranges_pushes_nothing);
-  RUN_TEST(a_relaunch_gets_the_shared_memory_its_launch_was_made_with);
+  RUN_TEST(a_range_ends_before_the_program_lowers_a_limit_its_launches_need);
   RUN_TEST(ranges_of_any_length_are_configured_for_the_same_ranges_a_pass);
   RUN_TEST(a_session_dropped_undecoded_enables_the_profiler_afresh);
   RUN_TEST(a_range_pass_that_fails_names_the_launch);

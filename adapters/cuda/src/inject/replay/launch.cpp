@@ -98,49 +98,6 @@ void copy_buffer(launch_t& launch) {
                        &launch.extra_size, CU_LAUNCH_PARAM_END};
 }
 
-// A function's limit on dynamic shared memory (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) is the program's
-// to set, below the default 48 KiB as well as above it, and a library may set it just before each launch, to what
-// that launch needs. A relaunch after the program's call (a range's passes, a kernel node) may then find it lowered
-// by a later launch below what this launch was made with, and fail with CUDA_ERROR_INVALID_VALUE. That is the cause
-// inferred for range mode's failures on the H200, not yet seen mended there: cuDNN's batch-norm kernel for
-// ResNet-18's 256-channel layers failed so, only when relaunched after the program's first launch of it for a
-// 512-channel layer (docs/results/2026-12-03-h200-d.md). The limit is raised to the launch's
-// size for the relaunch and put back after it: one query for a launch with dynamic shared memory, a set and a reset
-// only where it was lowered.
-class shared_limit_scope {
- public:
-  shared_limit_scope(const launch_t& launch, const driver_api_t& driver) : driver_(driver), function_(launch.loaded) {
-    const unsigned wanted = launch.kind == launch_kind::kernel_ex ? launch.config.sharedMemBytes : launch.shared_bytes;
-    if (wanted == 0 || function_ == nullptr || driver.func_get_attribute == nullptr ||
-        driver.func_set_attribute == nullptr ||
-        driver.func_get_attribute(&limit_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_) != CUDA_SUCCESS ||
-        static_cast<unsigned>(limit_) >= wanted) {
-      return;
-    }
-    raised_to_ = static_cast<int>(wanted);
-    raised_ = driver.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, raised_to_) ==
-              CUDA_SUCCESS;
-  }
-  // Put back unless the program set it meanwhile (another thread, between the launch and here): its value stays.
-  ~shared_limit_scope() {
-    int now = 0;
-    if (raised_ &&
-        driver_.func_get_attribute(&now, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, function_) == CUDA_SUCCESS &&
-        now == raised_to_) {
-      (void)driver_.func_set_attribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit_);
-    }
-  }
-  shared_limit_scope(const shared_limit_scope&) = delete;
-  shared_limit_scope& operator=(const shared_limit_scope&) = delete;
-
- private:
-  const driver_api_t& driver_;
-  CUfunction function_;
-  int limit_ = 0;      // the program's
-  int raised_to_ = 0;  // kreplay's, for the relaunch
-  bool raised_ = false;
-};
-
 }  // namespace
 
 void decode_launch(CUpti_CallbackId cbid, const CUpti_CallbackData& data, launch_t& out) {
@@ -208,12 +165,15 @@ void copy_arguments(launch_t& launch, const driver_api_t& driver) {
   }
 }
 
+unsigned dynamic_shared_bytes(const launch_t& launch) {
+  return launch.kind == launch_kind::kernel_ex ? launch.config.sharedMemBytes : launch.shared_bytes;
+}
+
 CUresult relaunch(const launch_t& l, const driver_api_t& driver) {
   void** arguments = l.argument_pointers.empty() ? l.kernel_params : const_cast<void**>(l.argument_pointers.data());
   void** extra = l.argument_pointers.empty()
                      ? (l.extra_copy.empty() ? l.extra : const_cast<void**>(l.extra_copy.data()))
                      : nullptr;
-  const shared_limit_scope limit(l, driver);
   switch (l.kind) {
     case launch_kind::kernel:
       return driver.launch_kernel(l.function, l.grid[0], l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2],

@@ -57,6 +57,13 @@ bool stream_capturing(const launch_t& launch, const driver_api_t& driver);
 // CU_LAUNCH_PARAM_BUFFER_POINTER buffer of `extra`. Without either, a relaunch passes the program's own.
 void copy_arguments(launch_t& launch, const driver_api_t& driver);
 
+// The dynamic shared memory the launch was made with.
+unsigned dynamic_shared_bytes(const launch_t& launch);
+
+// The launch again, as the program made it, under the function's attributes as they are now: kreplay never sets
+// a function's attributes (cuFuncSetAttribute's values override the runtime's later cuKernelSetAttribute ones, so
+// one put back would freeze the program's own later settings). A range ends before the program lowers a limit
+// its launches need (ranges.cpp).
 CUresult relaunch(const launch_t& launch, const driver_api_t& driver);
 
 // A kernel's time by two events on its stream; every call a no-op when the events could not be made.

@@ -419,7 +419,7 @@ void replayer::exit(const CUpti_CallbackData& data) {
     return;
   }
   if (p->in_range) {
-    return launched_in_range(std::move(p), succeeded(data));  // its row comes when the range ends
+    return launched_in_range(std::move(p), result_of(data));  // its row comes when the range ends
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   if (p->cupti_replaying) {

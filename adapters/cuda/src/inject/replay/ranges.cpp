@@ -24,6 +24,7 @@
 // the program computes. --verify and graph launches are kernel mode's.
 #include <algorithm>
 
+#include "callback_data.hpp"
 #include "guard.hpp"
 #include "replay/pending.hpp"
 
@@ -171,7 +172,8 @@ bool replayer::begin_range(pending_t& p) {
 
 // At a range launch's exit: the fence released, the launch handed to its range (one that failed runs once, with
 // why); a full range ends now.
-void replayer::launched_in_range(std::unique_ptr<pending_t> p, bool launched) {
+void replayer::launched_in_range(std::unique_ptr<pending_t> p, CUresult result) {
+  const bool launched = result == CUDA_SUCCESS;
   if (p->fence_token != 0) {
     kreplay_copy_end(p->fence_token);
     p->fence_token = 0;
@@ -191,7 +193,7 @@ void replayer::launched_in_range(std::unique_ptr<pending_t> p, bool launched) {
   }
   if (p != nullptr) {  // its call failed, or its range is gone (its context was destroyed): it ran once
     p->row.reason = launched ? "range: its context was destroyed before the launch returned, run once"
-                             : "the program's launch failed";
+                             : "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result));
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
     report_.add(p->row, 0.0);
     return;
@@ -204,6 +206,55 @@ void replayer::launched_in_range(std::unique_ptr<pending_t> p, bool launched) {
 void replayer::on_range_end_call(const CUpti_CallbackData& data) {
   if (data.callbackSite == CUPTI_API_ENTER && !inside_own_call()) {
     end_range(data.functionName != nullptr ? data.functionName : "a synchronisation or free");
+  }
+}
+
+// The program sets a function's attribute. Only the dynamic shared-memory limit can make a relaunch fail that the
+// launch did not (a library may set it before each launch to that launch's need, lower as well as higher): set
+// below what a launch of the range of the same function was made with, the range ends before the call, while the
+// limits are still those its launches had. The function is named by a CUfunction (cuFuncSetAttribute) or a
+// CUkernel (cuKernelSetAttribute, which the runtime's cudaFuncSetAttribute calls), matched with the handle the
+// launch was made with or its function in the range's context.
+void replayer::on_function_attribute(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  if (data.callbackSite != CUPTI_API_ENTER || inside_own_call()) {
+    return;
+  }
+  CUfunction named = nullptr;      // the handle the call names, as a launch would
+  CUfunction in_context = nullptr;  // a CUkernel's function in the current context
+  int limit = 0;
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute) {
+    const auto& call = params<cuKernelSetAttribute_params>(data);
+    if (call.attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+      return;
+    }
+    named = reinterpret_cast<CUfunction>(call.kernel);
+    limit = call.val;
+    if (driver_.kernel_get_function == nullptr || driver_.kernel_get_function(&in_context, call.kernel) != CUDA_SUCCESS) {
+      in_context = nullptr;
+    }
+  } else {
+    const auto& call = params<cuFuncSetAttribute_params>(data);
+    if (call.attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+      return;
+    }
+    named = call.hfunc;
+    limit = call.value;
+  }
+  bool lowered = false;
+  {
+    std::lock_guard<std::mutex> lock(ranges_mutex_);
+    auto found = ranges_.find(std::this_thread::get_id());
+    if (found == ranges_.end()) {
+      return;
+    }
+    for (const auto& p : found->second->launches) {
+      const launch_t& l = p->launch;
+      const bool same = l.function == named || l.loaded == named || (in_context != nullptr && l.loaded == in_context);
+      lowered = lowered || (same && (limit < 0 || static_cast<unsigned>(limit) < dynamic_shared_bytes(l)));
+    }
+  }
+  if (lowered) {
+    end_range("a function's shared-memory limit lowered below a launch of the range");
   }
 }
 

@@ -89,6 +89,12 @@ inline constexpr CUpti_CallbackId replay_range_end_ids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy,     CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
     CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
 };
+// With --replay-mode range: the program's calls that set a function's attributes (the runtime's
+// cudaFuncSetAttribute makes one of them).
+inline constexpr CUpti_CallbackId replay_attribute_ids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute,
+};
 // With --graph-profiling node or graph: the calls that make, change and destroy executable graphs
 // (graph_launches.cpp).
 inline constexpr CUpti_CallbackId replay_graph_ids[] = {
@@ -136,6 +142,9 @@ class replayer {
   void on_copy(const CUpti_CallbackData& data);
   // The replay_range_end_ids, at their entry: the calling thread's range ends (ranges.cpp).
   void on_range_end_call(const CUpti_CallbackData& data);
+  // The replay_attribute_ids, at their entry: a function's dynamic shared-memory limit lowered below what a
+  // launch of the calling thread's range was made with ends the range first (ranges.cpp).
+  void on_function_attribute(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   bool replays_ranges() const { return config_.mode == replay_mode::range; }
   // The replay_graph_ids, at their exit: what each executable graph holds (replay/graphs.hpp).
   void on_graph_built(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
@@ -215,7 +224,7 @@ class replayer {
   // snapshot of the memory before it), is handed over at its exit, and the range ends when full or at a boundary.
   void join_range(pending_t& p);
   bool begin_range(pending_t& p);
-  void launched_in_range(std::unique_ptr<pending_t> p, bool launched);
+  void launched_in_range(std::unique_ptr<pending_t> p, CUresult result);
   void end_range(const std::string& why_ended);
   void drop_ranges_of(CUcontext context);
   void replay_range(range_t& range);
