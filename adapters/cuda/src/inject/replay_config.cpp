@@ -293,9 +293,9 @@ constexpr const char* full_extra[] = {
     "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 };
 
-// Where the SMs' time goes, from counters in the SMs alone (8 passes on GH100): on the H200 CUPTI set up each of
-// those passes in about 2.2 ms, where a pass with L2, DRAM or elapsed-cycle counters took 10 to 25 ms
-// (docs/results/2026-12-03-h200-e.md).
+// Where the SMs' time goes, from counters in the SMs alone (9 passes on GH100, the last the duration's): on the
+// H200 CUPTI's Start and Stop took about 2.6 ms for each of those passes, and 10 to 25 ms for a pass that holds
+// L2, DRAM or elapsed-cycle counters (docs/results/2026-12-03-h200-e.md).
 constexpr const char* warps_extra[] = {
     "smsp__issue_active.avg.per_cycle_active",
     "smsp__inst_executed.avg.per_cycle_active",

@@ -1020,9 +1020,11 @@ void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen =
   cuKernelSetAttribute_params on_kernel{CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit, step_kernel_handle, 0};
   cuFuncSetAttribute_params on_function{step_kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit};
   if (seen && through_kernel) {
-    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute, callback_data(CUPTI_API_ENTER, &on_kernel, &ok));
+    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute,
+                            callback_data(CUPTI_API_ENTER, &on_kernel, &ok));
   } else if (seen) {
-    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute, callback_data(CUPTI_API_ENTER, &on_function, &ok));
+    r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute,
+                            callback_data(CUPTI_API_ENTER, &on_function, &ok));
   }
   g_shared_limit = limit;
 }
@@ -1228,7 +1230,8 @@ void sets_and_lists_make_one_list_of_metrics() {
   CHECK(counted_metrics(config, &names, &why) && names.size() == 6 + 27 && names[0] == "smsp__inst_executed.sum");
   CHECK(std::count(names.begin(), names.end(), "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio") == 1);
   CHECK(std::none_of(names.begin(), names.end(), [](const std::string& name) {
-    return name.rfind("dram__", 0) == 0 || name.rfind("lts__", 0) == 0 || name.find("cycles_elapsed") != std::string::npos;
+    return name.rfind("dram__", 0) == 0 || name.rfind("lts__", 0) == 0 ||
+           name.find("cycles_elapsed") != std::string::npos;
   }));
   config.metrics = "a,,b";
   CHECK(!counted_metrics(config, &names, &why) && why.find("empty metric name") != std::string::npos);

@@ -68,8 +68,9 @@ switchboard::consumer_id register_replay_callbacks(switchboard& board, replayer&
                   [&replay](CUpti_CallbackId, const void* data) { replay.on_range_end_call(api_data(data)); });
     }
     for (CUpti_CallbackId cbid : replay_attribute_ids) {
-      board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid,
-                  [&replay](CUpti_CallbackId id, const void* data) { replay.on_function_attribute(id, api_data(data)); });
+      board.route(me, CUPTI_CB_DOMAIN_DRIVER_API, cbid, [&replay](CUpti_CallbackId id, const void* data) {
+        replay.on_function_attribute(id, api_data(data));
+      });
     }
   }
   for (CUpti_CallbackId cbid : copy_ids(api)) {

@@ -209,6 +209,44 @@ void replayer::on_range_end_call(const CUpti_CallbackData& data) {
   }
 }
 
+namespace {
+
+// A call that sets a function's dynamic shared-memory limit: the function as a launch would name it (the call's
+// handle, and a CUkernel's function in the current context) and the new limit.
+struct limit_call {
+  CUfunction named = nullptr;
+  CUfunction in_context = nullptr;
+  int limit = 0;
+};
+
+// False for a call that sets another attribute.
+bool decode_limit_call(CUpti_CallbackId cbid, const CUpti_CallbackData& data, const driver_api_t& driver,
+                       limit_call* out) {
+  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute) {
+    const auto& call = params<cuKernelSetAttribute_params>(data);
+    out->named = reinterpret_cast<CUfunction>(call.kernel);
+    out->limit = call.val;
+    if (driver.kernel_get_function == nullptr ||
+        driver.kernel_get_function(&out->in_context, call.kernel) != CUDA_SUCCESS) {
+      out->in_context = nullptr;
+    }
+    return call.attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  }
+  const auto& call = params<cuFuncSetAttribute_params>(data);
+  out->named = call.hfunc;
+  out->limit = call.value;
+  return call.attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+}
+
+// The launch is of the call's function and was made with more than the new limit.
+bool lowered_below(const launch_t& l, const limit_call& call) {
+  const bool same = l.function == call.named || l.loaded == call.named ||
+                    (call.in_context != nullptr && l.loaded == call.in_context);
+  return same && (call.limit < 0 || static_cast<unsigned>(call.limit) < dynamic_shared_bytes(l));
+}
+
+}  // namespace
+
 // The program sets a function's attribute. Only the dynamic shared-memory limit can make a relaunch fail that the
 // launch did not (a library may set it before each launch to that launch's need, lower as well as higher): set
 // below what a launch of the range of the same function was made with, the range ends before the call, while the
@@ -216,29 +254,9 @@ void replayer::on_range_end_call(const CUpti_CallbackData& data) {
 // CUkernel (cuKernelSetAttribute, which the runtime's cudaFuncSetAttribute calls), matched with the handle the
 // launch was made with or its function in the range's context.
 void replayer::on_function_attribute(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
-  if (data.callbackSite != CUPTI_API_ENTER || inside_own_call()) {
+  limit_call call;
+  if (data.callbackSite != CUPTI_API_ENTER || inside_own_call() || !decode_limit_call(cbid, data, driver_, &call)) {
     return;
-  }
-  CUfunction named = nullptr;      // the handle the call names, as a launch would
-  CUfunction in_context = nullptr;  // a CUkernel's function in the current context
-  int limit = 0;
-  if (cbid == CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute) {
-    const auto& call = params<cuKernelSetAttribute_params>(data);
-    if (call.attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-      return;
-    }
-    named = reinterpret_cast<CUfunction>(call.kernel);
-    limit = call.val;
-    if (driver_.kernel_get_function == nullptr || driver_.kernel_get_function(&in_context, call.kernel) != CUDA_SUCCESS) {
-      in_context = nullptr;
-    }
-  } else {
-    const auto& call = params<cuFuncSetAttribute_params>(data);
-    if (call.attrib != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-      return;
-    }
-    named = call.hfunc;
-    limit = call.value;
   }
   bool lowered = false;
   {
@@ -248,9 +266,7 @@ void replayer::on_function_attribute(CUpti_CallbackId cbid, const CUpti_Callback
       return;
     }
     for (const auto& p : found->second->launches) {
-      const launch_t& l = p->launch;
-      const bool same = l.function == named || l.loaded == named || (in_context != nullptr && l.loaded == in_context);
-      lowered = lowered || (same && (limit < 0 || static_cast<unsigned>(limit) < dynamic_shared_bytes(l)));
+      lowered = lowered || lowered_below(p->launch, call);
     }
   }
   if (lowered) {
