@@ -1048,7 +1048,7 @@ void program_launch_shared(replayer& r, unsigned shared) {
 void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
   for (const bool through_kernel : {true, false}) {
     const replay_config_t config = range_run("3");
-    {
+    const std::string said = fake::stderr_of([&] {
       replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
       std::string why;
       CHECK(r.start(nullptr, &why));
@@ -1066,8 +1066,11 @@ void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
       r.on_range_end_call(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuCtxSynchronize"));
       CHECK(g_runs == 2 + 2 + 1 + 1);
       r.finish();
-    }
+    });
     CHECK(after_steps(3) && g_failed_runs == 0 && g_shared_limit == 6 * 1024);
+    // The summary counts the ranges by what ended them.
+    CHECK(said.find("ranges: 2 of 1.5 launches on average, ended by: 1 x a function's shared-memory limit lowered "
+                    "below a launch of the range; 1 x cuCtxSynchronize\n") != std::string::npos);
     const std::vector<std::string> lines = read_report();
     CHECK(lines.size() == 4);
     for (size_t row = 1; row < lines.size(); ++row) {

@@ -254,6 +254,7 @@ side_range() {
   row "INFO side: kreplay --replay-mode range --range-size ${KREPLAY_RANGE_SIZE:-32} --profiler-ranges $kind: $((SECONDS - start)) s (steps $(steps_s "$work/$name.log") s); $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.log" | tail -1)"
   row "INFO side: range mode, $kind ranges: $(csv_figure "$work/$name.csv" pass_share); replaying $(csv_figure "$work/$name.csv" replay_s) s"
   row "INFO side: range mode, $kind ranges, not counted: $(csv_figure "$work/$name.csv" uncounted | cut -c1-900)"
+  row "INFO side: range mode, $kind ranges: $(grep -h 'kreplay-cuda-replay:   ranges: ' "$work/$name.log" | tail -1 | cut -c1-600)"
   verdict "side: range mode, $kind ranges: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
   [[ -f $work/side.kreplay.csv ]] || return 0  # KREPLAY_SIDE_KERNEL=0: nothing to compare with
   python3 "$src/counters_compare.py" "$work/$name.csv" "$work/side.kreplay.csv" >"$work/$name.compare.txt" 2>&1

@@ -287,6 +287,9 @@ void replayer::end_range(const std::string& why_ended) {
     ranges_.erase(found);
   }
   range->why_ended = why_ended;
+  if (!range->launches.empty()) {
+    report_.range_ended(why_ended, range->launches.size());
+  }
   const auto begun = replay_clock::now();
   if (range->launches.empty()) {
     // nothing to replay (its first launch failed): the snapshot goes

@@ -219,6 +219,12 @@ void replay_report::progress_locked(replay_clock::time_point now) {
                ms_between(started_, now) / 1e3, replayed_ + declined, replayed_, declined, replay_ms_ / 1e3);
 }
 
+void replay_report::range_ended(const std::string& why, size_t launches) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++ranges_ended_[why];
+  range_launches_ += launches;
+}
+
 void replay_report::finish(int64_t in_flight) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (finished_) {
@@ -254,6 +260,18 @@ void replay_report::finish(int64_t in_flight) {
   std::fputs("\n", stderr);
   for (const auto& [why, count] : declined_) {
     std::fprintf(stderr, "kreplay-cuda-replay:   run once: %" PRIu64 " x %s\n", count, why.c_str());
+  }
+  uint64_t ranges = 0;
+  for (const auto& [why, count] : ranges_ended_) {
+    ranges += count;
+  }
+  if (ranges > 0) {
+    std::fprintf(stderr, "kreplay-cuda-replay:   ranges: %" PRIu64 " of %.1f launches on average, ended by:", ranges,
+                 static_cast<double>(range_launches_) / static_cast<double>(ranges));
+    for (const auto& [why, count] : ranges_ended_) {
+      std::fprintf(stderr, "%s %" PRIu64 " x %s", why == ranges_ended_.begin()->first ? "" : ";", count, why.c_str());
+    }
+    std::fputs("\n", stderr);
   }
   if (summary_ != nullptr) {
     std::fputs(summary_->text(10).c_str(), stderr);

@@ -101,6 +101,9 @@ class replay_report {
   bool open(std::string* why);
   // One launch: its row, the counts, and the progress line when one is due. `replay_ms`: its time replaying.
   void add(const launch_row_t& row, double replay_ms);
+  // --replay-mode range: a range of `launches` launches ended, and why (its length's reason or the call that
+  // ended it); the summary counts them by why.
+  void range_ended(const std::string& why, size_t launches);
   // The closing summary on stderr and the report's last flush. Idempotent. `in_flight`: launches between their
   // entry and exit now (they get no row).
   void finish(int64_t in_flight);
@@ -117,6 +120,8 @@ class replay_report {
   std::mutex mutex_;
   FILE* csv_ = nullptr;
   std::map<std::string, uint64_t> declined_;  // by the reason's text before its first ':'
+  std::map<std::string, uint64_t> ranges_ended_;  // range mode: ranges by why they ended
+  uint64_t range_launches_ = 0;                   // and the launches they held
   uint64_t replayed_ = 0;
   uint64_t graphs_by_node_ = 0;  // graph launches whose kernel nodes were replayed one by one
   uint64_t differed_ = 0;
