@@ -96,8 +96,8 @@ constexpr replay_option_t options[] = {
    "a named list of metrics, counted as --metrics' are (and before them): counts (instructions, warps, loads and "
    "stores: exact counts), speed (time, cycles and the speed of light of the SMs, L1, L2 and DRAM), full (both, "
    "with bytes and hit rates at each memory level, IPC, occupancy and pipes), warps (the counts, issue rate, "
-   "occupancy, why warps stalled, and time: counters of the SMs alone, which CUPTI sets up far faster a pass "
-   "than those of L2 and DRAM)"},
+   "occupancy, why warps stalled, and time: the SMs' counters and the duration, which CUPTI sets up far faster "
+   "a pass than those of L2 and DRAM)"},
   {"metrics", 0, "KREPLAY_REPLAY_METRICS", text<&c::metrics>(k::name_list), nullptr,
    "hardware metrics of every replayed launch (Nsight Compute's names), one CSV column each, by CUPTI's Range "
    "Profiler in user replay: a launch gets at least the passes they need; in node mode every kernel node is "

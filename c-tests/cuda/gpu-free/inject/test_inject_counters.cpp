@@ -1013,12 +1013,15 @@ driver_api_t shared_limit_driver() {
   return d;
 }
 
-// The program sets step_kernel's limit, through its CUkernel (the runtime's way) or the function itself; `seen`
-// false: the replay is not told (the control).
-void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen = true) {
+// The program sets an attribute of `function` (step_kernel's limit by default), through its CUkernel (the
+// runtime's way) or the function itself; `seen` false: the replay is not told (the control).
+void program_sets(replayer& r, int value, bool through_kernel, bool seen = true,
+                  CUfunction_attribute attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  CUfunction function = step_kernel) {
   CUresult ok = CUDA_SUCCESS;
-  cuKernelSetAttribute_params on_kernel{CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit, step_kernel_handle, 0};
-  cuFuncSetAttribute_params on_function{step_kernel, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit};
+  const CUkernel kernel = function == step_kernel ? step_kernel_handle : fake::handle<CUkernel>(0xC9);
+  cuKernelSetAttribute_params on_kernel{attribute, value, kernel, 0};
+  cuFuncSetAttribute_params on_function{function, attribute, value};
   if (seen && through_kernel) {
     r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute,
                             callback_data(CUPTI_API_ENTER, &on_kernel, &ok));
@@ -1026,7 +1029,13 @@ void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen =
     r.on_function_attribute(CUPTI_DRIVER_TRACE_CBID_cuFuncSetAttribute,
                             callback_data(CUPTI_API_ENTER, &on_function, &ok));
   }
-  g_shared_limit = limit;
+  if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && function == step_kernel) {
+    g_shared_limit = value;
+  }
+}
+
+void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen = true) {
+  program_sets(r, limit, through_kernel, seen);
 }
 
 // The program's launch with `shared` bytes of dynamic shared memory.
@@ -1042,9 +1051,10 @@ void program_launch_shared(replayer& r, unsigned shared) {
 // The program lowers the limit from 24 KiB (its first launch's) to 6 KiB for its next launch (cuDNN's batch-norm
 // kernel on the H200 did; kreplay's earlier mend raised the limit itself, and the value it put back overrode the
 // program's later settings, failing the program's own launch): the range ends at that call, before the limit
-// changes, and both launches are counted, each in its range. Raising a limit, or lowering it to what the
-// range's launches still fit, ends nothing. The control, the replay not told of the call: the relaunch fails as
-// it did on the H200.
+// changes, and both launches are counted, each in its range. Raising a limit, lowering it to what the range's
+// launches still fit, the carve-out hint, and another function's limit end nothing; a cluster attribute of the
+// range's function ends it. The control, the replay not told of the call: the relaunch fails as it did on the
+// H200.
 void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
   for (const bool through_kernel : {true, false}) {
     const replay_config_t config = range_run("3");
@@ -1054,7 +1064,13 @@ void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
       CHECK(r.start(nullptr, &why));
       program_sets_limit(r, 16 * 1024, through_kernel);
       program_launch_shared(r, 16 * 1024);
-      program_sets_limit(r, 24 * 1024, through_kernel);  // raised: the range goes on
+      program_sets_limit(r, 20 * 1024, through_kernel);  // raised: the range goes on
+      program_sets_limit(r, 18 * 1024, through_kernel);  // lowered, and the launch still fits
+      program_sets(r, 50, through_kernel, true, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
+      program_sets(r, 0, through_kernel, true, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                   fake::handle<CUfunction>(0xC8));  // another function
+      CHECK(g_runs == 1);
+      program_sets_limit(r, 24 * 1024, through_kernel);
       program_launch_shared(r, 24 * 1024);
       CHECK(g_runs == 2);
       program_sets_limit(r, 6 * 1024, through_kernel);  // below both: their range ends first
@@ -1065,14 +1081,18 @@ void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
       CUresult ok = CUDA_SUCCESS;
       r.on_range_end_call(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuCtxSynchronize"));
       CHECK(g_runs == 2 + 2 + 1 + 1);
+      program_launch_shared(r, 6 * 1024);
+      program_sets(r, 1, through_kernel, true, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED);
+      CHECK(g_runs == 2 + 2 + 1 + 1 + 2);  // a cluster attribute of the range's function: it ends
       r.finish();
     });
-    CHECK(after_steps(3) && g_failed_runs == 0 && g_shared_limit == 6 * 1024);
+    CHECK(after_steps(4) && g_failed_runs == 0 && g_shared_limit == 6 * 1024);
     // The summary counts the ranges by what ended them.
-    CHECK(said.find("ranges: 2 of 1.5 launches on average, ended by: 1 x a function's shared-memory limit lowered "
-                    "below a launch of the range; 1 x cuCtxSynchronize\n") != std::string::npos);
+    CHECK(said.find("ranges: 3 of 1.3 launches on average, ended by: 1 x a function's shared-memory limit lowered "
+                    "below a launch of the range; 1 x an attribute of a function of the range set; 1 x "
+                    "cuCtxSynchronize\n") != std::string::npos);
     const std::vector<std::string> lines = read_report();
-    CHECK(lines.size() == 4);
+    CHECK(lines.size() == 5);
     for (size_t row = 1; row < lines.size(); ++row) {
       CHECK(lines[row].find(",1,\"\",") != std::string::npos);  // replayed and counted
     }

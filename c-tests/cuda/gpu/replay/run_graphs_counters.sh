@@ -142,6 +142,7 @@ if [[ ${KREPLAY_RUN_PROBE:-1} != 0 ]]; then
     sed 's/^/INFO range profiler probe: /' "$work/range_profiler_probe.log" | cut -c1-1500 | tee -a "$summary"
     # KREPLAY_PROBE_LISTS: more metric lists (space-separated, each comma-separated) to time the passes of.
     probe_list=0
+    # shellcheck disable=SC2086  # the lists are words
     for list in ${KREPLAY_PROBE_LISTS:-}; do
       probe_list=$((probe_list + 1))
       run "$work/range_profiler_probe.$probe_list.log" "$probe" "$list" >/dev/null
@@ -170,6 +171,8 @@ if [[ ${KREPLAY_RUN_GRAPH_COST:-1} != 0 ]]; then
     sum=$(run "$work/graph_cost.$tier.log" "$launcher" --graph-profiling graph --passes 5 --tier "$tier" \
           -o "$csv" -- "$graphs_program" cost)
     verdict "graph_cost, $tier tier, 5 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+    verdict "graph_cost, $tier tier: $(csv_figure "$csv" graphs_replayed) of $(csv_figure "$csv" graphs) graph launches replayed" \
+      test "$(csv_figure "$csv" graphs)" = 4 -a "$(csv_figure "$csv" graphs_replayed)" = 4
     graph_extra=$(csv_figure "$csv" graph_extra)
     stream_extra=$(csv_figure "$csv" stream_extra)
     row "INFO graph_cost, $tier tier: $(csv_figure "$csv" graphs_replayed) of $(csv_figure "$csv" graphs) graph launches and $(csv_figure "$csv" replayed) of $(csv_figure "$csv" rows) rows replayed, footprint $(csv_figure "$csv" max_footprint) bytes; median extra pass ms: whole graph $graph_extra (its own time $(csv_figure "$csv" graph_kernel_ms)), stream launch $stream_extra"
@@ -194,6 +197,8 @@ if [[ ${KREPLAY_SIDE_SET:-} == warps ]]; then
   side_metrics=$(sed -n '/^constexpr const char\* \(counts_set\|warps_extra\)\[\]/,/^};/p' \
                    "$src/../../../../adapters/cuda/src/inject/replay_config.cpp" | grep -o '"[a-z0-9_.]*"' | tr -d '"' |
                    paste -sd, -)
+  verdict "KREPLAY_SIDE_SET=warps: the launcher's list read from replay_config.cpp ($(tr ',' '\n' <<<"$side_metrics" | grep -c .) names)" \
+    test "$(tr ',' '\n' <<<"$side_metrics" | grep -c .)" = 33
 fi
 
 # The seconds a run's training steps took, from the program's STEP_MS lines in LOG (the process less its start-up
@@ -281,7 +286,8 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]
 fi
 
 if [[ ${KREPLAY_RUN_SIDE:-1} != 0 ]]; then
-  # ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (10 passes on GH100): the plain run,
+  # ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (10 passes on GH100; with
+  # KREPLAY_SIDE_SET=warps --set warps' 33, 9 passes): the plain run,
   # kreplay, CUPTI's own kernel replay and Nsight Compute, each timed whole; values compared in pairs.
   export KREPLAY_PROG_STEPS=${KREPLAY_SIDE_STEPS:-1}
   cmd=(python3 "$src/torch_prog.py" resnet)

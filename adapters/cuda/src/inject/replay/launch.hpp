@@ -62,8 +62,9 @@ unsigned dynamic_shared_bytes(const launch_t& launch);
 
 // The launch again, as the program made it, under the function's attributes as they are now: kreplay never sets
 // a function's attributes (cuFuncSetAttribute's values override the runtime's later cuKernelSetAttribute ones, so
-// one put back would freeze the program's own later settings). A range ends before the program lowers a limit
-// its launches need (ranges.cpp).
+// one put back would freeze the program's own later settings). A range ends before its thread lowers a limit its
+// launches need (ranges.cpp); a kernel node, or a range whose function another thread changed meanwhile, may be
+// refused, and its pass stops with the CUresult.
 CUresult relaunch(const launch_t& launch, const driver_api_t& driver);
 
 // A kernel's time by two events on its stream; every call a no-op when the events could not be made.

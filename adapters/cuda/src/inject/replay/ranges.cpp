@@ -9,7 +9,8 @@
 //      arguments copied at its entry and runs as the program made it.
 //   2. The range ends when it is full (at the exit of its last launch) or at a boundary on its thread: a copy or
 //      memset, a synchronisation or a free the program makes (it waits on, reads or frees what the launches
-//      wrote), a launch the range does not take (a graph, one run once), another context.
+//      wrote), a launch the range does not take (a graph, one run once), another context, an attribute set on
+//      a function of the range that its relaunch could not run under (on_function_attribute).
 //   3. At the end: a window, drain, a second snapshot (the memory after the range: what the program computed),
 //      then the memory before the range put back, and every pass runs the range's launches in order, with the
 //      memory before the range restored between passes. With counters, each pass is one Start and Stop of the
@@ -93,6 +94,9 @@ void replayer::drop_ranges_of(CUcontext context) {
     }
   }
   for (auto& range : dropped) {
+    if (!range->launches.empty()) {
+      report_.range_ended("its context was destroyed", range->launches.size());
+    }
     range->before->context_gone();
     for (auto& p : range->launches) {
       p->row.reason = "range: its context was destroyed before it ended, its launches ran once";
@@ -211,67 +215,104 @@ void replayer::on_range_end_call(const CUpti_CallbackData& data) {
 
 namespace {
 
-// A call that sets a function's dynamic shared-memory limit: the function as a launch would name it (the call's
-// handle, and a CUkernel's function in the current context) and the new limit.
-struct limit_call {
+// A call that sets a function's attribute: the function as a launch would name it (the call's handle; for a
+// CUkernel, also its function in the range's context, resolved only when needed), the attribute and its value.
+struct attribute_call {
   CUfunction named = nullptr;
-  CUfunction in_context = nullptr;
-  int limit = 0;
+  CUkernel kernel = nullptr;  // cuKernelSetAttribute's
+  CUfunction_attribute attribute{};
+  int value = 0;
 };
 
-// False for a call that sets another attribute.
-bool decode_limit_call(CUpti_CallbackId cbid, const CUpti_CallbackData& data, const driver_api_t& driver,
-                       limit_call* out) {
+attribute_call decode_attribute_call(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
+  attribute_call out;
   if (cbid == CUPTI_DRIVER_TRACE_CBID_cuKernelSetAttribute) {
     const auto& call = params<cuKernelSetAttribute_params>(data);
-    out->named = reinterpret_cast<CUfunction>(call.kernel);
-    out->limit = call.val;
-    if (driver.kernel_get_function == nullptr ||
-        driver.kernel_get_function(&out->in_context, call.kernel) != CUDA_SUCCESS) {
-      out->in_context = nullptr;
-    }
-    return call.attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    out.named = reinterpret_cast<CUfunction>(call.kernel);
+    out.kernel = call.kernel;
+    out.attribute = call.attrib;
+    out.value = call.val;
+  } else {
+    const auto& call = params<cuFuncSetAttribute_params>(data);
+    out.named = call.hfunc;
+    out.attribute = call.attrib;
+    out.value = call.value;
   }
-  const auto& call = params<cuFuncSetAttribute_params>(data);
-  out->named = call.hfunc;
-  out->limit = call.value;
-  return call.attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  return out;
 }
 
-// The launch is of the call's function and was made with more than the new limit.
-bool lowered_below(const launch_t& l, const limit_call& call) {
-  const bool same = l.function == call.named || l.loaded == call.named ||
-                    (call.in_context != nullptr && l.loaded == call.in_context);
-  return same && (call.limit < 0 || static_cast<unsigned>(call.limit) < dynamic_shared_bytes(l));
+// Whether the call can make a relaunch of `l` fail that its launch did not: its dynamic shared-memory limit set
+// below what `l` was made with, or another attribute set (the cluster ones: what cluster dimensions a launch may
+// use), whatever the value; not the shared-memory carve-out, a hint. The function is not compared here.
+bool could_refuse(const launch_t& l, const attribute_call& call) {
+  switch (call.attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      return call.value < 0 || static_cast<unsigned>(call.value) < dynamic_shared_bytes(l);
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// A CUkernel's function in `context` (null when there is none).
+CUfunction function_in(const driver_api_t& driver, CUkernel kernel, CUcontext context) {
+  CUfunction function = nullptr;
+  if (driver.kernel_get_function == nullptr || driver.ctx_push == nullptr || driver.ctx_push(context) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  if (driver.kernel_get_function(&function, kernel) != CUDA_SUCCESS) {
+    function = nullptr;
+  }
+  CUcontext popped = nullptr;
+  (void)driver.ctx_pop(&popped);
+  return function;
+}
+
+bool same_function(const launch_t& l, const attribute_call& call, CUfunction in_context) {
+  return call.named != nullptr &&
+         (l.function == call.named || l.loaded == call.named || (in_context != nullptr && l.loaded == in_context));
 }
 
 }  // namespace
 
-// The program sets a function's attribute. Only the dynamic shared-memory limit can make a relaunch fail that the
-// launch did not (a library may set it before each launch to that launch's need, lower as well as higher): set
-// below what a launch of the range of the same function was made with, the range ends before the call, while the
-// limits are still those its launches had. The function is named by a CUfunction (cuFuncSetAttribute) or a
-// CUkernel (cuKernelSetAttribute, which the runtime's cudaFuncSetAttribute calls), matched with the handle the
-// launch was made with or its function in the range's context.
+// The program sets a function's attribute while its thread has a range. Its dynamic shared-memory limit (which a
+// library may set before each launch to that launch's need, lower as well as higher) set below what a launch of
+// the range of that function was made with, or another attribute of such a function set (the cluster ones), could
+// make the relaunch fail where the launch did not: the range ends before the call, while the attributes are those
+// its launches had. The function is named by a CUfunction (cuFuncSetAttribute) or a CUkernel (cuKernelSetAttribute,
+// which the runtime's cudaFuncSetAttribute calls), matched with the handle the launch was made with or with the
+// kernel's function in the range's context. Only the calling thread's range is covered: another thread's call
+// meanwhile makes the relaunch fail, and the pass stops with the CUresult in the rows (kernel nodes, relaunched
+// after the program's calls too, the same).
 void replayer::on_function_attribute(CUpti_CallbackId cbid, const CUpti_CallbackData& data) {
-  limit_call call;
-  if (data.callbackSite != CUPTI_API_ENTER || inside_own_call() || !decode_limit_call(cbid, data, driver_, &call)) {
+  if (data.callbackSite != CUPTI_API_ENTER || inside_own_call()) {
     return;
   }
-  bool lowered = false;
-  {
-    std::lock_guard<std::mutex> lock(ranges_mutex_);
-    auto found = ranges_.find(std::this_thread::get_id());
-    if (found == ranges_.end()) {
-      return;
-    }
-    for (const auto& p : found->second->launches) {
-      lowered = lowered || lowered_below(p->launch, call);
-    }
+  const attribute_call call = decode_attribute_call(cbid, data);
+  const CUcontext context = range_holding([&](const launch_t& l) { return could_refuse(l, call); });
+  if (context == nullptr) {
+    return;  // no range, or none of its launches could be refused whatever the function
   }
-  if (lowered) {
-    end_range("a function's shared-memory limit lowered below a launch of the range");
+  const CUfunction in_context = call.kernel != nullptr ? function_in(driver_, call.kernel, context) : nullptr;
+  if (range_holding([&](const launch_t& l) { return could_refuse(l, call) && same_function(l, call, in_context); }) !=
+      nullptr) {
+    end_range(call.attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                  ? "a function's shared-memory limit lowered below a launch of the range"
+                  : "an attribute of a function of the range set");
   }
+}
+
+CUcontext replayer::range_holding(const std::function<bool(const launch_t&)>& test) {
+  std::lock_guard<std::mutex> lock(ranges_mutex_);
+  auto found = ranges_.find(std::this_thread::get_id());
+  if (found == ranges_.end()) {
+    return nullptr;
+  }
+  const range_t& range = *found->second;
+  const bool holds = std::any_of(range.launches.begin(), range.launches.end(),
+                                 [&](const std::unique_ptr<pending_t>& p) { return test(p->launch); });
+  return holds ? range.context : nullptr;
 }
 
 // The calling thread's range, if it has one with launches handed over: its passes, its rows.

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,7 @@ namespace kreplay::cuda::inject {
 
 class snapshot_backend;
 struct cupti_api_t;
+struct launch_t;
 
 // Which callback ids a replay adds to the tracker's, besides every memcpy and memset: the launches (kernels and
 // graphs) and the stream captures.
@@ -142,8 +144,8 @@ class replayer {
   void on_copy(const CUpti_CallbackData& data);
   // The replay_range_end_ids, at their entry: the calling thread's range ends (ranges.cpp).
   void on_range_end_call(const CUpti_CallbackData& data);
-  // The replay_attribute_ids, at their entry: a function's dynamic shared-memory limit lowered below what a
-  // launch of the calling thread's range was made with ends the range first (ranges.cpp).
+  // The replay_attribute_ids, at their entry: an attribute set that a relaunch of the calling thread's range
+  // could not run under (its shared-memory limit lowered, a cluster attribute) ends the range first (ranges.cpp).
   void on_function_attribute(CUpti_CallbackId cbid, const CUpti_CallbackData& data);
   bool replays_ranges() const { return config_.mode == replay_mode::range; }
   // The replay_graph_ids, at their exit: what each executable graph holds (replay/graphs.hpp).
@@ -226,6 +228,8 @@ class replayer {
   bool begin_range(pending_t& p);
   void launched_in_range(std::unique_ptr<pending_t> p, CUresult result);
   void end_range(const std::string& why_ended);
+  // The context of the calling thread's range when one of its launches passes `test` (null: none, or no range).
+  CUcontext range_holding(const std::function<bool(const launch_t&)>& test);
   void drop_ranges_of(CUcontext context);
   void replay_range(range_t& range);
   std::unique_ptr<counter_session> range_counting(range_t& range, uint32_t* counted, double* setup_ms);

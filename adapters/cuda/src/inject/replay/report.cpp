@@ -268,8 +268,10 @@ void replay_report::finish(int64_t in_flight) {
   if (ranges > 0) {
     std::fprintf(stderr, "kreplay-cuda-replay:   ranges: %" PRIu64 " of %.1f launches on average, ended by:", ranges,
                  static_cast<double>(range_launches_) / static_cast<double>(ranges));
+    const char* separator = "";
     for (const auto& [why, count] : ranges_ended_) {
-      std::fprintf(stderr, "%s %" PRIu64 " x %s", why == ranges_ended_.begin()->first ? "" : ";", count, why.c_str());
+      std::fprintf(stderr, "%s %" PRIu64 " x %s", separator, count, why.c_str());
+      separator = ";";
     }
     std::fputs("\n", stderr);
   }

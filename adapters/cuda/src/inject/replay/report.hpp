@@ -102,7 +102,8 @@ class replay_report {
   // One launch: its row, the counts, and the progress line when one is due. `replay_ms`: its time replaying.
   void add(const launch_row_t& row, double replay_ms);
   // --replay-mode range: a range of `launches` launches ended, and why (its length's reason or the call that
-  // ended it); the summary counts them by why.
+  // ended it), replayed or not (one ended inside a stream capture runs no pass); the summary counts them by why.
+  // A range dropped with its context is counted as "its context was destroyed".
   void range_ended(const std::string& why, size_t launches);
   // The closing summary on stderr and the report's last flush. Idempotent. `in_flight`: launches between their
   // entry and exit now (they get no row).
