@@ -1034,10 +1034,6 @@ void program_sets(replayer& r, int value, bool through_kernel, bool seen = true,
   }
 }
 
-void program_sets_limit(replayer& r, int limit, bool through_kernel, bool seen = true) {
-  program_sets(r, limit, through_kernel, seen);
-}
-
 // The program's launch with `shared` bytes of dynamic shared memory.
 void program_launch_shared(replayer& r, unsigned shared) {
   cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, shared, nullptr, nullptr, nullptr};
@@ -1062,21 +1058,21 @@ void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
       replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
       std::string why;
       CHECK(r.start(nullptr, &why));
-      program_sets_limit(r, 16 * 1024, through_kernel);
+      program_sets(r, 16 * 1024, through_kernel);
       program_launch_shared(r, 16 * 1024);
-      program_sets_limit(r, 20 * 1024, through_kernel);  // raised: the range goes on
-      program_sets_limit(r, 18 * 1024, through_kernel);  // lowered, and the launch still fits
+      program_sets(r, 20 * 1024, through_kernel);  // raised: the range goes on
+      program_sets(r, 18 * 1024, through_kernel);  // lowered, and the launch still fits
       program_sets(r, 50, through_kernel, true, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT);
       program_sets(r, 0, through_kernel, true, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                    fake::handle<CUfunction>(0xC8));  // another function
       CHECK(g_runs == 1);
-      program_sets_limit(r, 24 * 1024, through_kernel);
+      program_sets(r, 24 * 1024, through_kernel);
       program_launch_shared(r, 24 * 1024);
       CHECK(g_runs == 2);
-      program_sets_limit(r, 6 * 1024, through_kernel);  // below both: their range ends first
+      program_sets(r, 6 * 1024, through_kernel);  // below both: their range ends first
       CHECK(g_runs == 2 + 2);
       program_launch_shared(r, 6 * 1024);
-      program_sets_limit(r, 6 * 1024, through_kernel);  // what the launch was made with: nothing ends
+      program_sets(r, 6 * 1024, through_kernel);  // what the launch was made with: nothing ends
       CHECK(g_runs == 2 + 2 + 1);
       CUresult ok = CUDA_SUCCESS;
       r.on_range_end_call(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuCtxSynchronize"));
@@ -1102,9 +1098,9 @@ void a_range_ends_before_the_program_lowers_a_limit_its_launches_need() {
     replayer r(*g_tracker, config, g_ops, shared_limit_driver(), std::make_unique<fake_source>());
     std::string why;
     CHECK(r.start(nullptr, &why));
-    program_sets_limit(r, 24 * 1024, true, false);
+    program_sets(r, 24 * 1024, true, false);
     program_launch_shared(r, 24 * 1024);
-    program_sets_limit(r, 6 * 1024, true, false);
+    program_sets(r, 6 * 1024, true, false);
     program_launch_shared(r, 6 * 1024);  // the range is full: its pass runs now, under 6 KiB
     r.finish();
   }

@@ -71,7 +71,6 @@ struct replayer::range_t {
   std::unique_ptr<saved_memory> before;              // the memory before the range's first launch
   std::vector<std::unique_ptr<pending_t>> launches;  // handed over at their exits, in order
   pending_t* entering = nullptr;                     // a launch between its entry and its exit
-  std::string why_ended;
   std::string pass_failure;  // what stopped a pass: the launch that failed to relaunch, or the wait, with the CUresult
 };
 

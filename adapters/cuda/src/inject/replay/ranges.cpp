@@ -327,7 +327,6 @@ void replayer::end_range(const std::string& why_ended) {
     range = std::move(found->second);
     ranges_.erase(found);
   }
-  range->why_ended = why_ended;
   if (!range->launches.empty()) {
     report_.range_ended(why_ended, range->launches.size());
   }
