@@ -221,30 +221,32 @@ bool while_loop(float* accumulator, int* counter, uint64_t* hash) {
 }
 
 // The cost mode's sizes: 87 MB rewritten every pass, in 16 slices, of a 320 MB footprint.
-constexpr size_t written_floats = 87'000'000 / sizeof(float);
+constexpr int written_floats = 87'000'000 / sizeof(float);
 constexpr size_t read_only_bytes = 233'000'000;
 constexpr int slices = 16;
 
-__global__ void axpb_wide(float* x, size_t count, float a, float b) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    x[i] = a * x[i] + b;
+// The values every buffer starts from.
+std::vector<float> start_values(size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) {
+    values[i] = static_cast<float>(i % 113) / 7.0f;
   }
+  return values;
 }
 
-// A chain of `slices` kernel nodes, each rewriting its slice of x.
+// A chain of `slices` axpb kernel nodes, each rewriting its slice of x.
 bool build_slices(cudaGraph_t* graph, float* x) {
   CHECK(cudaGraphCreate(graph, 0));
   cudaGraphNode_t previous = nullptr;
   for (int slice = 0; slice < slices; ++slice) {
     float* part = x + slice * (written_floats / slices);
-    size_t count = slice + 1 < slices ? written_floats / slices : written_floats - slice * (written_floats / slices);
+    int count = slice + 1 < slices ? written_floats / slices : written_floats - slice * (written_floats / slices);
     float a = 1.0f + 0.001f * static_cast<float>(slice);
     float b = 0.5f;
     void* args[] = {&part, &count, &a, &b};
     cudaKernelNodeParams params{};
-    params.func = reinterpret_cast<void*>(axpb_wide);
-    params.gridDim = dim3(528);
+    params.func = reinterpret_cast<void*>(axpb);
+    params.gridDim = dim3((count + 255) / 256);
     params.blockDim = dim3(256);
     params.kernelParams = args;  // copied into the node
     cudaGraphNode_t node;
@@ -258,13 +260,10 @@ bool build_slices(cudaGraph_t* graph, float* x) {
 bool cost(uint64_t* hash) {
   float* x = nullptr;
   void* read_only = nullptr;
+  std::vector<float> host = start_values(written_floats);
   CHECK(cudaMalloc(&x, written_floats * sizeof(float)));
   CHECK(cudaMalloc(&read_only, read_only_bytes));
   CHECK(cudaMemset(read_only, 0x3c, read_only_bytes));
-  std::vector<float> host(written_floats);
-  for (size_t i = 0; i < written_floats; ++i) {
-    host[i] = static_cast<float>(i % 113) / 7.0f;
-  }
   CHECK(cudaMemcpy(x, host.data(), written_floats * sizeof(float), cudaMemcpyHostToDevice));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -278,7 +277,7 @@ bool cost(uint64_t* hash) {
     if (launch >= 3 && launch < 7) {
       CHECK(cudaGraphLaunch(exec, stream));
     } else {
-      axpb_wide<<<528, 256, 0, stream>>>(x, written_floats, 0.999f, 0.25f);
+      axpb<<<(written_floats + 255) / 256, 256, 0, stream>>>(x, written_floats, 0.999f, 0.25f);
       CHECK(cudaGetLastError());
     }
   }
@@ -293,34 +292,27 @@ bool cost(uint64_t* hash) {
   return true;
 }
 
+// The step and while modes: two buffers of n floats and a counter.
+bool small_graphs(bool loop, uint64_t* hash) {
+  float* x = nullptr;
+  float* y = nullptr;
+  int* counter = nullptr;
+  const std::vector<float> start = start_values(n);
+  CHECK(cudaMalloc(&x, n * sizeof(float)));
+  CHECK(cudaMalloc(&y, n * sizeof(float)));
+  CHECK(cudaMalloc(&counter, sizeof(int)));
+  CHECK(cudaMemcpy(x, start.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(y, start.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  return loop ? while_loop(x, counter, hash) : step(x, y, hash);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "step";
-  if (std::strcmp(mode, "cost") == 0) {
-    uint64_t hash = 1469598103934665603ull;
-    if (!cost(&hash)) {
-      return 1;
-    }
-    std::printf("CHECKSUM %016llx\n", static_cast<unsigned long long>(hash));
-    return 0;
-  }
-  const bool loop = std::strcmp(mode, "while") == 0;
-  float* x = nullptr;
-  float* y = nullptr;
-  int* counter = nullptr;
-  std::vector<float> start(n);
-  for (int i = 0; i < n; ++i) {
-    start[i] = static_cast<float>(i % 113) / 7.0f;
-  }
-  if (!ok(cudaMalloc(&x, n * sizeof(float)), "cudaMalloc") || !ok(cudaMalloc(&y, n * sizeof(float)), "cudaMalloc") ||
-      !ok(cudaMalloc(&counter, sizeof(int)), "cudaMalloc") ||
-      !ok(cudaMemcpy(x, start.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy") ||
-      !ok(cudaMemcpy(y, start.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy")) {
-    return 1;
-  }
   uint64_t hash = 1469598103934665603ull;
-  if (!(loop ? while_loop(x, counter, &hash) : step(x, y, &hash))) {
+  const bool done = std::strcmp(mode, "cost") == 0 ? cost(&hash) : small_graphs(std::strcmp(mode, "while") == 0, &hash);
+  if (!done) {
     return 1;
   }
   std::printf("CHECKSUM %016llx\n", static_cast<unsigned long long>(hash));
