@@ -33,7 +33,7 @@ const CUfunction step_kernel = fake::handle<CUfunction>(0xC1);
 alignas(64) int g_buffer[1024];  // the tracked device memory
 int g_runs = 0;                  // the kernel's runs, relaunches and the program's own
 int g_fail_run = 0;              // the relaunch that fails instead of running (its run's number; 0: none)
-int g_failed_runs = 0;
+int g_failed_runs = 0;           // launches that failed, relaunches and the program's own
 
 // buffer[i] = 3 buffer[i] + 1: a pass from anything but the snapshot ends elsewhere.
 void step() {
@@ -44,7 +44,9 @@ void step() {
 }
 
 // ---- The fake source: what each session was asked, in order ----------------------------------------------
-std::vector<std::string> g_calls;  // "open", "configure", "begin", "end", "collect", "gone" (a session destroyed)
+// "open", "configure", "begin", "end", "collect", "gone" (a session destroyed), and "program": the program's own
+// launch runs (between its ENTER and EXIT)
+std::vector<std::string> g_calls;
 struct fake_plan {
   uint32_t passes = 4;
   bool open_fails = false;
@@ -182,13 +184,24 @@ CUpti_CallbackData callback_data(CUpti_ApiCallbackSite site, void* params, CUres
   return fake::callback_data(site, params, result, ctx0, "cuLaunchKernel");
 }
 
+// What happens while the program's launch runs (another thread's work), when set.
+std::function<void(replayer&)> g_during_program;
+
 // `arguments`: the launch's kernelParams (the fake driver has no cuFuncGetParamInfo, so kreplay cannot copy them).
-void program_launch(replayer& r, void** arguments = nullptr) {
+// `result`: what the driver's call returns (anything but success: the kernel does not run).
+void program_launch(replayer& r, void** arguments = nullptr, CUresult result = CUDA_SUCCESS) {
   cuLaunchKernel_params p{step_kernel, 1, 1, 1, 32, 1, 1, 0, nullptr, arguments, nullptr};
-  CUresult ok = CUDA_SUCCESS;
-  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &ok));
-  step();
-  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &ok));
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_ENTER, &p, &result));
+  g_calls.push_back("program");
+  if (result == CUDA_SUCCESS) {
+    step();
+  } else {
+    ++g_failed_runs;
+  }
+  if (g_during_program) {
+    g_during_program(r);
+  }
+  r.on_launch(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, callback_data(CUPTI_API_EXIT, &p, &result));
 }
 
 tracker* g_tracker = nullptr;
@@ -299,6 +312,7 @@ range_profiler_api_t fake_cupti() {
   a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
     g_cupti.push_back("disable");
     g_object_kind = -1;
+    g_started = false;  // the object is gone, and its range with it
     return CUPTI_SUCCESS;
   };
   a.get_counter_data_size = [](CUpti_RangeProfiler_GetCounterDataSize_Params* p) {
@@ -408,7 +422,8 @@ replay_config_t fresh_run(const std::map<std::string, std::string>& values) {
 
 // One launch replayed with `passes` asked and the fake source; returns the report's lines (header, row).
 std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
-                                           std::unique_ptr<counter_source> source = nullptr, int launches = 1) {
+                                           std::unique_ptr<counter_source> source = nullptr, int launches = 1,
+                                           CUresult result = CUDA_SUCCESS) {
   std::map<std::string, std::string> values = {{"KREPLAY_REPLAY", "1"},
                                                {"KREPLAY_REPLAY_PROGRESS", "0"},
                                                {"KREPLAY_REPLAY_PASSES", std::to_string(passes)},
@@ -427,7 +442,7 @@ std::vector<std::string> replay_one_launch(uint32_t passes, bool restore = true,
     std::string why;
     CHECK(r.start(nullptr, &why));
     for (int i = 0; i < launches; ++i) {
-      program_launch(r);
+      program_launch(r, nullptr, result);
     }
     r.finish();
   }
@@ -451,20 +466,34 @@ bool ends_with(const std::string& text, const std::string& tail) {
 
 std::vector<std::string> calls(std::initializer_list<const char*> names) { return {names.begin(), names.end()}; }
 
+// The source's calls were exactly `names`; when not, the calls made are printed for the test log.
+bool calls_are(std::initializer_list<const char*> names) {
+  if (g_calls == std::vector<std::string>(names.begin(), names.end())) {
+    return true;
+  }
+  std::printf("calls:");
+  for (const std::string& call : g_calls) {
+    std::printf(" \"%s\"", call.c_str());
+  }
+  std::printf("\n");
+  return false;
+}
+
 // ---- Tests ----------------------------------------------------------------------------------------------------
 
-// The source's 4 counted passes, then the program's own launch, uncounted: 5 passes for 2 asked.
-void a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot() {
+// The source's 4 counted passes for 2 asked, each from the snapshot: 3 relaunches, then the program's own launch,
+// the fourth, whose pass begins at its entry and ends (the values collected) at its exit.
+void a_source_that_needs_more_passes_than_asked_gets_them_the_program_s_launch_the_last() {
   g_plan = fake_plan{};
   g_plan.passes = 4;
   const std::vector<std::string> lines = replay_one_launch(2);
-  CHECK(g_runs == 5);
+  CHECK(g_runs == 4);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "end",
-                          "collect", "gone"}));
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "begin", "end", "begin", "program",
+                          "end", "collect", "gone"}));
   CHECK(lines[0].find(",write_set_misses,graph_mode,graph_launch,graph_node,replay_ms,counter_pass_ms,counter_setup_ms,counters,smsp__inst_executed.sum,sm__cycles_elapsed.avg") !=
         std::string::npos);
-  CHECK(lines[1].find(",5,5,") != std::string::npos);         // passes asked and run
+  CHECK(lines[1].find(",4,4,") != std::string::npos);         // passes asked and run
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);      // replayed
   CHECK(ends_with(lines[1], ",\"\",4,0.25"));  // counted: no note, then the two values
 }
@@ -535,7 +564,8 @@ void a_launch_s_phases_are_logged_at_info() {
   CHECK(line != std::string::npos);
   const std::string text = " " + said.substr(line, said.find('\n', line) - line);
   CHECK(logged(text, "configure") >= 30 && logged(text, "configure") < 100);
-  CHECK(logged(text, "profiler") >= 20 && logged(text, "passes") >= logged(text, "profiler"));
+  // The second counted pass is the program's launch: its end is in the phase after the program's call.
+  CHECK(logged(text, "profiler") >= 20 && logged(text, "passes") >= 10 && logged(text, "pass") >= 10);
   for (const char* phase : {"entry", "window", "drain", "snapshot", "program", "pass", "close", "flushes", "collect",
                             "restores"}) {
     CHECK(logged(text, phase) >= 0);
@@ -546,19 +576,24 @@ void a_launch_s_phases_are_logged_at_info() {
   g_plan = fake_plan{};
 }
 
-// --cache-control all: the L2 flushed before each counted pass's range, none before the uncounted ones; without
-// memory for the buffer the launch is still counted, with a note.
+// --cache-control all: the L2 flushed before each counted pass's range (the program's launch's too, when it is
+// counted), none before the uncounted ones; without memory for the buffer the launch is still counted, with a note.
 void caches_are_flushed_before_every_counted_pass() {
   g_plan = fake_plan{};
   g_plan.passes = 2;
   g_cache_control = "all";
   std::vector<std::string> lines = replay_one_launch(4);
-  CHECK(g_calls == calls({"open", "configure", "flush", "begin", "end", "flush", "begin", "end", "collect", "gone"}));
+  CHECK(calls_are({"open", "configure", "flush", "begin", "end", "flush", "begin", "end", "collect", "gone",
+                          "program"}));
+  CHECK(one_run_s_result() && ends_with(lines[1], ",\"\",2,0.25"));
+  lines = replay_one_launch(2);
+  CHECK(calls_are({"open", "configure", "flush", "begin", "end", "flush", "begin", "program", "end", "collect",
+                          "gone"}));
   CHECK(one_run_s_result() && ends_with(lines[1], ",\"\",2,0.25"));
   g_scratch_alloc_fails = true;
   // The buffer is made once per context: a new replayer (a new process, as it were) tries again and fails.
   lines = replay_one_launch(4);
-  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "collect", "gone", "program"}));
   CHECK(ends_with(lines[1], ",\"caches not flushed: no device memory for the 8192-byte flush buffer\",2,0.25"));
   g_scratch_alloc_fails = false;
   g_cache_control = "none";
@@ -570,21 +605,21 @@ void passes_beyond_the_counted_ones_run_without_counters() {
   const std::vector<std::string> lines = replay_one_launch(5);
   CHECK(g_runs == 5);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "collect", "gone"}));
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "collect", "gone", "program"}));
   CHECK(lines[1].find(",5,5,") != std::string::npos);
   CHECK(ends_with(lines[1], ",\"\",2,0.25"));
 }
 
-// A relaunch that fails on the last counted pass: the pass is ended, its values dropped, and the program's own
-// launch runs from the snapshot.
+// A relaunch that fails on a counted pass: the pass is ended, its values dropped, and the program's own launch
+// runs from the snapshot, uncounted.
 void a_relaunch_that_fails_on_a_counted_pass_reports_no_values() {
   g_plan = fake_plan{};
-  g_plan.passes = 2;
+  g_plan.passes = 3;
   g_fail_run = 2;  // the relaunch of pass 2
-  const std::vector<std::string> lines = replay_one_launch(2);
+  const std::vector<std::string> lines = replay_one_launch(3);
   CHECK(g_failed_runs == 1 && g_runs == 2);  // pass 1, then the program's own launch
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "gone"}));
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "gone", "program"}));
   CHECK(lines[1].find("relaunch failed: pass 2") != std::string::npos);
   CHECK(ends_with(lines[1], ",\"stopped: pass 2 did not run\",,"));
 }
@@ -595,7 +630,7 @@ void a_launch_the_source_cannot_count_runs_once_with_the_reason() {
   const std::vector<std::string> lines = replay_one_launch(3);
   CHECK(g_runs == 1);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open"}));
+  CHECK(calls_are({"open", "program"}));
   CHECK(lines[1].find("\"counters: the fake cannot count here, run once\"") != std::string::npos);
   CHECK(ends_with(lines[1], ",\"\",,"));  // no note (the reason says it), no values
 }
@@ -606,9 +641,9 @@ void a_failed_pass_drops_the_counters_and_the_replay_goes_on() {
   g_plan.passes = 3;
   g_plan.failing_end = 2;
   const std::vector<std::string> lines = replay_one_launch(3);
-  CHECK(g_runs == 4);
+  CHECK(g_runs == 3);
   CHECK(one_run_s_result());
-  CHECK(g_calls == calls({"open", "configure", "begin", "end", "begin", "end", "gone"}));
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "gone", "program"}));
   CHECK(lines[1].find(",1,\"\",") != std::string::npos);  // still replayed
   CHECK(lines[1].find("\"stopped: pass 2: the fake's end_pass failed\",,") != std::string::npos);
 }
@@ -618,7 +653,7 @@ void the_control_without_restores_ends_elsewhere() {
   g_plan = fake_plan{};
   g_plan.passes = 4;
   (void)replay_one_launch(2, false);
-  CHECK(g_runs == 5);
+  CHECK(g_runs == 4);
   CHECK(!one_run_s_result());
 }
 
@@ -631,13 +666,13 @@ std::unique_ptr<counter_source> range_profiler(std::vector<std::string> metrics,
 }
 
 // The Range Profiler source on a fake CUPTI that asks for 3 passes: set up once, configured per launch for user
-// replay with automatic ranges, Start and Stop around each of the 3 passes (the program's own launch the last),
+// replay with automatic ranges, Start and Stop around each of the 3 passes (the program's own launch the third),
 // decoded and evaluated once.
 void the_range_profiler_source_brackets_every_pass_cupti_asks_for() {
   g_cupti.clear();
   const std::vector<std::string> lines =
       replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum", "sm__cycles_elapsed.avg"}), 2);
-  CHECK(g_runs == 8);  // 3 counted passes and the program's own, twice
+  CHECK(g_runs == 6);  // 3 counted passes, the program's own launch the third, twice
   CHECK(!g_started);
   const std::vector<std::string> one_launch = {"image", "set_config", "start", "stop", "start", "stop",
                                                "start", "stop", "decode", "evaluate"};
@@ -647,7 +682,7 @@ void the_range_profiler_source_brackets_every_pass_cupti_asks_for() {
   expected.push_back("disable");  // the source goes with the replay: the profiler is disabled on the context
   CHECK(g_cupti == expected);
   for (size_t row = 1; row <= 2; ++row) {
-    CHECK(lines[row].find(",4,4,") != std::string::npos);
+    CHECK(lines[row].find(",3,3,") != std::string::npos);
     CHECK(ends_with(lines[row], ",\"\",30,0.5"));
   }
 }
@@ -698,6 +733,24 @@ bool after_steps(int steps) {
   return std::all_of(std::begin(g_buffer), std::end(g_buffer), [expected](int v) { return v == expected; });
 }
 
+// The program's own launch, a counted pass, refused by the driver: its pass is ended at the exit, the values
+// dropped, the reason in the row; the memory is the snapshot's, as the failed call leaves it without kreplay.
+void a_program_launch_that_fails_in_its_counted_pass_reports_no_values() {
+  g_plan = fake_plan{};
+  g_plan.passes = 2;
+  std::vector<std::string> lines = replay_one_launch(2, true, nullptr, 1, CUDA_ERROR_LAUNCH_FAILED);
+  CHECK(g_runs == 1 && after_steps(0));  // pass 1 only, its writes restored
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "program", "end", "gone"}));
+  CHECK(lines[1].find("\"the program's launch failed: CUresult 719\"") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"stopped: pass 2 did not run\",,"));
+  // On CUPTI's Range Profiler (3 passes): the third's Stop comes at the exit, and nothing is decoded.
+  g_cupti.clear();
+  lines = replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum"}), 1, CUDA_ERROR_LAUNCH_FAILED);
+  CHECK(!g_started && std::count(g_cupti.begin(), g_cupti.end(), "stop") == 3);
+  CHECK(std::count(g_cupti.begin(), g_cupti.end(), "decode") == 0);
+  CHECK(ends_with(lines[1], ",\"stopped: pass 3 did not run\","));
+}
+
 // --replay-mode range: the program's three launches run first; at the third's exit the range's passes run them
 // again together from the memory before the first (one session, one Start and Stop per pass around all three,
 // each launch a range), and the memory after the program's own launches is put back.
@@ -708,8 +761,8 @@ void a_range_s_passes_run_its_launches_together_after_the_program_s() {
   std::vector<std::string> lines = replay_one_launch(2, true, nullptr, 3);
   CHECK(g_runs == 3 + 2 * 3);  // the program's three, then two passes of three
   CHECK(after_steps(3));       // the program's result, not the passes'
-  CHECK(g_calls == calls({"open_ranges 3", "configure", "begin", "end", "begin", "end", "collect 0", "collect 1",
-                          "collect 2", "gone"}));
+  CHECK(calls_are({"program", "program", "program", "open_ranges 3", "configure", "begin", "end", "begin", "end",
+                   "collect 0", "collect 1", "collect 2", "gone"}));
   for (size_t row = 1; row <= 3; ++row) {
     CHECK(lines[row].find(",3,3,") != std::string::npos);  // two passes of kreplay's and the program's own
     CHECK(ends_with(lines[row], ",\"\",2," + std::to_string(row - 1)));  // counted: its range's values
@@ -950,11 +1003,12 @@ void a_copy_ends_the_range_before_it() {
   CHECK(r.start(nullptr, &why));
   program_launch(r);
   program_launch(r);
-  CHECK(g_runs == 2 && g_calls.empty());  // the range is still open
+  CHECK(g_runs == 2 && calls_are({"program", "program"}));  // the range is still open
   CUresult ok = CUDA_SUCCESS;
   r.on_copy(fake::callback_data(CUPTI_API_ENTER, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
   CHECK(g_runs == 4 && after_steps(2));  // one pass of the two, before the copy; the program's result kept
-  CHECK(g_calls == calls({"open_ranges 2", "configure", "begin", "end", "collect 0", "collect 1", "gone"}));
+  CHECK(calls_are({"program", "program", "open_ranges 2", "configure", "begin", "end", "collect 0", "collect 1",
+                   "gone"}));
   r.on_copy(fake::callback_data(CUPTI_API_EXIT, nullptr, &ok, ctx0, "cuMemcpyHtoD_v2"));
   r.finish();
 }
@@ -969,13 +1023,13 @@ void a_launch_whose_arguments_cannot_be_copied_ends_the_range_and_runs_once() {
     std::string why;
     CHECK(r.start(nullptr, &why));
     program_launch(r);
-    CHECK(g_runs == 1 && g_calls.empty());  // the range is open
+    CHECK(g_runs == 1 && calls_are({"program"}));  // the range is open
     int value = 5;
     void* arguments[] = {&value};
     program_launch(r, arguments);
     // The first range's pass ran before the launch that ended it; that launch ran once, not in a range.
     CHECK(g_runs == 3 && after_steps(2));
-    CHECK(g_calls == calls({"open_ranges 1", "configure", "begin", "end", "collect", "gone"}));
+    CHECK(calls_are({"program", "open_ranges 1", "configure", "begin", "end", "collect", "gone", "program"}));
     program_launch(r);
     program_launch(r);
     CHECK(g_runs == 3 + 2 + 2 && after_steps(4));  // a full range of the next two: one pass of both
@@ -1182,15 +1236,37 @@ void a_session_dropped_inside_a_pass_stops_its_range() {
   CHECK(g_cupti.back() == "disable");
 }
 
+// The context destroyed while the program's launch, a counted pass, runs (a cudaDeviceReset on another thread):
+// the source disables the profiler on it, and the launch's exit lets its session go without a call into the
+// object: no Stop after the Disable. The same for CUPTI's kernel replay, whose one range spans the launch.
+void a_context_destroyed_during_a_counted_program_launch_is_not_called_into() {
+  for (const bool kernel_replay : {false, true}) {
+    g_cupti.clear();
+    g_kernel_replay = kernel_replay;
+    g_during_program = [](replayer& r) { r.on_context_destroyed(ctx0); };
+    const std::vector<std::string> lines = replay_one_launch(
+        kernel_replay ? 1 : 3, true,
+        range_profiler({"smsp__inst_executed.sum"},
+                       kernel_replay ? counter_replay::cupti_kernel : counter_replay::kreplay));
+    g_during_program = nullptr;
+    g_kernel_replay = false;
+    const auto disabled = std::find(g_cupti.begin(), g_cupti.end(), "disable");
+    CHECK(disabled != g_cupti.end() && std::find(disabled, g_cupti.end(), "stop") == g_cupti.end());
+    CHECK(std::count(g_cupti.begin(), g_cupti.end(), "stop") == (kernel_replay ? 0 : 2));  // passes 1 and 2
+    CHECK(lines[1].find("\"the launch's context was destroyed before its exit\"") != std::string::npos);
+    CHECK(ends_with(lines[1], ",\"stopped: the launch's context was destroyed\","));
+  }
+}
+
 // A launch whose relaunch fails on a counted pass drops its session undecoded; the next launch's session finds
 // the profiler disabled and enabled afresh on the context, and is counted (without that, the fake, as CUPTI on the
 // H200, never submits all its passes).
 void a_session_dropped_undecoded_enables_the_profiler_afresh() {
   g_cupti.clear();
   g_plan = fake_plan{};
-  g_fail_run = 3;  // the first launch's relaunch of pass 3, a counted one
+  g_fail_run = 2;  // the first launch's relaunch of pass 2, a counted one
   const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum"}), 2);
-  CHECK(lines.size() == 3 && lines[1].find("stopped: pass 3 did not run") != std::string::npos);
+  CHECK(lines.size() == 3 && lines[1].find("stopped: pass 2 did not run") != std::string::npos);
   CHECK(ends_with(lines[2], ",\"\",30"));  // the second launch counted
   const auto first = std::find(g_cupti.begin(), g_cupti.end(), "enable");
   const auto second = first == g_cupti.end() ? first : std::find(first + 1, g_cupti.end(), "enable");
@@ -1204,7 +1280,7 @@ void a_metric_cupti_does_not_know_is_left_out_and_the_others_counted() {
   g_cupti.clear();
   std::vector<std::string> metrics = {"bogus__metric.sum", "sm__cycles_elapsed.avg"};
   const std::vector<std::string> lines = replay_one_launch(2, true, range_profiler(metrics), 2);
-  CHECK(g_runs == 8);  // 3 counted passes and the program's own, twice
+  CHECK(g_runs == 6);  // 3 counted passes, the program's own launch the third, twice
   CHECK(ends_with(lines[0], ",counters,bogus__metric.sum,sm__cycles_elapsed.avg"));
   for (size_t row = 1; row <= 2; ++row) {
     CHECK(ends_with(lines[row], ",\"\",,30"));  // counted; the unknown metric's column empty
@@ -1321,19 +1397,21 @@ int main() {
   fake::g_functions[step_kernel] = {nullptr, "step_kernel"};
   fake::set_up_injection(owner, &g_ops, ctx0, g_buffer, sizeof(g_buffer));
 
-  RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_each_from_the_snapshot);
+  RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_the_program_s_launch_the_last);
   RUN_TEST(passes_beyond_the_counted_ones_run_without_counters);
   RUN_TEST(caches_are_flushed_before_every_counted_pass);
   RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);
   RUN_TEST(a_failed_pass_drops_the_counters_and_the_replay_goes_on);
   RUN_TEST(the_control_without_restores_ends_elsewhere);
   RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
+  RUN_TEST(a_program_launch_that_fails_in_its_counted_pass_reports_no_values);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
   RUN_TEST(cupti_s_kernel_replay_runs_the_passes_itself);
   RUN_TEST(a_range_s_passes_run_its_launches_together_after_the_program_s);
   RUN_TEST(a_copy_ends_the_range_before_it);
   RUN_TEST(the_range_profiler_counts_a_range_s_launches_in_one_pass);
   RUN_TEST(a_session_dropped_inside_a_pass_stops_its_range);
+  RUN_TEST(a_context_destroyed_during_a_counted_program_launch_is_not_called_into);
   RUN_TEST(a_metric_cupti_does_not_know_is_left_out_and_the_others_counted);
   RUN_TEST(a_list_cupti_knows_none_of_runs_the_launches_once_with_the_reason);
   RUN_TEST(sets_and_lists_make_one_list_of_metrics);

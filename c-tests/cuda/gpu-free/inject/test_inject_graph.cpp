@@ -894,13 +894,13 @@ void node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_g
   fill_buffer();
 }
 
-// A counter source that needs one pass and records its sessions' calls, in order.
+// A counter source that needs `passes` passes and records its sessions' calls, in order.
 class recording_source final : public counter_source {
  public:
-  explicit recording_source(std::vector<std::string>* calls) : calls_(calls) {}
+  explicit recording_source(std::vector<std::string>* calls, uint32_t passes = 1) : calls_(calls), passes_(passes) {}
   const std::vector<std::string>& metrics() const override { return metrics_; }
   std::unique_ptr<counter_session> open(CUcontext, uint32_t* passes, std::string*) override {
-    *passes = 1;
+    *passes = passes_;
     return std::make_unique<session>(calls_);
   }
 
@@ -926,6 +926,7 @@ class recording_source final : public counter_source {
     std::vector<std::string>* calls_;
   };
   std::vector<std::string>* calls_;
+  uint32_t passes_;
   std::vector<std::string> metrics_ = {"smsp__inst_executed.sum"};
 };
 
@@ -948,8 +949,32 @@ void kernel_nodes_are_counted_each_relaunch_a_range_of_its_own() {
     expected.insert(expected.end(), one_node.begin(), one_node.end());
   }
   CHECK(calls == expected);
-  const std::vector<std::string> rows = report_rows();
+  std::vector<std::string> rows = report_rows();
   CHECK(rows.size() == 4 && rows[0].find(",\"\",1") != std::string::npos);  // the first node counted
+  // A source that needs the node's three passes: its last relaunch, whose memory the next nodes read, counted too.
+  const std::vector<int> after = after_one_launch(graph);
+  fill_buffer();
+  clear_runs();
+  calls.clear();
+  with_replayer(
+      options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
+      std::make_unique<recording_source>(&calls, 3));
+  const std::vector<std::string> pass = {"begin_pass", "begin_range", "end_range", "end_pass"};
+  expected.clear();
+  for (int node = 0; node < 3; ++node) {
+    expected.push_back("configure");
+    for (int i = 0; i < 3; ++i) {
+      expected.insert(expected.end(), pass.begin(), pass.end());
+    }
+    expected.push_back("collect");
+  }
+  CHECK(calls == expected);
+  CHECK(std::equal(after.begin(), after.end(), g_buffer));
+  rows = report_rows();
+  for (size_t node = 0; node < 3; ++node) {
+    CHECK(rows.size() == 4 && rows[node].find(",3,3,") != std::string::npos);  // three passes asked and run
+    CHECK(rows.size() == 4 && rows[node].find(",\"\",1") != std::string::npos);
+  }
   fill_buffer();
 }
 

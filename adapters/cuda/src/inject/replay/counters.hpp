@@ -1,8 +1,10 @@
 // Hardware counters for the replay loop (issue 30): what a source of counters must do so that the loop can run
 // the passes it needs, one range per stream launch, with kreplay's restores between them. The source says how
-// many passes its metrics need (k) when a launch is about to be replayed; the loop then runs at least k + 1 passes
-// (the program's own launch, the last, is never counted), configures the session inside the launch's window,
-// brackets passes 1 to k with begin_pass / end_pass, and collects the values after pass k. A source that fails
+// many passes its metrics need (k) when a launch is about to be replayed; the loop then runs the larger of k and
+// --passes, the program's own launch the last of them, configures the session inside the launch's window, brackets
+// passes 1 to k with begin_pass / end_pass (the program's launch too, when it is pass k: its range begins at the
+// launch's entry and ends at its exit), and collects the values after pass k. Range mode's counted passes all
+// follow the program's own run of its launches, which is not counted (k + 1 passes). A source that fails
 // never changes what the program computes: the launch is then replayed without counters, with the reason in its
 // row's `counters` column (or, when its context cannot be counted at all, run once). A graph's kernel nodes are
 // counted in node mode, each as a stream launch; a graph replayed whole is not counted.
@@ -32,6 +34,8 @@ class counter_session {
   // each is a range of its own where the source makes user ranges.
   virtual bool begin_range(std::string*) { return true; }
   virtual bool end_range(std::string*) { return true; }
+  // The launch's context was destroyed (a pass may be begun): the session is then dropped without a call into it.
+  virtual void context_gone() {}
   // After the last counted pass: one value per metric, in the source's order.
   virtual bool collect(std::vector<double>* values, std::string* why) = 0;
   // Range mode: the values of the `index`-th launch of the pass (from 0); collect() is range 0's.

@@ -172,7 +172,7 @@ bool replayer::replay_kernel_node(pending_t& graph, const kernel_node_t& kernel,
 }
 
 // Passes 1 to N - 1 as a stream launch's (restores between), then pass N, whose memory the next nodes read (the
-// restore before it a full check). False when pass N did not run.
+// restore before it a full check), counted when the counters need all N. False when pass N did not run.
 bool replayer::run_node_passes(pending_t& n) {
   hint_arguments(n);
   configure_counting(n);
@@ -184,20 +184,24 @@ bool replayer::run_node_passes(pending_t& n) {
       break;  // the snapshot's memory is back (run_pass): pass N runs from it
     }
   }
+  const uint32_t last = n.own_passes_run + 1;
+  const double counter_begin_ms = begin_counted_pass(n, last);
   const auto begun = replay_clock::now();
   n.timer.start(n.launch.stream);
   bool ran = relaunch(n.launch, driver_) == CUDA_SUCCESS;
   n.timer.stop(n.launch.stream);
   ran = ran && driver_.ctx_synchronize() == CUDA_SUCCESS;
+  const auto done = replay_clock::now();
+  end_counted_pass(n, last, ran, counter_begin_ms);
   const float kernel_ms = n.timer.elapsed_ms();
   if (n.own_passes_run == 0) {
     n.row.kernel_ms = kernel_ms;
   } else if (ran && n.row.reason.empty()) {
-    n.extra_ms.push_back(restore_ms + ms_between(begun, replay_clock::now()) - kernel_ms);
+    n.extra_ms.push_back(restore_ms + ms_between(begun, done) - kernel_ms);
   }
   if (ran && n.row.reason.empty()) {
-    verify_pass(n, n.own_passes_run + 1);
-    n.row.passes_run = n.own_passes_run + 1;
+    verify_pass(n, last);
+    n.row.passes_run = last;
   }
   if (n.saved->account(n.row) && n.row.write_set_misses > 0) {
     // Its last pass (what the next nodes read) is exact: the full check restored what the write set missed.

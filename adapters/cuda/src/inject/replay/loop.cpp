@@ -271,9 +271,10 @@ bool replayer::plan_passes(pending_t& p) {
     p.row.reason = "counters: " + why + ", run once";
     return false;
   }
-  // Passes 1 to k are counted; the program's own launch, one more, is not.
+  // Passes 1 to k are counted. The program's own launch is the last pass, so it is pass k (and counted) when the
+  // metrics' k passes are all the launch gets; with more passes asked, the ones after k run without counters.
   p.counted_passes = std::max<uint32_t>(needed, 1);
-  p.passes = std::max(p.passes, p.counted_passes + 1);
+  p.passes = std::max(p.passes, p.counted_passes);
   p.row.passes_asked = p.passes;
   return true;
 }
@@ -422,16 +423,21 @@ void replayer::exit(const CUpti_CallbackData& data) {
     return launched_in_range(std::move(p), result_of(data));  // its row comes when the range ends
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
-  if (p->cupti_replaying) {
-    end_cupti_kernel_replay(*p, data);
-  } else if (p->replaying && context_gone(*p)) {
-    // Its events and saved memory went with the context: let go of them without calling into it.
+  if ((p->replaying || p->cupti_replaying) && context_gone(*p)) {
+    // Its events, saved memory and profiler object went with the context: let go of them without calling into it
+    // (a counted pass begun at the entry, kernel mode's last or CUPTI's kernel replay, is never ended).
     p->timer.forget();
     if (p->saved != nullptr) {
       p->saved->context_gone();
     }
+    if (p->counting != nullptr) {
+      p->counting->context_gone();
+      stop_counting(*p, "the launch's context was destroyed");
+    }
     p->row.reason = "the launch's context was destroyed before its exit";
     close_window(*p);
+  } else if (p->cupti_replaying) {
+    end_cupti_kernel_replay(*p, data);
   } else if (p->replaying) {
     p->phases.mark("program");
     finish_program_pass(*p, data);

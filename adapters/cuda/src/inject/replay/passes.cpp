@@ -1,6 +1,7 @@
 // The passes of a replayed launch. At its entry, passes 1 to N - 1: relaunch, wait, digest (--verify), back to
-// the saved memory. The program's own launch is then pass N, measured at its exit, where the window closes. If
-// a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
+// the saved memory. The program's own launch is then pass N, measured at its exit, where the window closes; with
+// counters whose k passes are all the launch gets (N = k), its range begins at the entry and ends at the exit.
+// If a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
 // without kreplay.
 #include <cstring>
 
@@ -20,6 +21,7 @@ void replayer::run_own_passes(pending_t& p) {
     }
   }
   p.restore_before_program_ms = restore_ms;
+  p.program_counter_begin_ms = begin_counted_pass(p, p.passes);  // nothing unless pass N is a counted one
   p.timer.start(p.launch.stream);
   p.program_pass_begun = replay_clock::now();
 }
@@ -167,26 +169,30 @@ void replayer::verify_pass(pending_t& p, uint32_t pass) {
   }
 }
 
-// The program's own launch, the last pass: its time, and its digest compared with pass 1's.
+// The program's own launch, the last pass: its time, its counters when the pass is counted (their values are
+// collected here), and its digest compared with pass 1's.
 void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data) {
   const uint32_t pass = p.own_passes_run + 1;
+  own_call_scope own;
   if (!succeeded(data)) {
+    end_counted_pass(p, pass, false, p.program_counter_begin_ms);
     if (p.row.reason.empty()) {
       p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
     }
     return;
   }
-  own_call_scope own;
   p.timer.stop(p.launch.stream);
-  if (driver_.ctx_synchronize() != CUDA_SUCCESS && p.row.reason.empty()) {
+  const bool ran = driver_.ctx_synchronize() == CUDA_SUCCESS;
+  const auto done = replay_clock::now();
+  if (!ran && p.row.reason.empty()) {
     p.row.reason = "the program's launch failed on the device";
   }
+  end_counted_pass(p, pass, ran, p.program_counter_begin_ms);
   const float kernel_ms = p.timer.elapsed_ms();
   if (pass == 1) {
     p.row.kernel_ms = kernel_ms;
   } else if (p.row.reason.empty()) {
-    p.extra_ms.push_back(p.restore_before_program_ms + ms_between(p.program_pass_begun, replay_clock::now()) -
-                         kernel_ms);
+    p.extra_ms.push_back(p.restore_before_program_ms + ms_between(p.program_pass_begun, done) - kernel_ms);
   }
   if (p.row.reason.empty()) {
     verify_pass(p, pass);

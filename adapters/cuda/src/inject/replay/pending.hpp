@@ -39,6 +39,7 @@ struct replayer::pending_t {
   replay_clock::time_point entered;
   replay_clock::time_point program_pass_begun;    // the program's own launch (the last pass) begins
   double restore_before_program_ms = 0;           // the restore that prepared it
+  double program_counter_begin_ms = 0;            // the profiler's begin of its pass, when it is counted
   std::vector<double> extra_ms;                   // cost of each pass after the first
   std::vector<double> counter_ms;                 // the profiler's begin and end of each counted pass
   double flush_ms = 0;                            // the cache flushes before its counted passes

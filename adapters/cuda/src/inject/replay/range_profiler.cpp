@@ -227,6 +227,12 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
+  // The object went with the context (the source disabled it): nothing to stop, nothing to mark abandoned.
+  void context_gone() override {
+    started_ = false;
+    configured_ = false;
+  }
+
   bool begin_range(std::string* why) override {
     if (!user_ranges()) {
       return true;
