@@ -14,8 +14,9 @@
 #   KREPLAY_RUN_CUDAGRAPH torch_prog.py cudagraph (a torch.cuda.graph training loop), 4 steps, in the modes of
 #                         KREPLAY_CUDAGRAPH_MODES (default "node graph"); the cost figures: a kernel node's median
 #                         extra pass against the stream launches' (the same kernels in its warm-up steps), a whole
-#                         graph's against its own time; then (unless KREPLAY_CUDAGRAPH_COUNTED=0) the kernel nodes
-#                         counted against ncu's node mode
+#                         graph's against its own time and (graph mode) against a stream kernel that rewrites
+#                         KREPLAY_CUDAGRAPH_TWIN_MB (default 87) MB; then (unless KREPLAY_CUDAGRAPH_COUNTED=0)
+#                         the kernel nodes counted against ncu's node mode
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (with
 #                         KREPLAY_SIDE_SET=warps: the launcher's --set warps, 33 metrics of the SMs): kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
@@ -95,6 +96,14 @@ graph_program_mode() {
       test "$(csv_figure "$csv" nodes_replayed)" = "$(csv_figure "$csv" nodes)"
     row "INFO $name, $tier tier: graph launches: $(csv_figure "$csv" graph_modes)"
     row "INFO $name, $tier tier: kernel-node rows $(csv_figure "$csv" nodes), replayed $(csv_figure "$csv" nodes_replayed); median extra pass ms: kernel node $(csv_figure "$csv" node_extra), stream launch $(csv_figure "$csv" stream_extra), whole graph $(csv_figure "$csv" graph_extra) (graph's own time $(csv_figure "$csv" graph_kernel_ms))"
+    if [[ $mode == graph && ${KREPLAY_PROG_TWIN_MB:-0} != 0 ]]; then
+      local graph_extra twin_extra
+      graph_extra=$(csv_figure "$csv" graph_extra)
+      twin_extra=$(csv_figure "$csv" last_stream_extra)
+      row "INFO $name, $tier tier: bytes moved (snapshot and restores, MB): a graph launch $(csv_figure "$csv" graph_moved), the $KREPLAY_PROG_TWIN_MB MB stream kernel $(csv_figure "$csv" last_stream_moved)"
+      verdict "$name, $tier tier: the whole graph's extra pass ($graph_extra ms) at most a stream launch's that rewrites $KREPLAY_PROG_TWIN_MB MB in the same program ($twin_extra ms, 2 % allowed), own kernel times left out" \
+        python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.02 * float(sys.argv[2]))' "$graph_extra" "$twin_extra"
+    fi
     [[ $mode == node ]] && row "INFO $name, $tier tier, the same kernels: $(csv_figure "$csv" node_ratio)"
     [[ $mode == node ]] && row "INFO $name, $tier tier, a kernel node's extra pass over a stream launch's at the same footprint: $(csv_figure "$csv" node_same_footprint)"
     row "INFO $name, $tier tier: $(csv_figure "$csv" replayed) of $(csv_figure "$csv" rows) rows replayed; not: $(csv_figure "$csv" reasons)"
@@ -274,7 +283,10 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # mode, cuDNN's indexed wgrad kernel node spins for ever (run 4 of 2026-12-03-b; the memset node before it in
   # the graph is not run again between passes); the elementwise and optimizer kernels change the result.
   # (--exclude would not do: node mode runs a graph that holds an excluded kernel once.)
+  # Last, a stream kernel that rewrites as many bytes as a graph launch (KREPLAY_CUDAGRAPH_TWIN_MB, default 87: what
+  # the graph's restores write back, 2026-12-02 (c)), for graph mode's cost against a stream launch in one process.
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
+    KREPLAY_PROG_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} \
     KREPLAY_CONTROL_ARGS="--kernel-name elementwise" graph_program cudagraph \
     python3 "$src/torch_prog.py" cudagraph
 fi

@@ -13,7 +13,10 @@ KREPLAY_PROG_EAGER_STEPS=N (default 0), for cudagraph and compiled: N steps afte
 kernels on the stream, over the memory the graphs' pool still holds (a replay's cost grows with the footprint: the
 comparison of a kernel node's extra pass with a stream launch's wants both over the same memory). cudagraph runs
 them eagerly; compiled runs the model compiled again without CUDA graphs (mode "default"), so that Inductor's
-Triton kernels, the ones inside its graphs, are the stream launches."""
+Triton kernels, the ones inside its graphs, are the stream launches.
+KREPLAY_PROG_TWIN_MB=N (default 0), for cudagraph: last, three launches of one kernel that rewrites a tensor of N
+MB (the graph's rewritten bytes, for graph mode's cost: a stream launch that writes as much as the graph; outside
+the checksum)."""
 import hashlib
 import os
 import sys
@@ -102,6 +105,12 @@ if which == "cudagraph":
         x.copy_(batches[i % steps][0])
         y.copy_(batches[i % steps][1])
         step()
+        torch.cuda.synchronize()
+    twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
+    if twin_mb > 0:
+        twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda")
+        for _ in range(3):
+            twin.add_(1.0)  # one elementwise kernel, every byte rewritten
         torch.cuda.synchronize()
 else:
     for i in range(steps):
