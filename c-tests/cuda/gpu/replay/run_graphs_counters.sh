@@ -110,10 +110,17 @@ graph_program_mode() {
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
   row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
-  # shellcheck disable=SC2086
+  # KREPLAY_CONTROL_ARGS narrow node mode's control to some kernels. Graph mode relaunches a graph whole (its memset
+  # nodes too), and with a kernel filter --launch-skip counts only the launches it matches: the first graph's launch
+  # number would skip every graph.
+  # Graph mode's control relaunches the graph launches alone: relaunched without restores, the program's cuDNN
+  # stream launches after them may spin for ever (as node mode's kernel nodes do).
+  local control_args=(--launch-count "$(csv_figure "$work/$name.host.csv" graphs)")
+  # shellcheck disable=SC2206
+  [[ $mode == node ]] && control_args=(${KREPLAY_CONTROL_ARGS:-})
   control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
             --debug-no-restore --progress 10 --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" \
-            ${KREPLAY_CONTROL_ARGS:-} -o "$work/$name.control.csv" -- "$@")
+            "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
   [[ -n $control ]] || row "INFO $name control's log ends: $(tail -4 "$work/$name.control.log" | cut -c1-300 | tr '\n' '|')"
