@@ -413,6 +413,21 @@ void replayer::log_phases(const pending_t& p) {
       p.row.kernel.c_str());
 }
 
+// Its events, saved memory and profiler object went with the context: let go of them without calling into it (a
+// counted pass begun at the entry, kernel mode's last or CUPTI's kernel replay, is never ended).
+void replayer::let_go_after_context_gone(pending_t& p) {
+  p.timer.forget();
+  if (p.saved != nullptr) {
+    p.saved->context_gone();
+  }
+  if (p.counting != nullptr) {
+    p.counting->context_gone();
+    stop_counting(p, "the launch's context was destroyed");
+  }
+  p.row.reason = "the launch's context was destroyed before its exit";
+  close_window(p);
+}
+
 void replayer::exit(const CUpti_CallbackData& data) {
   std::unique_ptr<pending_t> p(t_pending);
   t_pending = nullptr;
@@ -424,18 +439,7 @@ void replayer::exit(const CUpti_CallbackData& data) {
   }
   in_flight_.fetch_sub(1, std::memory_order_relaxed);
   if ((p->replaying || p->cupti_replaying) && context_gone(*p)) {
-    // Its events, saved memory and profiler object went with the context: let go of them without calling into it
-    // (a counted pass begun at the entry, kernel mode's last or CUPTI's kernel replay, is never ended).
-    p->timer.forget();
-    if (p->saved != nullptr) {
-      p->saved->context_gone();
-    }
-    if (p->counting != nullptr) {
-      p->counting->context_gone();
-      stop_counting(*p, "the launch's context was destroyed");
-    }
-    p->row.reason = "the launch's context was destroyed before its exit";
-    close_window(*p);
+    let_go_after_context_gone(*p);
   } else if (p->cupti_replaying) {
     end_cupti_kernel_replay(*p, data);
   } else if (p->replaying) {

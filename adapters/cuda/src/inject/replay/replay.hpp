@@ -246,6 +246,7 @@ class replayer {
   void log_phases(const pending_t& p);
   void finish_program_pass(pending_t& p, const CUpti_CallbackData& data);
   void close_window(pending_t& p);
+  void let_go_after_context_gone(pending_t& p);
   // Whether the launch's context was destroyed since its entry.
   bool context_gone(const pending_t& p);
 
