@@ -310,7 +310,7 @@ range_profiler_api_t fake_cupti() {
     return CUPTI_SUCCESS;
   };
   a.disable = [](CUpti_RangeProfiler_Disable_Params*) {
-    g_cupti.push_back("disable");
+    g_cupti.push_back(g_started ? "disable while started" : "disable");  // only a destroyed context's may be
     g_object_kind = -1;
     g_started = false;  // the object is gone, and its range with it
     return CUPTI_SUCCESS;
@@ -597,6 +597,17 @@ void caches_are_flushed_before_every_counted_pass() {
   CHECK(ends_with(lines[1], ",\"caches not flushed: no device memory for the 8192-byte flush buffer\",2,0.25"));
   g_scratch_alloc_fails = false;
   g_cache_control = "none";
+}
+
+// One pass asked and one needed: the program's launch is the only pass, counted, the snapshot never restored.
+void one_pass_needed_and_asked_counts_the_program_s_launch_alone() {
+  g_plan = fake_plan{};
+  g_plan.passes = 1;
+  const std::vector<std::string> lines = replay_one_launch(1);
+  CHECK(g_runs == 1 && one_run_s_result());
+  CHECK(calls_are({"open", "configure", "begin", "program", "end", "collect", "gone"}));
+  CHECK(lines[1].find(",1,1,") != std::string::npos && lines[1].find(",1,\"\",") != std::string::npos);
+  CHECK(ends_with(lines[1], ",\"\",1,0.25"));
 }
 
 void passes_beyond_the_counted_ones_run_without_counters() {
@@ -1250,7 +1261,7 @@ void a_context_destroyed_during_a_counted_program_launch_is_not_called_into() {
                        kernel_replay ? counter_replay::cupti_kernel : counter_replay::kreplay));
     g_during_program = nullptr;
     g_kernel_replay = false;
-    const auto disabled = std::find(g_cupti.begin(), g_cupti.end(), "disable");
+    const auto disabled = std::find(g_cupti.begin(), g_cupti.end(), "disable while started");
     CHECK(disabled != g_cupti.end() && std::find(disabled, g_cupti.end(), "stop") == g_cupti.end());
     CHECK(std::count(g_cupti.begin(), g_cupti.end(), "stop") == (kernel_replay ? 0 : 2));  // passes 1 and 2
     CHECK(lines[1].find("\"the launch's context was destroyed before its exit\"") != std::string::npos);
@@ -1398,6 +1409,7 @@ int main() {
   fake::set_up_injection(owner, &g_ops, ctx0, g_buffer, sizeof(g_buffer));
 
   RUN_TEST(a_source_that_needs_more_passes_than_asked_gets_them_the_program_s_launch_the_last);
+  RUN_TEST(one_pass_needed_and_asked_counts_the_program_s_launch_alone);
   RUN_TEST(passes_beyond_the_counted_ones_run_without_counters);
   RUN_TEST(caches_are_flushed_before_every_counted_pass);
   RUN_TEST(a_launch_the_source_cannot_count_runs_once_with_the_reason);

@@ -21,7 +21,8 @@
 namespace kreplay::cuda::inject {
 
 // The counting of one launch, from its configuration to its values. Destroyed before collect (a pass failed, the
-// launch's context is gone), it ends a pass it began and drops what it gathered.
+// launch's context is gone), it ends a pass it began (unless the source let go of the context: then it makes no
+// call) and drops what it gathered.
 class counter_session {
  public:
   virtual ~counter_session() = default;
@@ -34,8 +35,6 @@ class counter_session {
   // each is a range of its own where the source makes user ranges.
   virtual bool begin_range(std::string*) { return true; }
   virtual bool end_range(std::string*) { return true; }
-  // The launch's context was destroyed (a pass may be begun): the session is then dropped without a call into it.
-  virtual void context_gone() {}
   // After the last counted pass: one value per metric, in the source's order.
   virtual bool collect(std::vector<double>* values, std::string* why) = 0;
   // Range mode: the values of the `index`-th launch of the pass (from 0); collect() is range 0's.

@@ -356,19 +356,22 @@ void replayer::end_cupti_kernel_replay(pending_t& p, const CUpti_CallbackData& d
 
 // ---- Contexts destroyed -------------------------------------------------------------------------------------
 
+// Recorded first, so that a launch's exit on another thread sees the context gone before its sources let go.
 void replayer::on_context_destroyed(CUcontext context) {
+  {
+    std::lock_guard<std::mutex> lock(gone_mutex_);
+    const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
+    if (gone_.size() >= gone_kept) {
+      gone_.erase(gone_.begin());
+    }
+    gone_.emplace_back(context, number);
+    contexts_destroyed_.store(number, std::memory_order_release);
+  }
   if (counters_ != nullptr) {
     counters_->context_gone(context);
   }
   caches_.context_gone(context);
   drop_ranges_of(context);
-  std::lock_guard<std::mutex> lock(gone_mutex_);
-  const uint64_t number = contexts_destroyed_.load(std::memory_order_relaxed) + 1;
-  if (gone_.size() >= gone_kept) {
-    gone_.erase(gone_.begin());
-  }
-  gone_.emplace_back(context, number);
-  contexts_destroyed_.store(number, std::memory_order_release);
 }
 
 bool replayer::context_gone(const pending_t& p) {
@@ -420,10 +423,7 @@ void replayer::let_go_after_context_gone(pending_t& p) {
   if (p.saved != nullptr) {
     p.saved->context_gone();
   }
-  if (p.counting != nullptr) {
-    p.counting->context_gone();
-    stop_counting(p, "the launch's context was destroyed");
-  }
+  stop_counting(p, "the launch's context was destroyed");  // the source disabled its object: no Stop
   p.row.reason = "the launch's context was destroyed before its exit";
   close_window(p);
 }

@@ -98,6 +98,9 @@ struct profiler_images {
   CUcontext context = nullptr;
   CUpti_RangeProfiler_Object* object = nullptr;
   std::atomic<bool> abandoned{false};
+  // The context is being destroyed and the profiler was disabled on it (set before the Disable): a session still
+  // holding the object makes no call into it from then on.
+  std::atomic<bool> disabled{false};
 };
 
 CUpti_RangeProfiler_Object* enable_profiler(const range_profiler_api_t& api, CUcontext context, std::string* why) {
@@ -218,6 +221,9 @@ class range_session final : public counter_session {
   }
 
   bool begin_pass(std::string* why) override {
+    if (disabled(why)) {
+      return false;
+    }
     CUpti_RangeProfiler_Start_Params start{};
     start.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
     start.pRangeProfilerObject = in_.images->object;
@@ -227,15 +233,12 @@ class range_session final : public counter_session {
 
   bool end_pass(std::string* why) override { return stop(why); }
 
-  // The object went with the context (the source disabled it): nothing to stop, nothing to mark abandoned.
-  void context_gone() override {
-    started_ = false;
-    configured_ = false;
-  }
-
   bool begin_range(std::string* why) override {
     if (!user_ranges()) {
       return true;
+    }
+    if (disabled(why)) {
+      return false;
     }
     CUpti_RangeProfiler_PushRange_Params push{};
     push.structSize = CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
@@ -248,6 +251,9 @@ class range_session final : public counter_session {
   bool end_range(std::string* why) override {
     if (!user_ranges()) {
       return true;
+    }
+    if (disabled(why)) {
+      return false;
     }
     CUpti_RangeProfiler_PopRange_Params pop{};
     pop.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
@@ -288,7 +294,20 @@ class range_session final : public counter_session {
   }
 
  private:
+  // The context's profiler was disabled (the context is being destroyed): the object is not to be called again.
+  bool disabled(std::string* why) {
+    if (!in_.images->disabled.load(std::memory_order_acquire)) {
+      return false;
+    }
+    started_ = false;
+    *why = "the profiler was disabled with the launch's context";
+    return true;
+  }
+
   bool stop(std::string* why) {
+    if (disabled(why)) {
+      return false;
+    }
     CUpti_RangeProfiler_Stop_Params stop{};
     stop.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
     stop.pRangeProfilerObject = in_.images->object;
@@ -303,6 +322,9 @@ class range_session final : public counter_session {
   // DecodeData once, at the first range's collection; its verdict (empty: the image holds the launches' ranges)
   // kept for every range after it, so a range mode's 32 collections do not decode 32 times.
   bool decode(std::string* why) {
+    if (!decode_tried_ && disabled(&decode_failure_)) {
+      decode_tried_ = true;  // never decoded: the failure is the reason
+    }
     if (!decode_tried_) {
       decode_tried_ = true;
       CUpti_RangeProfiler_DecodeData_Params decode{};
@@ -387,7 +409,7 @@ class range_profiler_source final : public counter_source {
   const std::vector<std::string>& metrics() const override { return metrics_; }
 
   // CONTEXT_DESTROY_STARTING: the context is still valid, so the profiler is disabled on it and its host object
-  // released, outside the lock; a session still running there fails its next call cleanly (its object disabled).
+  // released, outside the lock; a session still holding the object sees `disabled` and makes no call into it.
   void context_gone(CUcontext context) override {
     context_setup gone;
     {
@@ -574,6 +596,7 @@ class range_profiler_source final : public counter_source {
   }
 
   void release(context_setup& setup) {
+    setup.images->disabled.store(true, std::memory_order_release);
     disable_profiler(api_, setup.images->object);
     close_host_object(api_, setup.host);
   }

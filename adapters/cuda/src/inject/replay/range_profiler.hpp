@@ -4,7 +4,8 @@
 // says how many passes they need; the target side enables the profiler on the context and sizes a counter-data
 // image. Per launch (a session, configured inside the launch's window): a fresh counter-data image and SetConfig;
 // Start and Stop around each counted pass (the loop restores the memory between them); then DecodeData and the
-// values of range 0 (range mode: of each range). A session destroyed between Start and Stop stops the range; one
+// values of range 0 (range mode: of each range). A session destroyed between Start and Stop stops the range
+// (unless its context went: the profiler was disabled with it, and the session makes no call into the object); one
 // dropped before its data was decoded makes the next session on its context enable the profiler afresh.
 //
 // The functions come from the libcupti the injection subscribed with (range_profiler_api_t, so tests drive the
