@@ -6,9 +6,10 @@ WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), dec
 but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's number),
 graph_reasons (why graph launches ran once), graph_modes (how graph launches were replayed, with counts), nodes
 (kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the median extra_pass_ms
-of replayed kernel nodes, stream launches, whole graphs), last_stream_extra (of the last three replayed stream
-launches: torch_prog.py's KREPLAY_PROG_TWIN_MB kernel), graph_moved / last_stream_moved (their median bytes_moved,
-snapshot and restores, in MB), graph_kernel_ms (the median time of a graph launch),
+of replayed kernel nodes, stream launches, whole graphs), twin_extra (of the three stream launches right after the
+last graph launch, torch_prog.py's KREPLAY_PROG_TWIN_MB kernel; none unless all three were replayed), graph_moved /
+twin_moved (their median bytes_moved, snapshot and restores, in MB), graph_footprint / twin_footprint (their median
+footprint_bytes, in MB), graph_kernel_ms (the median time of a graph launch),
 reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
 kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and counter_pass_ms,
 the profiler's; and counter_setup_ms), uncounted (rows with metrics asked that were not counted, by what their
@@ -122,12 +123,17 @@ def figure(rows, what):
         return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
     if what == "stream_extra":
         return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
-    if what == "last_stream_extra":
-        return median_of([r for r in replayed if not r.get("graph_mode", "")][-3:], "extra_pass_ms")
-    if what in ("graph_moved", "last_stream_moved"):
-        which = graph if what == "graph_moved" else [r for r in replayed if not r.get("graph_mode", "")][-3:]
-        moved = [float(r["bytes_moved"]) / 2**20 for r in which if r["replayed"] == "1"]
-        return f"{statistics.median(moved):.1f}" if moved else "none"
+    if what in ("twin_extra", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
+        last = max([int(r["launch"]) for r in graph] or [-1])
+        twin = [r for r in rows if int(r["launch"]) > last and not r.get("graph_mode", "")][:3]
+        if len(twin) < 3 or any(r["replayed"] != "1" for r in twin):
+            twin = []
+        which = twin if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
+        if what == "twin_extra":
+            return median_of(which, "extra_pass_ms")
+        column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
+        values = [float(r[column]) / 2**20 for r in which]
+        return f"{statistics.median(values):.1f}" if values else "none"
     if what == "graph_extra":
         return median_of([r for r in graph if r["replayed"] == "1" and r.get("graph_mode", "").startswith("graph")],
                          "extra_pass_ms")

@@ -3,7 +3,8 @@
   python3 phases.py LOG
 
 Each replayed stream launch in kernel mode logs one line, its phases in order and, inside its passes, the profiler's, the cache flushes',
-the collection's and the restores' time (ms), and the profiler's time in each counted pass. Printed: the number of
+the collection's and the restores' time (ms), and the profiler's time in each counted pass. When the program's own
+launch is the last counted pass, its share of those parts lies in the `program` and `program pass` phases. Printed: the number of
 launches, each part's median and total over them, largest total first, then the profiler's median by pass."""
 import collections
 import re

@@ -81,12 +81,15 @@ graph_program_mode() {
   local name=$1 mode=$2 plain=$3
   shift 3
   local sum tier csv graphs replayed control
+  # KREPLAY_GRAPH_TWIN_MB: graph mode's programs also rewrite that many MB with one stream kernel (torch_prog.py).
+  local twin_mb=0
+  [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0}
   for tier in host device; do
     local verify=()
     [[ $tier == host ]] && verify=(--verify)
     csv=$work/$name.$tier.csv
-    sum=$(run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes 3 --tier "$tier" "${verify[@]}" \
-          --progress 10 -o "$csv" -- "$@")
+    sum=$(KREPLAY_PROG_TWIN_MB=$twin_mb run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+          --tier "$tier" "${verify[@]}" --progress 10 -o "$csv" -- "$@")
     verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
     graphs=$(csv_figure "$csv" graphs)
     replayed=$(csv_figure "$csv" graphs_replayed)
@@ -96,12 +99,12 @@ graph_program_mode() {
       test "$(csv_figure "$csv" nodes_replayed)" = "$(csv_figure "$csv" nodes)"
     row "INFO $name, $tier tier: graph launches: $(csv_figure "$csv" graph_modes)"
     row "INFO $name, $tier tier: kernel-node rows $(csv_figure "$csv" nodes), replayed $(csv_figure "$csv" nodes_replayed); median extra pass ms: kernel node $(csv_figure "$csv" node_extra), stream launch $(csv_figure "$csv" stream_extra), whole graph $(csv_figure "$csv" graph_extra) (graph's own time $(csv_figure "$csv" graph_kernel_ms))"
-    if [[ $mode == graph && ${KREPLAY_PROG_TWIN_MB:-0} != 0 ]]; then
+    if [[ $twin_mb != 0 ]]; then
       local graph_extra twin_extra
       graph_extra=$(csv_figure "$csv" graph_extra)
-      twin_extra=$(csv_figure "$csv" last_stream_extra)
-      row "INFO $name, $tier tier: bytes moved (snapshot and restores, MB): a graph launch $(csv_figure "$csv" graph_moved), the $KREPLAY_PROG_TWIN_MB MB stream kernel $(csv_figure "$csv" last_stream_moved)"
-      verdict "$name, $tier tier: the whole graph's extra pass ($graph_extra ms) at most a stream launch's that rewrites $KREPLAY_PROG_TWIN_MB MB in the same program ($twin_extra ms, 2 % allowed), own kernel times left out" \
+      twin_extra=$(csv_figure "$csv" twin_extra)
+      row "INFO $name, $tier tier: a graph launch / the $twin_mb MB stream kernel: bytes moved (snapshot and restores) $(csv_figure "$csv" graph_moved) / $(csv_figure "$csv" twin_moved) MB, footprint $(csv_figure "$csv" graph_footprint) / $(csv_figure "$csv" twin_footprint) MB"
+      verdict "$name, $tier tier: the whole graph's extra pass ($graph_extra ms) at most a stream launch's that rewrites $twin_mb MB over the same allocations ($twin_extra ms, 2 % allowed), own kernel times left out" \
         python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.02 * float(sys.argv[2]))' "$graph_extra" "$twin_extra"
     fi
     [[ $mode == node ]] && row "INFO $name, $tier tier, the same kernels: $(csv_figure "$csv" node_ratio)"
@@ -115,10 +118,13 @@ graph_program_mode() {
   # number would skip every graph.
   # Graph mode's control relaunches the graph launches alone: relaunched without restores, the program's cuDNN
   # stream launches after them may spin for ever (as node mode's kernel nodes do).
-  local control_args=(--launch-count "$(csv_figure "$work/$name.host.csv" graphs)")
-  # shellcheck disable=SC2206
-  [[ $mode == node ]] && control_args=(${KREPLAY_CONTROL_ARGS:-})
-  control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+  local control_args=()
+  if [[ $mode == node ]]; then
+    read -r -a control_args <<<"${KREPLAY_CONTROL_ARGS:-}"
+  else
+    control_args=(--launch-count "$(csv_figure "$work/$name.host.csv" graphs)")
+  fi
+  control=$(KREPLAY_PROG_TWIN_MB=$twin_mb run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
             --debug-no-restore --progress 10 --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" \
             "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
@@ -290,10 +296,11 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # mode, cuDNN's indexed wgrad kernel node spins for ever (run 4 of 2026-12-03-b; the memset node before it in
   # the graph is not run again between passes); the elementwise and optimizer kernels change the result.
   # (--exclude would not do: node mode runs a graph that holds an excluded kernel once.)
-  # Last, a stream kernel that rewrites as many bytes as a graph launch (KREPLAY_CUDAGRAPH_TWIN_MB, default 87: what
-  # the graph's restores write back, 2026-12-02 (c)), for graph mode's cost against a stream launch in one process.
+  # In graph mode, after the graph's steps, a stream kernel that rewrites as many bytes as a graph launch
+  # (KREPLAY_CUDAGRAPH_TWIN_MB, default 87: what the graph's restores write back, 2026-12-02 (c)) over the same
+  # allocations, for graph mode's cost against a stream launch in one process.
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
-    KREPLAY_PROG_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} \
+    KREPLAY_GRAPH_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} \
     KREPLAY_CONTROL_ARGS="--kernel-name elementwise" graph_program cudagraph \
     python3 "$src/torch_prog.py" cudagraph
 fi

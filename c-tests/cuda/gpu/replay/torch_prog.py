@@ -14,9 +14,9 @@ kernels on the stream, over the memory the graphs' pool still holds (a replay's 
 comparison of a kernel node's extra pass with a stream launch's wants both over the same memory). cudagraph runs
 them eagerly; compiled runs the model compiled again without CUDA graphs (mode "default"), so that Inductor's
 Triton kernels, the ones inside its graphs, are the stream launches.
-KREPLAY_PROG_TWIN_MB=N (default 0), for cudagraph: last, three launches of one kernel that rewrites a tensor of N
-MB (the graph's rewritten bytes, for graph mode's cost: a stream launch that writes as much as the graph; outside
-the checksum)."""
+KREPLAY_PROG_TWIN_MB=N (default 0), for cudagraph: a tensor of N MB allocated before the warm-up, and right after
+the graph's steps three launches of one kernel that rewrites it (the graph's rewritten bytes, for graph mode's cost:
+a stream launch that writes as much as the graph, over the same allocations; outside the checksum)."""
 import hashlib
 import os
 import sys
@@ -83,6 +83,8 @@ torch.cuda.synchronize()
 if which == "cudagraph":
     # Warm up on a side stream (the optimizer makes its state there), capture one whole step, then each step
     # copies a new batch into the captured inputs and launches the graph: every kernel runs inside the graph.
+    twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
+    twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda") if twin_mb > 0 else None
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -101,16 +103,14 @@ if which == "cudagraph":
         graph.replay()
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
+    if twin is not None:
+        for _ in range(3):
+            twin.add_(1.0)  # one elementwise kernel, every byte rewritten
+        torch.cuda.synchronize()
     for i in range(int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0"))):
         x.copy_(batches[i % steps][0])
         y.copy_(batches[i % steps][1])
         step()
-        torch.cuda.synchronize()
-    twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
-    if twin_mb > 0:
-        twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda")
-        for _ in range(3):
-            twin.add_(1.0)  # one elementwise kernel, every byte rewritten
         torch.cuda.synchronize()
 else:
     for i in range(steps):

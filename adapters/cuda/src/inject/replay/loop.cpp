@@ -394,7 +394,9 @@ bool replayer::context_gone(const pending_t& p) {
 // ---- The launch's exit ------------------------------------------------------------------------------------------
 
 // KREPLAY_INJECT_LOG=info: where a replayed stream launch's time went in kernel mode, phase by phase (ms), with its
-// passes' parts. (Range mode's launches and node mode's kernel nodes are not logged.)
+// passes' parts. When the program's launch is a counted pass, its profiler time and the collection are among those
+// parts but fall in the `program` and `program pass` phases, not in `passes`. (Range mode's launches and node mode's
+// kernel nodes are not logged.)
 void replayer::log_phases(const pending_t& p) {
   const std::string phases = p.phases.text();
   if (phases.empty()) {
