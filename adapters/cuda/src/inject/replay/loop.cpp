@@ -418,8 +418,9 @@ void replayer::log_phases(const pending_t& p) {
       p.row.kernel.c_str());
 }
 
-// Its events, saved memory and profiler object went with the context: let go of them without calling into it (a
-// counted pass begun at the entry, kernel mode's last or CUPTI's kernel replay, is never ended).
+// Its events and saved memory went with the context: let go of them without calling into it. A counted pass begun
+// at the entry (kernel mode's last, or CUPTI's kernel replay) ends with its session, which calls into the profiler
+// only while the source still holds the context.
 void replayer::let_go_after_context_gone(pending_t& p) {
   p.timer.forget();
   if (p.saved != nullptr) {
