@@ -64,6 +64,12 @@ resnet_plain() {
   sed -n 's/^CHECKSUM //p' "$work/resnet.plain.log" | tail -1
 }
 
+# at_most_2pc_over A B: A <= 1.02 B (a cost against another, with 2 % for the measurement); false when either is
+# not a number.
+at_most_2pc_over() {
+  python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.02 * float(sys.argv[2]))' "$1" "$2" 2>/dev/null
+}
+
 # graph_program NAME CMD...: the plain run, then for each mode of KREPLAY_GRAPH_MODES: host tier + --verify,
 # device tier, the control; every graph launch replayed.
 graph_program() {
@@ -105,7 +111,7 @@ graph_program_mode() {
       twin_extra=$(csv_figure "$csv" twin_extra)
       row "INFO $name, $tier tier: a graph launch / the $twin_mb MB stream kernel: bytes moved (snapshot and restores) $(csv_figure "$csv" graph_moved) / $(csv_figure "$csv" twin_moved) MB, footprint $(csv_figure "$csv" graph_footprint) / $(csv_figure "$csv" twin_footprint) MB"
       verdict "$name, $tier tier: the whole graph's extra pass ($graph_extra ms) at most a stream launch's that rewrites $twin_mb MB over the same allocations ($twin_extra ms, 2 % allowed), own kernel times left out" \
-        python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.02 * float(sys.argv[2]))' "$graph_extra" "$twin_extra"
+        at_most_2pc_over "$graph_extra" "$twin_extra"
     fi
     [[ $mode == node ]] && row "INFO $name, $tier tier, the same kernels: $(csv_figure "$csv" node_ratio)"
     [[ $mode == node ]] && row "INFO $name, $tier tier, a kernel node's extra pass over a stream launch's at the same footprint: $(csv_figure "$csv" node_same_footprint)"
@@ -113,11 +119,10 @@ graph_program_mode() {
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
   row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
-  # KREPLAY_CONTROL_ARGS narrow node mode's control to some kernels. Graph mode relaunches a graph whole (its memset
-  # nodes too), and with a kernel filter --launch-skip counts only the launches it matches: the first graph's launch
-  # number would skip every graph.
-  # Graph mode's control relaunches the graph launches alone: relaunched without restores, the program's cuDNN
-  # stream launches after them may spin for ever (as node mode's kernel nodes do).
+  # KREPLAY_CONTROL_ARGS narrow node mode's control to some kernels. Graph mode's control relaunches the graph
+  # launches alone (--launch-count): a kernel filter would make --launch-skip count only the launches it matches, so
+  # the first graph's launch number would skip every graph; and relaunched without restores, the cuDNN stream
+  # launches after the graphs may spin for ever (as node mode's kernel nodes do).
   local control_args=()
   if [[ $mode == node ]]; then
     read -r -a control_args <<<"${KREPLAY_CONTROL_ARGS:-}"
@@ -199,7 +204,7 @@ if [[ ${KREPLAY_RUN_GRAPH_COST:-1} != 0 ]]; then
     stream_extra=$(csv_figure "$csv" stream_extra)
     row "INFO graph_cost, $tier tier: $(csv_figure "$csv" graphs_replayed) of $(csv_figure "$csv" graphs) graph launches and $(csv_figure "$csv" replayed) of $(csv_figure "$csv" rows) rows replayed, footprint $(csv_figure "$csv" max_footprint) bytes; median extra pass ms: whole graph $graph_extra (its own time $(csv_figure "$csv" graph_kernel_ms)), stream launch $stream_extra"
     verdict "graph_cost, $tier tier: a graph's extra pass ($graph_extra ms) at most a stream launch's of the same footprint and written bytes ($stream_extra ms, 2 % allowed), own kernel times left out" \
-      python3 -c 'import sys; sys.exit(not float(sys.argv[1]) <= 1.02 * float(sys.argv[2]))' "$graph_extra" "$stream_extra"
+      at_most_2pc_over "$graph_extra" "$stream_extra"
   done
   control=$(run "$work/graph_cost.control.log" "$launcher" --graph-profiling graph --passes 3 --debug-no-restore \
             -o "$work/graph_cost.control.csv" -- "$graphs_program" cost)

@@ -322,10 +322,7 @@ class range_session final : public counter_session {
   // DecodeData once, at the first range's collection; its verdict (empty: the image holds the launches' ranges)
   // kept for every range after it, so a range mode's 32 collections do not decode 32 times.
   bool decode(std::string* why) {
-    if (!decode_tried_ && disabled(&decode_failure_)) {
-      decode_tried_ = true;  // never decoded: the failure is the reason
-    }
-    if (!decode_tried_) {
+    if (!decode_tried_ && !disabled(&decode_failure_)) {
       decode_tried_ = true;
       CUpti_RangeProfiler_DecodeData_Params decode{};
       decode.structSize = CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
