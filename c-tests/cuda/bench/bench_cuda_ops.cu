@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -72,6 +73,8 @@ struct options {
   bool copies = true;
   bool digests = true;
   std::string csv = "cuda-ops-benchmark.csv";
+  // The copy layouts: bytes in all and bytes a region (--copy-layout; default 1 GiB in 64 KiB and in 64 MiB).
+  std::vector<std::pair<size_t, size_t>> layouts;
 };
 
 FILE* g_csv = nullptr;
@@ -212,7 +215,14 @@ void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, con
     size_t total;
     size_t region;
   };
-  for (const layout& l : {layout{1ull << 30, 64ull << 10}, layout{1ull << 30, 64ull << 20}}) {
+  std::vector<layout> layouts;
+  for (const auto& [total, region] : opt.layouts) {
+    layouts.push_back({total, region});
+  }
+  if (layouts.empty()) {
+    layouts = {layout{1ull << 30, 64ull << 10}, layout{1ull << 30, 64ull << 20}};
+  }
+  for (const layout& l : layouts) {
     copy_bench bench(ops, agent, l.total, l.region);
     const std::string name = std::to_string(l.total / l.region) + "x" + std::to_string(l.region >> 10) + "K";
     const double bytes = static_cast<double>(l.total);
@@ -351,6 +361,18 @@ void digest_throughput(const kreplay_device_ops_t& ops, kreplay_agent_t agent, c
 
 }  // namespace
 
+// "TOTAL_MIB:REGION_KIB", a whole number of regions of at least 4 KiB: appended to `layouts`.
+bool parse_layout(const char* text, std::vector<std::pair<size_t, size_t>>& layouts) {
+  unsigned long long mib = 0;
+  unsigned long long kib = 0;
+  char end = 0;
+  if (std::sscanf(text, "%llu:%llu%c", &mib, &kib, &end) != 2 || kib < 4 || mib == 0 || (mib << 10) % kib != 0) {
+    return false;
+  }
+  layouts.emplace_back(static_cast<size_t>(mib) << 20, static_cast<size_t>(kib) << 10);
+  return true;
+}
+
 int main(int argc, char** argv) {
   options opt;
   for (int i = 1; i < argc; ++i) {
@@ -365,8 +387,12 @@ int main(int argc, char** argv) {
       opt.copies = false;
     } else if (arg == "--no-digests") {
       opt.digests = false;
+    } else if (arg == "--copy-layout" && i + 1 < argc && parse_layout(argv[i + 1], opt.layouts)) {
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--bit-trials N] [--csv FILE] [--no-copies] [--no-digests]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--bit-trials N] [--csv FILE] [--no-copies] [--no-digests]\n"
+                   "          [--copy-layout TOTAL_MIB:REGION_KIB]...  (default: 1024:64 and 1024:65536)\n",
                    argv[0]);
       return 2;
     }

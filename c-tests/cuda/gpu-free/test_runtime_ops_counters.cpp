@@ -4,6 +4,7 @@
 // instruments it (the kreplay_cuda archive is not).
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <thread>
 #include <vector>
 
@@ -105,9 +106,27 @@ void sets_made_and_released_on_many_threads_all_count() {
   CHECK(after.host_locks == before.host_locks + kThreads * kSets);
 }
 
+// KREPLAY_INJECT_COPY_METHOD's names: each method by the name copy_method_name gives it, anything else refused.
+void copy_methods_are_found_by_their_names() {
+  using kreplay::cuda::copy_method;
+  for (copy_method method :
+       {copy_method::automatic, copy_method::kernel, copy_method::memcpy_batch, copy_method::memcpy_async}) {
+    copy_method found = method == copy_method::kernel ? copy_method::automatic : copy_method::kernel;
+    CHECK(kreplay::cuda::copy_method_from_name(kreplay::cuda::copy_method_name(method), &found));
+    CHECK(found == method);
+  }
+  copy_method untouched = copy_method::memcpy_async;
+  CHECK(!kreplay::cuda::copy_method_from_name("Kernel", &untouched));
+  CHECK(!kreplay::cuda::copy_method_from_name("", &untouched));
+  CHECK(!kreplay::cuda::copy_method_from_name(nullptr, &untouched));
+  CHECK(!kreplay::cuda::copy_method_from_name("kernel", nullptr));
+  CHECK(untouched == copy_method::memcpy_async);
+}
+
 }  // namespace
 
 int main() {
+  copy_methods_are_found_by_their_names();
   a_set_counts_from_enrollment_on();
   a_released_set_keeps_its_counts_and_counts_the_release();
   gauges_add_up_across_sets_as_one_counter_would();

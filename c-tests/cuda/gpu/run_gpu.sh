@@ -92,7 +92,8 @@ if [[ $steps == *,test,* ]]; then
 fi
 
 if [[ $steps == *,ops,* ]]; then
-  timeout 300 "$bin/kreplay_cuda_ops_bench" --csv /tmp/kreplay-cuda-ops.csv 2>&1 | tee "$out/ops.log"
+  # shellcheck disable=SC2086  # KREPLAY_OPS_ARGS: more arguments for the bench (e.g. --copy-layout 96:2048), split on purpose
+  timeout 300 "$bin/kreplay_cuda_ops_bench" --csv /tmp/kreplay-cuda-ops.csv ${KREPLAY_OPS_ARGS:-} 2>&1 | tee "$out/ops.log"
   rc=${PIPESTATUS[0]}
   echo "ops bench exit status: $rc"
   record "$rc"

@@ -134,6 +134,8 @@ enum class copy_method : int {
 void set_copy_method(copy_method method);
 copy_method get_copy_method();
 const char* copy_method_name(copy_method method);
+// The method copy_method_name calls `name`; false (and `*method_out` untouched) for any other text or NULL.
+bool copy_method_from_name(const char* name, copy_method* method_out);
 
 // The digest op's function computed on the host, for `bytes` of host memory: ceil(bytes / block_bytes) digests to
 // `out`. Tests compare the device's digests with it; README.md defines the function.

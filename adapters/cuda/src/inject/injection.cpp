@@ -65,7 +65,27 @@ kreplay_log_level_t level_from_environment() {
   return KREPLAY_LOG_WARNING;
 }
 
-kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) { return adapter::make_runtime_ops(ops_out); }
+// KREPLAY_INJECT_COPY_METHOD: how the copy batches of snapshots and restores move bytes (automatic, kernel,
+// memcpy_batch, memcpy_async; kreplay/cuda.hpp), for measuring the methods on a real program. Unset: automatic.
+void copy_method_from_environment() {
+  const char* text = std::getenv("KREPLAY_INJECT_COPY_METHOD");
+  if (text == nullptr || *text == '\0') {
+    return;
+  }
+  adapter::copy_method method = adapter::copy_method::automatic;
+  if (!adapter::copy_method_from_name(text, &method)) {
+    log(KREPLAY_LOG_WARNING,
+        "KREPLAY_INJECT_COPY_METHOD=%s is not automatic, kernel, memcpy_batch or memcpy_async: automatic it is", text);
+    return;
+  }
+  adapter::set_copy_method(method);
+  log(KREPLAY_LOG_INFO, "copy batches by the %s method (KREPLAY_INJECT_COPY_METHOD)", adapter::copy_method_name(method));
+}
+
+kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) {
+  copy_method_from_environment();
+  return adapter::make_runtime_ops(ops_out);
+}
 
 void finish_replay() {
   if (g_injection.replay != nullptr) {

@@ -275,14 +275,4 @@ copy_method get_copy_method() {
   return static_cast<copy_method>(detail::g_copy_method.load(std::memory_order_relaxed));
 }
 
-const char* copy_method_name(copy_method method) {
-  switch (method) {
-    case copy_method::automatic: return "automatic";
-    case copy_method::kernel: return "kernel";
-    case copy_method::memcpy_batch: return "memcpy_batch";
-    case copy_method::memcpy_async: return "memcpy_async";
-  }
-  return "?";
-}
-
 }  // namespace kreplay::cuda

@@ -1,6 +1,6 @@
 """One figure from kreplay-cuda-replay's CSV report, for the GPU run scripts (run_replay.sh, run_graphs_counters.sh):
 
-  python3 csv_figure.py REPORT WHAT
+  python3 csv_figure.py REPORT WHAT [KERNEL]
 
 WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), declined_other (declined for anything
 but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's number),
@@ -19,7 +19,11 @@ those ratios, the same two medians pooled over those kernels, and the median foo
 last kernel node when there are such), node_same_footprint (a restore digests the whole footprint, so the cost grows
 with it: for each kernel launched on a stream both before the first kernel node and after the last, its stream cost
 interpolated linearly to its nodes' footprint; the median and quartiles of node over that), replay_s (the seconds
-spent replaying, the sum of replay_ms). A missing report counts as empty."""
+spent replaying, the sum of replay_ms), replayed_kinds (replayed rows by kind: "graphs=G nodes=N stream=S"),
+graph_work:node / graph_work:graph (a control that relaunches the graphs' work alone, in that --graph-profiling
+mode, with --kernel-name KERNEL when KERNEL is given: "SKIP COUNT expected", its --launch-skip and --launch-count
+in the selection's units and the replayed_kinds it should then give; see graph_work), twin_last (the launch
+number of the last of the three stream launches twin_extra reads). A missing report counts as empty."""
 import collections
 import csv
 import statistics
@@ -89,7 +93,38 @@ def node_same_footprint(replayed):
     return f"{len(ratios)} kernels: {quartiles(ratios)}" if len(ratios) >= 2 else "none"
 
 
-def figure(rows, what):
+def twin_rows(rows, graph):
+    """The three stream launches right after the last graph launch (torch_prog.py's KREPLAY_PROG_TWIN_MB kernel),
+    or none unless all three were replayed."""
+    last = max([int(r["launch"]) for r in graph] or [-1])
+    twin = [r for r in rows if int(r["launch"]) > last and not r.get("graph_mode", "")][:3]
+    return twin if len(twin) == 3 and all(r["replayed"] == "1" for r in twin) else []
+
+
+def graph_work(rows, graph, mode, kernel):
+    """--launch-skip and --launch-count that select the graphs' work (graph launches in graph mode, their kernel
+    nodes in node mode) whose names hold `kernel`, counted as the launcher's selection counts: each stream launch
+    and (node mode) kernel node or (graph mode) graph launch that matches the filter is one. Stream launches between
+    two graph launches cannot be left out: the expected kinds count them."""
+    def named(r):
+        return kernel in r["kernel"]
+    if mode == "graph":
+        work = [r for r in graph if not kernel or named(r)]  # a graph row names its kernels
+    else:
+        work = [r for r in rows if r.get("graph_node", "") != "" and named(r)]
+    if not work:
+        return "0 0 none"
+    first, last = int(work[0]["launch"]), int(work[-1]["launch"])
+    counted = [r for r in rows if r not in graph and r.get("graph_node", "") == "" and named(r)] + work
+    skip = sum(int(r["launch"]) < first for r in counted)
+    span = [r for r in counted if first <= int(r["launch"]) <= last]
+    stream = len(span) - len(work)
+    graphs = len(work) if mode == "graph" else 0
+    nodes = 0 if mode == "graph" else len(work)
+    return f"{skip} {len(span)} graphs={graphs} nodes={nodes} stream={stream}"
+
+
+def figure(rows, what, kernel=""):
     graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
     nodes = [r for r in rows if r.get("graph_node", "") != ""]
     replayed = [r for r in rows if r["replayed"] == "1"]
@@ -123,12 +158,11 @@ def figure(rows, what):
         return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
     if what == "stream_extra":
         return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
+    if what == "twin_last":
+        twin = twin_rows(rows, graph)
+        return twin[-1]["launch"] if twin else "none"
     if what in ("twin_extra", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
-        last = max([int(r["launch"]) for r in graph] or [-1])
-        twin = [r for r in rows if int(r["launch"]) > last and not r.get("graph_mode", "")][:3]
-        if len(twin) < 3 or any(r["replayed"] != "1" for r in twin):
-            twin = []
-        which = twin if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
+        which = twin_rows(rows, graph) if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
         if what == "twin_extra":
             return median_of(which, "extra_pass_ms")
         column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
@@ -163,6 +197,12 @@ def figure(rows, what):
         return node_ratio(replayed)
     if what == "node_same_footprint":
         return node_same_footprint(replayed)
+    if what == "replayed_kinds":
+        graphs = sum(r in graph for r in replayed)
+        kernel_nodes = sum(r.get("graph_node", "") != "" for r in replayed)
+        return f"graphs={graphs} nodes={kernel_nodes} stream={len(replayed) - graphs - kernel_nodes}"
+    if what in ("graph_work:node", "graph_work:graph"):
+        return graph_work(rows, graph, what.split(":")[1], kernel)
     if what == "replay_s":
         return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
     raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
@@ -173,4 +213,4 @@ if __name__ == "__main__":
         report = list(csv.DictReader(open(sys.argv[1])))
     except OSError:
         report = []
-    print(figure(report, sys.argv[2]))
+    print(figure(report, sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ""))

@@ -17,6 +17,9 @@
 #                         graph's against its own time and (graph mode) against a stream kernel that rewrites
 #                         KREPLAY_CUDAGRAPH_TWIN_MB (default 87) MB; then (unless KREPLAY_CUDAGRAPH_COUNTED=0)
 #                         the kernel nodes counted against ncu's node mode
+#   KREPLAY_RUN_TWIN_SPLIT (off unless 1) the torch.cuda.graph loop in graph mode on the device tier, once per copy
+#                         method of KREPLAY_TWIN_COPY_METHODS (default "automatic kernel"), twice: the graph's and
+#                         the 87 MB stream kernel's restores split into digest and the rest (restore_split.py)
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (with
 #                         KREPLAY_SIDE_SET=warps: the launcher's --set warps, 33 metrics of the SMs): kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
@@ -119,21 +122,24 @@ graph_program_mode() {
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
   row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
-  # KREPLAY_CONTROL_ARGS narrow node mode's control to some kernels. Graph mode's control relaunches the graph
-  # launches alone (--launch-count): a kernel filter would make --launch-skip count only the launches it matches, so
-  # the first graph's launch number would skip every graph; and relaunched without restores, the cuDNN stream
-  # launches after the graphs may spin for ever (as node mode's kernel nodes do).
-  local control_args=()
-  if [[ $mode == node ]]; then
-    read -r -a control_args <<<"${KREPLAY_CONTROL_ARGS:-}"
-  else
-    control_args=(--launch-count "$(csv_figure "$work/$name.host.csv" graphs)")
-  fi
+  # The control relaunches the graphs' work alone, without restores: in graph mode the graph launches, in node
+  # mode their kernel nodes, only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel nodes
+  # spin for ever when relaunched without restores). A kernel filter makes --launch-skip and --launch-count count
+  # only the launches it matches, so both come from the host tier's report in those units (csv_figure.py
+  # graph_work), and the control's own report shows what it relaunched.
+  local control_kernel=${KREPLAY_CONTROL_KERNEL:-} skip count expected relaunched
+  read -r skip count expected < <(csv_figure "$work/$name.host.csv" "graph_work:$mode" "$control_kernel")
+  local control_args=(--launch-skip "$skip" --launch-count "$count")
+  [[ -n $control_kernel ]] && control_args+=(--kernel-name "$control_kernel")
   control=$(KREPLAY_PROG_TWIN_MB=$twin_mb run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
-            --debug-no-restore --progress 10 --launch-skip "$(csv_figure "$work/$name.host.csv" first_graph)" \
-            "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
+            --debug-no-restore --progress 10 "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
+  relaunched=$(csv_figure "$work/$name.control.csv" replayed_kinds)
+  # In node mode the graph launches' own rows are not what was relaunched: only nodes and stream launches count.
+  [[ $mode == node ]] && relaunched="graphs=0 ${relaunched#graphs=* }"
+  verdict "$name: the control relaunched the graphs' work (${control_args[*]}): $relaunched, expected $expected" \
+    test "$relaunched" = "$expected"
   [[ -n $control ]] || row "INFO $name control's log ends: $(tail -4 "$work/$name.control.log" | cut -c1-300 | tr '\n' '|')"
 }
 
@@ -306,8 +312,26 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # allocations, for graph mode's cost against a stream launch in one process.
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
     KREPLAY_GRAPH_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} \
-    KREPLAY_CONTROL_ARGS="--kernel-name elementwise" graph_program cudagraph \
+    KREPLAY_CONTROL_KERNEL=elementwise graph_program cudagraph \
     python3 "$src/torch_prog.py" cudagraph
+fi
+if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
+  # Graph mode's device-tier restores against the 87 MB stream kernel's, in one run per copy method of
+  # KREPLAY_TWIN_COPY_METHODS (KREPLAY_INJECT_COPY_METHOD), twice each: the extra passes, and each restore's time
+  # split into its digest and the rest, with the bytes and regions written back (restore_split.py).
+  plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 \
+          python3 "$src/torch_prog.py" cudagraph)
+  for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic kernel}; do
+    for take in 1 2; do
+      name=twin_split.$method.$take
+      sum=$(KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
+            KREPLAY_INJECT_COPY_METHOD=$method run "$work/$name.log" "$launcher" --graph-profiling graph --passes 3 \
+            --tier device --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
+      verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+      row "INFO $name: median extra pass, graph launch $(csv_figure "$work/$name.csv" graph_extra) ms, stream kernel $(csv_figure "$work/$name.csv" twin_extra) ms"
+      python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" 3 2>&1 | sed "s/^/INFO $name: /" | tee -a "$summary"
+    done
+  done
 fi
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]]; then
   # The kernel nodes counted (node mode) against Nsight Compute's node mode, on the same loop.
@@ -359,7 +383,7 @@ if [[ ${KREPLAY_RUN_COMPILED:-1} != 0 ]]; then
   # Two steps after the graphs' run the model compiled without CUDA graphs: the same Triton kernels as stream
   # launches over the same memory (the node-over-stream cost figure).
   KREPLAY_PROG_STEPS=6 KREPLAY_PROG_EAGER_STEPS=2 TORCHINDUCTOR_COMPILE_THREADS=1 KREPLAY_GRAPH_MODES=${KREPLAY_COMPILED_MODES:-${KREPLAY_GRAPH_MODES:-node}} \
-    KREPLAY_CONTROL_ARGS="--kernel-name triton" graph_program compiled python3 "$src/torch_prog.py" compiled
+    KREPLAY_CONTROL_KERNEL=triton graph_program compiled python3 "$src/torch_prog.py" compiled
 fi
 
 if [[ ${KREPLAY_RUN_XLA:-1} != 0 ]]; then

@@ -1,0 +1,59 @@
+"""Where graph mode's restores spend their time against a stream kernel's, from one kreplay-cuda-replay run taken
+with KREPLAY_INJECT_LOG=info (the engine then logs each restore: bytes written, regions, time, digest time):
+
+  python3 restore_split.py REPORT LOG PASSES
+
+The program must be single-threaded, so that restores are logged in the order of the report's replayed rows, each
+of which has PASSES - 1 of them. Printed, for the graph launches and for torch_prog.py's three stream launches
+after the last graph (KREPLAY_PROG_TWIN_MB): the medians of a restore's time, its digest's, the rest (copies and
+the engine's own work), the bytes written back and the regions they lie in."""
+import csv
+import re
+import statistics
+import sys
+
+import csv_figure
+
+RESTORE = re.compile(r"restore of (\d+) bytes \((\d+) verified unchanged\) in (\d+) regions .* took (\d+) us "
+                     r"\(digest (\d+) us of (\d+) bytes")
+
+
+def restores_of(log_path):
+    found = []
+    with open(log_path, errors="replace") as log:
+        for line in log:
+            match = RESTORE.search(line)
+            if match:
+                written, _, regions, took, digest, _ = (int(v) for v in match.groups())
+                found.append({"us": took, "digest_us": digest, "rest_us": took - digest, "written": written,
+                              "regions": regions})
+    return found
+
+
+def summary(name, restores):
+    if not restores:
+        return f"{name}: none"
+    med = {key: statistics.median(r[key] for r in restores) for key in restores[0]}
+    return (f"{name}: {len(restores)} restores, median {med['us']:.0f} us (digest {med['digest_us']:.0f}, the rest "
+            f"{med['rest_us']:.0f}), {med['written'] / 2**20:.1f} MB written back in {med['regions']:.0f} regions")
+
+
+def main():
+    report = list(csv.DictReader(open(sys.argv[1])))
+    restores = restores_of(sys.argv[2])
+    per_row = int(sys.argv[3]) - 1
+    replayed = sorted((r for r in report if r["replayed"] == "1"), key=lambda r: int(r["launch"]))
+    if len(restores) != per_row * len(replayed):
+        print(f"restore_split: {len(restores)} restores logged for {len(replayed)} replayed rows of "
+              f"{per_row} each: the log and the report do not pair")
+        return 1
+    by_launch = {r["launch"]: restores[i * per_row:(i + 1) * per_row] for i, r in enumerate(replayed)}
+    graph = [r for r in replayed if r["kernel"].startswith(("graph:", "(graph launch)"))]
+    twin = csv_figure.twin_rows(report, graph)
+    print(summary("graph launches", [x for r in graph for x in by_launch[r["launch"]]]))
+    print(summary("stream kernel", [x for r in twin for x in by_launch[r["launch"]]]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
