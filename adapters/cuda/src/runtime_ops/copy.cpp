@@ -37,8 +37,10 @@ kreplay_status_t copy_counted(counters& stats, void* dst, const void* src, size_
   return KREPLAY_STATUS_SUCCESS;
 }
 
-// The automatic method hands copies of at least this size to cudaMemcpyAsync, smaller ones to its kernel.
+// The automatic method hands copies of at least this size to cudaMemcpyAsync, smaller ones to its kernel: over
+// the link (page-locked host staging) from 1 MiB, within the device (device storage) from 32 MiB.
 constexpr size_t kDmaCopyBytes = 1u << 20;
+constexpr size_t kDmaCopyBytesOnDevice = 32u << 20;
 
 // Makes `waiter`'s later work wait for what `producer` has been given so far, through `event`.
 cudaError_t wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t event) {
@@ -63,14 +65,16 @@ size_t plan_kernel_copies(const context& ctx, const device_state& state, const k
     if (c.bytes == 0) {
       continue;
     }
-    const bool known = (ctx.host_pointers_usable && (ctx.locked.contains_locked(c.dst, c.bytes, locked_hint) ||
-                                                     ctx.locked.contains_locked(c.src, c.bytes, locked_hint))) ||
-                       state.storage.contains_locked(c.dst, c.bytes, storage_hint) ||
-                       state.storage.contains_locked(c.src, c.bytes, storage_hint);
-    // Large copies go to the copy engines: measured on an H200, a 64 MiB cudaMemcpyAsync runs at the link's
-    // 55 GB/s where the kernel reaches 51-52 GB/s, and below about 1 MiB each copy's submission costs more
-    // than its transfer, which one kernel launch for all of them avoids (README.md, "copy_batch").
-    if (known && (c.bytes < kDmaCopyBytes || !large_to_dma)) {
+    const bool on_device = state.storage.contains_locked(c.dst, c.bytes, storage_hint) ||
+                           state.storage.contains_locked(c.src, c.bytes, storage_hint);
+    const bool known = on_device ||
+                       (ctx.host_pointers_usable && (ctx.locked.contains_locked(c.dst, c.bytes, locked_hint) ||
+                                                     ctx.locked.contains_locked(c.src, c.bytes, locked_hint)));
+    // Large copies go to the copy engines, measured on an H200 (README.md, "copy_batch"): over the link a 64 MiB
+    // cudaMemcpyAsync runs at the link's 55 GB/s where the kernel reaches 51-52 GB/s, and below about 1 MiB each
+    // copy's submission costs more than its transfer, which one kernel launch for all of them avoids. Within the
+    // device each copy's submission (about 5 us) outweighs what the engines gain over the kernel below 32 MiB.
+    if (known && (c.bytes < (on_device ? kDmaCopyBytesOnDevice : kDmaCopyBytes) || !large_to_dma)) {
       by_kernel[i] = 1;
       chunks += (c.bytes + kCopyChunkBytes - 1) / kCopyChunkBytes;
     }

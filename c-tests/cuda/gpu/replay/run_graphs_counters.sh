@@ -18,7 +18,7 @@
 #                         KREPLAY_CUDAGRAPH_TWIN_MB (default 87) MB; then (unless KREPLAY_CUDAGRAPH_COUNTED=0)
 #                         the kernel nodes counted against ncu's node mode
 #   KREPLAY_RUN_TWIN_SPLIT (off unless 1) the torch.cuda.graph loop in graph mode on the device tier, once per copy
-#                         method of KREPLAY_TWIN_COPY_METHODS (default "automatic kernel"), twice: the graph's and
+#                         method of KREPLAY_TWIN_COPY_METHODS (default "automatic kernel"), KREPLAY_TWIN_TAKES (2) times: the graph's and
 #                         the 87 MB stream kernel's restores split into digest and the rest (restore_split.py)
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (with
 #                         KREPLAY_SIDE_SET=warps: the launcher's --set warps, 33 metrics of the SMs): kreplay in
@@ -317,12 +317,12 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
 fi
 if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
   # Graph mode's device-tier restores against the 87 MB stream kernel's, in one run per copy method of
-  # KREPLAY_TWIN_COPY_METHODS (KREPLAY_INJECT_COPY_METHOD), twice each: the extra passes, and each restore's time
+  # KREPLAY_TWIN_COPY_METHODS (KREPLAY_INJECT_COPY_METHOD), KREPLAY_TWIN_TAKES (2) times each: the extra passes, and each restore's time
   # split into its digest and the rest, with the bytes and regions written back (restore_split.py).
   plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 \
           python3 "$src/torch_prog.py" cudagraph)
   for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic kernel}; do
-    for take in 1 2; do
+    for take in $(seq "${KREPLAY_TWIN_TAKES:-2}"); do
       name=twin_split.$method.$take
       sum=$(KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
             KREPLAY_INJECT_COPY_METHOD=$method run "$work/$name.log" "$launcher" --graph-profiling graph --passes 3 \
