@@ -6,8 +6,8 @@ WHAT: rows, replayed, max_footprint, declined (snapshot or window declined), dec
 but the host budget), graphs (graph launches), graphs_replayed, first_graph (the first graph launch's number),
 graph_reasons (why graph launches ran once), graph_modes (how graph launches were replayed, with counts), nodes
 (kernel-node rows of node mode), nodes_replayed, node_extra / stream_extra / graph_extra (the median extra_pass_ms
-of replayed kernel nodes, stream launches, whole graphs), twin_extra (of the three stream launches right after the
-last graph launch, torch_prog.py's KREPLAY_PROG_TWIN_MB kernel; none unless all three were replayed), graph_moved /
+of replayed kernel nodes, stream launches, whole graphs), twin_extra (of the stream launch right after each graph
+launch, torch_prog.py's KREPLAY_PROG_TWIN_MB kernel; none unless every one was replayed), graph_moved /
 twin_moved (their median bytes_moved, snapshot and restores, in MB), graph_footprint / twin_footprint (their median
 footprint_bytes, in MB), graph_kernel_ms (the median time of a graph launch),
 reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
@@ -22,8 +22,8 @@ interpolated linearly to its nodes' footprint; the median and quartiles of node 
 spent replaying, the sum of replay_ms), replayed_kinds (replayed rows by kind: "graphs=G nodes=N stream=S"),
 graph_work:node / graph_work:graph (a control that relaunches the graphs' work alone, in that --graph-profiling
 mode, with --kernel-name KERNEL when KERNEL is given: "SKIP COUNT expected", its --launch-skip and --launch-count
-in the selection's units and the replayed_kinds it should then give; see graph_work), twin_last (the launch
-number of the last of the three stream launches twin_extra reads). A missing report counts as empty."""
+in the selection's units and the replayed_kinds it should then give; see graph_work), A missing report counts as
+empty."""
 import collections
 import csv
 import statistics
@@ -94,11 +94,11 @@ def node_same_footprint(replayed):
 
 
 def twin_rows(rows, graph):
-    """The three stream launches right after the last graph launch (torch_prog.py's KREPLAY_PROG_TWIN_MB kernel),
-    or none unless all three were replayed."""
-    last = max([int(r["launch"]) for r in graph] or [-1])
-    twin = [r for r in rows if int(r["launch"]) > last and not r.get("graph_mode", "")][:3]
-    return twin if len(twin) == 3 and all(r["replayed"] == "1" for r in twin) else []
+    """The stream launch right after each graph launch (torch_prog.py's KREPLAY_PROG_TWIN_MB kernel), or none
+    unless every graph launch has one and all were replayed."""
+    after = {int(r["launch"]) + 1 for r in graph}
+    twin = [r for r in rows if int(r["launch"]) in after and r not in graph and r.get("graph_node", "") == ""]
+    return twin if graph and len(twin) == len(graph) and all(r["replayed"] == "1" for r in twin) else []
 
 
 def graph_work(rows, graph, mode, kernel):
@@ -158,9 +158,6 @@ def figure(rows, what, kernel=""):
         return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
     if what == "stream_extra":
         return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
-    if what == "twin_last":
-        twin = twin_rows(rows, graph)
-        return twin[-1]["launch"] if twin else "none"
     if what in ("twin_extra", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
         which = twin_rows(rows, graph) if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
         if what == "twin_extra":

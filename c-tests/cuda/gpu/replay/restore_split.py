@@ -4,9 +4,9 @@ with KREPLAY_INJECT_LOG=info (the engine then logs each restore: bytes written, 
   python3 restore_split.py REPORT LOG PASSES
 
 The program must be single-threaded, so that restores are logged in the order of the report's replayed rows, each
-of which has PASSES - 1 of them. Printed, for the graph launches and for torch_prog.py's three stream launches
-after the last graph (KREPLAY_PROG_TWIN_MB): the medians of a restore's time, its digest's, the rest (copies and
-the engine's own work), the bytes written back and the regions they lie in."""
+of which has PASSES - 1 of them. Printed, for the graph launches and for torch_prog.py's stream kernel after each
+(KREPLAY_PROG_TWIN_MB): the medians of a restore's time, its digest's, the rest (copies and the engine's own work),
+and the bytes written back; "regions" counts every region the restore went over (written or verified unchanged)."""
 import csv
 import re
 import statistics

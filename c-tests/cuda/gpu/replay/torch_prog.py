@@ -15,8 +15,9 @@ comparison of a kernel node's extra pass with a stream launch's wants both over 
 them eagerly; compiled runs the model compiled again without CUDA graphs (mode "default"), so that Inductor's
 Triton kernels, the ones inside its graphs, are the stream launches.
 KREPLAY_PROG_TWIN_MB=N (default 0), for cudagraph: a tensor of N MB allocated before the warm-up, and right after
-the graph's steps three launches of one kernel that rewrites it (the graph's rewritten bytes, for graph mode's cost:
-a stream launch that writes as much as the graph, over the same allocations; outside the checksum)."""
+each graph step one launch of a kernel that rewrites it (the graph's rewritten bytes, for graph mode's cost: a
+stream launch that writes as much as the graph, over the same allocations, each next to a graph launch so that
+both see the machine in the same state; outside the checksum)."""
 import hashlib
 import os
 import sys
@@ -103,10 +104,9 @@ if which == "cudagraph":
         graph.replay()
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
-    if twin is not None:
-        for _ in range(3):
+        if twin is not None:
             twin.add_(1.0)  # one elementwise kernel, every byte rewritten
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
     for i in range(int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0"))):
         x.copy_(batches[i % steps][0])
         y.copy_(batches[i % steps][1])
