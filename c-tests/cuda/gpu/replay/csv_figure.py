@@ -105,7 +105,7 @@ def graph_work(rows, graph, mode, kernel):
     """--launch-skip and --launch-count that select the graphs' work (graph launches in graph mode, their kernel
     nodes in node mode) whose names hold `kernel`, counted as the launcher's selection counts: each stream launch
     and (node mode) kernel node or (graph mode) graph launch that matches the filter is one. Stream launches between
-    two graph launches cannot be left out: the expected kinds count them."""
+    two graph launches cannot be left out: the expected kinds count those the host run replayed."""
     def named(r):
         return kernel in r["kernel"]
     if mode == "graph":
@@ -118,7 +118,8 @@ def graph_work(rows, graph, mode, kernel):
     counted = [r for r in rows if r not in graph and r.get("graph_node", "") == "" and named(r)] + work
     skip = sum(int(r["launch"]) < first for r in counted)
     span = [r for r in counted if first <= int(r["launch"]) <= last]
-    stream = len(span) - len(work)
+    # Stream launches the host run could not replay (a capture in progress) count for the selection, not as work.
+    stream = sum(r not in work and r["replayed"] == "1" for r in span)
     graphs = len(work) if mode == "graph" else 0
     nodes = 0 if mode == "graph" else len(work)
     return f"{skip} {len(span)} graphs={graphs} nodes={nodes} stream={stream}"
