@@ -172,11 +172,21 @@ inline kreplay::cuda::inject::driver_api_t driver() {
 // ---- The base ops: copies are memcpy ----------------------------------------------------------------------
 inline int g_base_made = 0;
 inline int g_base_released = 0;
+// Copy calls (copy and copy_batch) so far, and the first that fails with every one after it (0: none fails).
+inline int g_copy_calls = 0;
+inline int g_copies_fail_from = 0;
+inline bool copy_fails() { return ++g_copy_calls >= g_copies_fail_from && g_copies_fail_from != 0; }
 inline kreplay_status_t copy(void*, void* dst, const void* src, size_t bytes) {
+  if (copy_fails()) {
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
   std::memcpy(dst, src, bytes);
   return KREPLAY_STATUS_SUCCESS;
 }
 inline kreplay_status_t copy_batch(void*, kreplay_agent_t, const kreplay_copy_t* copies, size_t count) {
+  if (copy_fails()) {
+    return KREPLAY_STATUS_DEVICE_ERROR;
+  }
   for (size_t i = 0; i < count; ++i) {
     std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
   }

@@ -753,6 +753,7 @@ void a_program_launch_that_fails_in_its_counted_pass_reports_no_values() {
   CHECK(g_runs == 1 && after_steps(0));  // pass 1 only, its writes restored
   CHECK(calls_are({"open", "configure", "begin", "end", "begin", "program", "end", "gone"}));
   CHECK(lines[1].find("\"the program's launch failed: CUresult 719\"") != std::string::npos);
+  CHECK(lines[1].find(",2,1,") != std::string::npos);  // two passes asked, one ran
   CHECK(ends_with(lines[1], ",\"stopped: pass 2 did not run\",,"));
   // On CUPTI's Range Profiler (3 passes): the third's Stop comes at the exit, and nothing is decoded.
   g_cupti.clear();
@@ -760,6 +761,32 @@ void a_program_launch_that_fails_in_its_counted_pass_reports_no_values() {
   CHECK(!g_started && std::count(g_cupti.begin(), g_cupti.end(), "stop") == 3);
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "decode") == 0);
   CHECK(ends_with(lines[1], ",\"stopped: pass 3 did not run\","));
+}
+
+// The restore that prepares the program's counted launch fails: the counting stops before that pass begins (no
+// range is left open), the launch runs uncounted, and the row says the program's launch may have seen the last
+// pass's writes, which it did. The control, the same run with the copies working, counts every pass.
+void a_restore_that_fails_before_the_program_s_counted_launch_stops_the_counting() {
+  g_plan = fake_plan{};
+  g_plan.passes = 3;
+  fake::g_copy_calls = 0;
+  fake::g_copies_fail_from = 3;  // the snapshot's copy, the restore after pass 1, then the one after pass 2
+  std::vector<std::string> lines = replay_one_launch(3);
+  fake::g_copies_fail_from = 0;
+  CHECK(fake::g_copy_calls >= 3);
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "gone", "program"}));
+  CHECK(g_runs == 3 && after_steps(2));  // pass 2's writes stayed: the program's launch ran on top of them
+  CHECK(lines[1].find("\"restore failed: after pass 2, the program's own launch may see that pass's writes\"") !=
+        std::string::npos);
+  CHECK(lines[1].find(",3,3,") != std::string::npos);  // three asked and run, the last not from the snapshot
+  CHECK(lines[1].find(",0,\"restore failed") != std::string::npos);  // so not replayed
+  CHECK(ends_with(lines[1], ",\"stopped: the restore after pass 2 failed\",,"));
+  fake::g_copy_calls = 0;
+  lines = replay_one_launch(3);
+  CHECK(fake::g_copy_calls >= 3);
+  CHECK(g_runs == 3 && one_run_s_result());
+  CHECK(calls_are({"open", "configure", "begin", "end", "begin", "end", "begin", "program", "end", "collect",
+                   "gone"}));
 }
 
 // --replay-mode range: the program's three launches run first; at the third's exit the range's passes run them
@@ -1417,6 +1444,7 @@ int main() {
   RUN_TEST(the_control_without_restores_ends_elsewhere);
   RUN_TEST(a_relaunch_that_fails_on_a_counted_pass_reports_no_values);
   RUN_TEST(a_program_launch_that_fails_in_its_counted_pass_reports_no_values);
+  RUN_TEST(a_restore_that_fails_before_the_program_s_counted_launch_stops_the_counting);
   RUN_TEST(the_range_profiler_source_brackets_every_pass_cupti_asks_for);
   RUN_TEST(cupti_s_kernel_replay_runs_the_passes_itself);
   RUN_TEST(a_range_s_passes_run_its_launches_together_after_the_program_s);

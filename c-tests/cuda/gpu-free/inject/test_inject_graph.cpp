@@ -247,8 +247,13 @@ CUresult param_info(CUfunction f, size_t index, size_t* offset, size_t* size) {
   *size = sizeof(int);
   return CUDA_SUCCESS;
 }
+int g_launches = 0;        // kreplay's kernel launches (node mode's relaunches)
+int g_refused_launch = 0;  // the one of them the driver refuses (its number from 1; 0: none)
 CUresult launch(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                 void** arguments, void**) {
+  if (++g_launches == g_refused_launch) {
+    return CUDA_ERROR_LAUNCH_FAILED;
+  }
   g_kernels.at(f)(arguments);
   return CUDA_SUCCESS;
 }
@@ -978,6 +983,41 @@ void kernel_nodes_are_counted_each_relaunch_a_range_of_its_own() {
   fill_buffer();
 }
 
+// A kernel node's last pass refused by the driver while counted: the pass is ended, its values dropped, the node
+// not replayed and the rest of the graph not run by kreplay; the memory before the graph is put back, so the
+// program's own launch of the graph computes exactly what it would without kreplay.
+void a_kernel_node_s_counted_last_pass_that_fails_drops_its_values() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  const std::vector<int> after = after_one_launch(graph);
+  fill_buffer();
+  clear_runs();
+  std::vector<std::string> calls;
+  std::map<std::string, std::string> options = node_mode;
+  options["KREPLAY_REPLAY_CACHE_CONTROL"] = "none";
+  g_launches = 0;
+  g_refused_launch = 3;  // the first kernel node's third pass, whose memory the next nodes would read
+  with_replayer(
+      options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
+      std::make_unique<recording_source>(&calls, 3));
+  g_refused_launch = 0;
+  std::vector<std::string> expected = {"configure"};
+  for (int i = 0; i < 3; ++i) {
+    expected.insert(expected.end(), {"begin_pass", "begin_range", "end_range", "end_pass"});
+  }
+  CHECK(calls == expected);  // no collect, and nothing for the nodes after it
+  CHECK(g_launches == 3);
+  CHECK(std::equal(after.begin(), after.end(), g_buffer));
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 2);
+  CHECK(rows.size() == 2 && rows[0].find("\"node mode: the kernel node's launch failed\"") != std::string::npos);
+  CHECK(rows.size() == 2 && rows[0].find(",3,2,") != std::string::npos);     // asked 3, two ran
+  CHECK(rows.size() == 2 && rows[0].find(",0,\"node mode") != std::string::npos);  // not replayed
+  CHECK(rows.size() == 2 && rows[0].find("\"stopped: pass 3 did not run\"") != std::string::npos);
+  CHECK(rows.size() == 2 && rows[1].find("failed, the rest not run") != std::string::npos);
+  fill_buffer();
+}
+
 // A kernel node with a cluster shape set on it is relaunched with cuLaunchKernelEx and that shape.
 void a_kernel_node_s_cluster_shape_is_kept() {
   CUgraphNode scale = nullptr;
@@ -1172,6 +1212,7 @@ int main() {
   RUN_TEST(a_graph_with_an_unnamed_kernel_is_excluded_while_there_is_a_list);
   RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
   RUN_TEST(kernel_nodes_are_counted_each_relaunch_a_range_of_its_own);
+  RUN_TEST(a_kernel_node_s_counted_last_pass_that_fails_drops_its_values);
   RUN_TEST(node_mode_without_restores_differs);
   RUN_TEST(a_kernel_node_s_cluster_shape_is_kept);
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);

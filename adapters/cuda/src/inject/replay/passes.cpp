@@ -3,6 +3,7 @@
 // counters whose k passes are all the launch gets (N = k), its range begins at the entry and ends at the exit.
 // If a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
 // without kreplay.
+#include <algorithm>
 #include <cstring>
 
 #include "callback_data.hpp"
@@ -179,6 +180,7 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
     if (p.row.reason.empty()) {
       p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
     }
+    p.row.passes_run = std::max<uint32_t>(1, p.own_passes_run);  // the passes that ran
     return;
   }
   p.timer.stop(p.launch.stream);
