@@ -11,9 +11,10 @@
 //
 // The ops (README.md beside this folder has the details and the measurements behind each choice):
 //   copy                      cudaMemcpy, complete on return
-//   copy_batch                one gather/scatter kernel for the copies under 1 MiB between device memory and
-//                             device memory or host memory page-locked through host_lock; cudaMemcpyAsync for
-//                             larger copies and for pageable memory; one wait
+//   copy_batch                one gather/scatter kernel for the copies between device memory and host memory
+//                             page-locked through host_lock under 1 MiB, and between device memory and device
+//                             storage under 32 MiB; cudaMemcpyAsync for larger copies and for pageable memory;
+//                             one wait
 //   device_alloc/device_free  cudaMalloc / cudaFree on the agent's device, never through the tracking wrapper
 //   digest                    a kernel: one 128-bit digest per block (README.md: the function, the collision odds)
 //   release                   frees the streams and scratch buffers of one set of ops
@@ -125,7 +126,8 @@ stats_t stats();
 // How copy_batch moves its copies. `automatic` is the shipped choice; the others exist so that the benchmark can
 // measure the candidates side by side (process-wide; read at the start of each batch).
 enum class copy_method : int {
-  automatic = 0,      // copies under 1 MiB by the gather/scatter kernel, larger ones and pageable memory by
+  automatic = 0,      // by the gather/scatter kernel copies under 1 MiB to or from page-locked host memory and
+                      // under 32 MiB within the device, larger ones and pageable memory by
                       // cudaMemcpyAsync (the copy engines)
   kernel = 1,         // every copy the kernel may do by the kernel; pageable memory by cudaMemcpyAsync
   memcpy_batch = 2,   // one cudaMemcpyBatchAsync (CUDA 12.8+; elsewhere: memcpy_async)

@@ -1,7 +1,8 @@
 // Copies: the copy op (single copies, complete on return; also kreplay::cuda::copy, for harnesses that move bytes
-// as kreplay does) and the copy_batch op: the copies under 1 MiB that touch memory this set of ops knows go to one
-// gather/scatter kernel, the rest to cudaMemcpyAsync on a side stream at the same time, and the batch waits once
-// (README.md, "copy_batch", has the measurements). The other copy methods exist for the benchmark to compare.
+// as kreplay does) and the copy_batch op: the copies that touch memory this set of ops knows go to one
+// gather/scatter kernel (over the link those under 1 MiB, within the device those under 32 MiB), the rest to
+// cudaMemcpyAsync on a side stream at the same time, and the batch waits once (README.md, "copy_batch", has the
+// measurements). The other copy methods exist for the benchmark to compare (and KREPLAY_INJECT_COPY_METHOD).
 #include <atomic>
 #include <new>
 #include <shared_mutex>

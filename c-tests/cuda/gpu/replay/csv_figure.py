@@ -20,9 +20,9 @@ last kernel node when there are such), node_same_footprint (a restore digests th
 with it: for each kernel launched on a stream both before the first kernel node and after the last, its stream cost
 interpolated linearly to its nodes' footprint; the median and quartiles of node over that), replay_s (the seconds
 spent replaying, the sum of replay_ms), replayed_kinds (replayed rows by kind: "graphs=G nodes=N stream=S"),
-graph_work:node / graph_work:graph (a control that relaunches the graphs' work alone, in that --graph-profiling
-mode, with --kernel-name KERNEL when KERNEL is given: "SKIP COUNT expected", its --launch-skip and --launch-count
-in the selection's units and the replayed_kinds it should then give; see graph_work), A missing report counts as
+graph_work:node / graph_work:graph (a control that relaunches the first graph launch's work alone, in that
+--graph-profiling mode, in node mode with --kernel-name KERNEL when KERNEL is given: "SKIP COUNT expected", its
+--launch-skip and --launch-count in the selection's units and the replayed_kinds it should then give), A missing report counts as
 empty."""
 import collections
 import csv
@@ -102,27 +102,25 @@ def twin_rows(rows, graph):
 
 
 def graph_work(rows, graph, mode, kernel):
-    """--launch-skip and --launch-count that select the graphs' work (graph launches in graph mode, their kernel
-    nodes in node mode) whose names hold `kernel`, counted as the launcher's selection counts: each stream launch
-    and (node mode) kernel node or (graph mode) graph launch that matches the filter is one. Stream launches between
-    two graph launches cannot be left out: the expected kinds count those the host run replayed."""
-    def named(r):
-        return kernel in r["kernel"]
+    """--launch-skip and --launch-count that select the first graph launch's work alone (in graph mode the launch,
+    in node mode its kernel nodes whose names hold `kernel`), counted as the launcher's selection counts: each
+    stream launch that matches the filter is one, and each graph launch (graph mode) or matching kernel node (node
+    mode). No stream launch lies inside a graph launch's work, so none is selected."""
     if mode == "graph":
-        work = [r for r in graph if not kernel or named(r)]  # a graph row names its kernels
+        if kernel:
+            raise SystemExit("csv_figure.py: graph_work:graph takes no KERNEL (a graph row names only its first)")
+        work = graph[:1]
     else:
-        work = [r for r in rows if r.get("graph_node", "") != "" and named(r)]
+        first_graph = next((r["graph_launch"] for r in rows if r.get("graph_node", "") != ""), None)
+        work = [r for r in rows if r.get("graph_node", "") != "" and r["graph_launch"] == first_graph
+                and kernel in r["kernel"]]
     if not work:
         return "0 0 none"
-    first, last = int(work[0]["launch"]), int(work[-1]["launch"])
-    counted = [r for r in rows if r not in graph and r.get("graph_node", "") == "" and named(r)] + work
-    skip = sum(int(r["launch"]) < first for r in counted)
-    span = [r for r in counted if first <= int(r["launch"]) <= last]
-    # Stream launches the host run could not replay (a capture in progress) count for the selection, not as work.
-    stream = sum(r not in work and r["replayed"] == "1" for r in span)
-    graphs = len(work) if mode == "graph" else 0
-    nodes = 0 if mode == "graph" else len(work)
-    return f"{skip} {len(span)} graphs={graphs} nodes={nodes} stream={stream}"
+    first = int(work[0]["launch"])
+    stream = [r for r in rows if r not in graph and r.get("graph_node", "") == "" and kernel in r["kernel"]]
+    skip = sum(int(r["launch"]) < first for r in stream)
+    graphs, nodes = (len(work), 0) if mode == "graph" else (0, len(work))
+    return f"{skip} {len(work)} graphs={graphs} nodes={nodes} stream=0"
 
 
 def figure(rows, what, kernel=""):

@@ -35,7 +35,8 @@
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
 #   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
 #   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs
-#   (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them).
+#   (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them); KREPLAY_GRAPH_TIERS (default "host device") the
+#   tiers (the control needs host).
 #   KREPLAY_RUN_COUNTERS  ResNet-18, 1 step, the first KREPLAY_COUNTER_LAUNCHES (default 60) launches: kreplay's
 #                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
@@ -94,7 +95,7 @@ graph_program_mode() {
   # KREPLAY_GRAPH_TWIN_MB: graph mode's programs also rewrite that many MB with one stream kernel (torch_prog.py).
   local twin_mb=0
   [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0}
-  for tier in host device; do
+  for tier in ${KREPLAY_GRAPH_TIERS:-host device}; do
     local verify=()
     [[ $tier == host ]] && verify=(--verify)
     csv=$work/$name.$tier.csv
@@ -123,12 +124,14 @@ graph_program_mode() {
     row "INFO $name, $tier tier: $(grep -h 'kreplay-cuda-replay: [0-9]* launches' "$work/$name.$tier.log" | tail -1)"
   done
   row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
-  # The control relaunches the graphs' work alone, without restores: in graph mode the graph launches, in node
-  # mode their kernel nodes, only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel nodes
-  # spin for ever when relaunched without restores). A kernel filter makes --launch-skip and --launch-count count
-  # only the launches it matches, so both come from the host tier's report in those units (csv_figure.py
-  # graph_work), and the control's own report shows what it relaunched.
+  # The control relaunches the first graph launch's work alone, without restores: in graph mode the launch, in
+  # node mode its kernel nodes, only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel
+  # nodes spin for ever when relaunched without restores, the memset node before them not run again; a whole graph
+  # runs its memsets). A kernel filter makes --launch-skip and --launch-count count only the launches it matches,
+  # so both come from the host tier's report in those units (csv_figure.py graph_work), and the control's own
+  # report shows what it relaunched: the graph's work and no stream launch.
   local control_kernel=${KREPLAY_CONTROL_KERNEL:-} skip count expected relaunched
+  [[ $mode == graph ]] && control_kernel=""  # a graph row names only its first kernels: no filter to match it by
   read -r skip count expected < <(csv_figure "$work/$name.host.csv" "graph_work:$mode" "$control_kernel")
   local control_args=(--launch-skip "$skip" --launch-count "$count")
   [[ -n $control_kernel ]] && control_args+=(--kernel-name "$control_kernel")
@@ -200,7 +203,7 @@ fi
 if [[ ${KREPLAY_RUN_GRAPH_COST:-1} != 0 ]]; then
   plain=$(run "$work/graph_cost.plain.log" "$graphs_program" cost)
   verdict "graph_cost: the plain run gives a checksum (${plain:-none})" test -n "$plain"
-  for tier in host device; do
+  for tier in ${KREPLAY_GRAPH_TIERS:-host device}; do
     csv=$work/graph_cost.$tier.csv
     sum=$(run "$work/graph_cost.$tier.log" "$launcher" --graph-profiling graph --passes 5 --tier "$tier" \
           -o "$csv" -- "$graphs_program" cost)
