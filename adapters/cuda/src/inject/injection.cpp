@@ -79,7 +79,8 @@ void copy_method_from_environment() {
     return;
   }
   adapter::set_copy_method(method);
-  log(KREPLAY_LOG_INFO, "copy batches by the %s method (KREPLAY_INJECT_COPY_METHOD)", adapter::copy_method_name(method));
+  log(KREPLAY_LOG_INFO, "copy batches by the %s method (KREPLAY_INJECT_COPY_METHOD)",
+      adapter::copy_method_name(method));
 }
 
 kreplay_status_t base_ops(kreplay_device_ops_t* ops_out) {

@@ -69,6 +69,11 @@ resnet_plain() {
   sed -n 's/^CHECKSUM //p' "$work/resnet.plain.log" | tail -1
 }
 
+# median_of X...: the median of the numbers given.
+median_of() {
+  python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@" 2>&1
+}
+
 # at_most_2pc_over A B: A <= 1.02 B (a cost against another, with 2 % for the measurement); false when either is
 # not a number.
 at_most_2pc_over() {
@@ -307,8 +312,8 @@ side_range() {
 
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # Two eager steps after the graph's: the same kernels as stream launches over the same memory (the cost
-  # comparison). The control relaunches PyTorch's elementwise kernels only: relaunched without restores in node
-  # mode, cuDNN's indexed wgrad kernel node spins for ever (run 4 of 2026-12-03-b; the memset node before it in
+  # comparison). Node mode's control relaunches the first graph's elementwise kernel nodes only: relaunched without
+  # restores, cuDNN's indexed wgrad kernel node spins for ever (run 4 of 2026-12-03-b; the memset node before it in
   # the graph is not run again between passes); the elementwise and optimizer kernels change the result.
   # (--exclude would not do: node mode runs a graph that holds an excluded kernel once.)
   # In graph mode, after each graph step, a stream kernel that rewrites as many bytes as a graph launch
@@ -323,8 +328,8 @@ if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
   # Graph mode's device-tier restores against the 87 MB stream kernel's, KREPLAY_TWIN_TAKES (default 3) runs per
   # copy method of KREPLAY_TWIN_COPY_METHODS (default "automatic"; KREPLAY_INJECT_COPY_METHOD): each run's
   # median extra passes, its restores split into digest and the rest (restore_split.py), and over the runs of
-  # each method the median of the graph's against the stream kernel's (one run's medians move by 15 % from run to
-  # run on this machine).
+  # each method the median of the graph's against the stream kernel's (one run's medians moved by up to 15 % from
+  # run to run on this machine, 2026-12-04 (b)).
   plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 \
           python3 "$src/torch_prog.py" cudagraph)
   for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do
@@ -340,10 +345,11 @@ if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
       row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms"
       python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" 3 2>&1 | sed "s/^/INFO $name: /" | tee -a "$summary"
     done
-    graph_median=$(python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "${graph_takes[@]}" 2>&1)
-    twin_median=$(python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "${twin_takes[@]}" 2>&1)
-    verdict "twin_split.$method: over ${#graph_takes[@]} runs, the graph launch's median extra pass ($graph_median ms) at most the stream kernel's ($twin_median ms, 2 % allowed)" \
-      at_most_2pc_over "$graph_median" "$twin_median"
+    graph_median=$(median_of "${graph_takes[@]}")
+    twin_median=$(median_of "${twin_takes[@]}")
+    what="twin_split.$method: over ${#graph_takes[@]} runs, the graph launch's median extra pass"
+    what+=" ($graph_median ms) at most the stream kernel's ($twin_median ms, 2 % allowed)"
+    verdict "$what" at_most_2pc_over "$graph_median" "$twin_median"
   done
 fi
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]]; then
