@@ -210,11 +210,13 @@ struct copy_bench {
   }
 };
 
-void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, const options& opt) {
-  struct layout {
-    size_t total;
-    size_t region;
-  };
+struct layout {
+  size_t total;
+  size_t region;
+};
+
+// --copy-layout's layouts, or the default ones: 1 GiB in 64 KiB and in 64 MiB regions.
+std::vector<layout> copy_layouts(const options& opt) {
   std::vector<layout> layouts;
   for (const auto& [total, region] : opt.layouts) {
     layouts.push_back({total, region});
@@ -222,7 +224,11 @@ void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, con
   if (layouts.empty()) {
     layouts = {layout{1ull << 30, 64ull << 10}, layout{1ull << 30, 64ull << 20}};
   }
-  for (const layout& l : layouts) {
+  return layouts;
+}
+
+void copy_candidates(const kreplay_device_ops_t& ops, kreplay_agent_t agent, const options& opt) {
+  for (const layout& l : copy_layouts(opt)) {
     copy_bench bench(ops, agent, l.total, l.region);
     const std::string name = std::to_string(l.total / l.region) + "x" + std::to_string(l.region >> 10) + "K";
     const double bytes = static_cast<double>(l.total);

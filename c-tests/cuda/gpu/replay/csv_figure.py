@@ -101,24 +101,30 @@ def twin_rows(rows, graph):
     return twin if graph and len(twin) == len(graph) and all(r["replayed"] == "1" for r in twin) else []
 
 
-def graph_work(rows, graph, mode, kernel):
-    """--launch-skip and --launch-count that select the first graph launch's work alone (in graph mode the launch,
-    in node mode its kernel nodes whose names hold `kernel`), counted as the launcher's selection counts: each
-    stream launch that matches the filter is one, and each graph launch (graph mode) or matching kernel node (node
-    mode). No stream launch lies inside a graph launch's work, so none is selected."""
+def is_node(row):
+    return row.get("graph_node", "") != ""
+
+
+def first_graph_work(rows, graph, mode, kernel):
+    """The first graph launch's work: in graph mode its row, in node mode its kernel nodes whose names hold
+    `kernel`. A graph row names only its first kernels, so graph mode takes no filter."""
     if mode == "graph":
         if kernel:
             raise SystemExit("csv_figure.py: graph_work:graph takes no KERNEL (a graph row names only its first)")
-        work = graph[:1]
-    else:
-        first_graph = next((r["graph_launch"] for r in rows if r.get("graph_node", "") != ""), None)
-        work = [r for r in rows if r.get("graph_node", "") != "" and r["graph_launch"] == first_graph
-                and kernel in r["kernel"]]
+        return graph[:1]
+    first = next((r["graph_launch"] for r in rows if is_node(r)), None)
+    return [r for r in rows if is_node(r) and r["graph_launch"] == first and kernel in r["kernel"]]
+
+
+def graph_work(rows, graph, mode, kernel):
+    """--launch-skip and --launch-count that select the first graph launch's work alone, counted as the launcher's
+    selection counts: each stream launch that matches the filter is one, and each graph launch (graph mode) or
+    matching kernel node (node mode). No stream launch lies inside a graph launch's work, so none is selected."""
+    work = first_graph_work(rows, graph, mode, kernel)
     if not work:
         return "0 0 none"
     first = int(work[0]["launch"])
-    stream = [r for r in rows if r not in graph and r.get("graph_node", "") == "" and kernel in r["kernel"]]
-    skip = sum(int(r["launch"]) < first for r in stream)
+    skip = sum(int(r["launch"]) < first and kernel in r["kernel"] for r in rows if r not in graph and not is_node(r))
     graphs, nodes = (len(work), 0) if mode == "graph" else (0, len(work))
     return f"{skip} {len(work)} graphs={graphs} nodes={nodes} stream=0"
 
