@@ -365,8 +365,6 @@ void digest_throughput(const kreplay_device_ops_t& ops, kreplay_agent_t agent, c
   CUDA_CHECK(cudaFree(data));
 }
 
-}  // namespace
-
 // "TOTAL_MIB:REGION_KIB", a whole number of regions of at least 4 KiB: appended to `layouts`.
 bool parse_layout(const char* text, std::vector<std::pair<size_t, size_t>>& layouts) {
   unsigned long long mib = 0;
@@ -378,6 +376,8 @@ bool parse_layout(const char* text, std::vector<std::pair<size_t, size_t>>& layo
   layouts.emplace_back(static_cast<size_t>(mib) << 20, static_cast<size_t>(kib) << 10);
   return true;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   options opt;

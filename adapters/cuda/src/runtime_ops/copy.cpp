@@ -74,7 +74,7 @@ size_t plan_kernel_copies(const context& ctx, const device_state& state, const k
     // Large copies go to the copy engines, measured on an H200 (README.md, "copy_batch"): over the link a 64 MiB
     // cudaMemcpyAsync runs at the link's 55 GB/s where the kernel reaches 51-52 GB/s, and below about 1 MiB each
     // copy's submission costs more than its transfer, which one kernel launch for all of them avoids. Within the
-    // device each copy's submission (about 5 us) outweighs what the engines gain over the kernel below 32 MiB.
+    // device each copy's submission (about 4 us) outweighs what the engines gain over the kernel below 32 MiB.
     if (known && (c.bytes < (on_device ? kDmaCopyBytesOnDevice : kDmaCopyBytes) || !large_to_dma)) {
       by_kernel[i] = 1;
       chunks += (c.bytes + kCopyChunkBytes - 1) / kCopyChunkBytes;

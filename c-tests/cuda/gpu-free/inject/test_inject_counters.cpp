@@ -760,6 +760,7 @@ void a_program_launch_that_fails_in_its_counted_pass_reports_no_values() {
   lines = replay_one_launch(2, true, range_profiler({"smsp__inst_executed.sum"}), 1, CUDA_ERROR_LAUNCH_FAILED);
   CHECK(!g_started && std::count(g_cupti.begin(), g_cupti.end(), "stop") == 3);
   CHECK(std::count(g_cupti.begin(), g_cupti.end(), "decode") == 0);
+  CHECK(lines[1].find(",3,2,") != std::string::npos);  // the three CUPTI needs asked, two ran
   CHECK(ends_with(lines[1], ",\"stopped: pass 3 did not run\","));
 }
 
