@@ -1018,6 +1018,35 @@ void a_kernel_node_s_counted_last_pass_that_fails_drops_its_values() {
   fill_buffer();
 }
 
+// A kernel node's middle pass refused: the counting stops, the memory before the node comes back, and its last pass
+// runs from there, so the nodes after it read what the graph computes; the row gives the two passes that ran.
+void a_kernel_node_s_refused_middle_pass_leaves_the_graph_exact() {
+  CUgraphNode scale = nullptr;
+  const CUgraph graph = node_step(&scale);
+  const std::vector<int> after = after_one_launch(graph);
+  fill_buffer();
+  clear_runs();
+  std::vector<std::string> calls;
+  std::map<std::string, std::string> options = node_mode;
+  options["KREPLAY_REPLAY_CACHE_CONTROL"] = "none";
+  g_launches = 0;
+  g_refused_launch = 2;  // the first kernel node's second pass
+  with_replayer(
+      options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
+      std::make_unique<recording_source>(&calls, 3));
+  g_refused_launch = 0;
+  CHECK(g_launches == 3 + 3 + 3);  // every node's three passes were tried
+  CHECK(std::equal(after.begin(), after.end(), g_buffer));
+  CHECK(std::count(calls.begin(), calls.end(), "collect") == 2);  // the two nodes after it counted
+  const std::vector<std::string> rows = report_rows();
+  CHECK(rows.size() == 4);
+  CHECK(rows.size() == 4 && rows[0].find("\"relaunch failed: pass 2") != std::string::npos);
+  CHECK(rows.size() == 4 && rows[0].find(",3,2,") != std::string::npos);  // asked 3, two ran
+  CHECK(rows.size() == 4 && rows[0].find("\"stopped: pass 2 did not run\"") != std::string::npos);
+  CHECK(rows.size() == 4 && rows[1].find(",3,3,") != std::string::npos && rows[2].find(",3,3,") != std::string::npos);
+  fill_buffer();
+}
+
 // A kernel node with a cluster shape set on it is relaunched with cuLaunchKernelEx and that shape.
 void a_kernel_node_s_cluster_shape_is_kept() {
   CUgraphNode scale = nullptr;
@@ -1213,6 +1242,7 @@ int main() {
   RUN_TEST(node_mode_replays_each_kernel_node_in_edge_order_and_the_program_sees_the_graph_s_result);
   RUN_TEST(kernel_nodes_are_counted_each_relaunch_a_range_of_its_own);
   RUN_TEST(a_kernel_node_s_counted_last_pass_that_fails_drops_its_values);
+  RUN_TEST(a_kernel_node_s_refused_middle_pass_leaves_the_graph_exact);
   RUN_TEST(node_mode_without_restores_differs);
   RUN_TEST(a_kernel_node_s_cluster_shape_is_kept);
   RUN_TEST(node_mode_follows_kernel_arguments_set_into_the_executable);

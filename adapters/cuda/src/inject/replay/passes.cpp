@@ -199,7 +199,7 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
   if (p.row.reason.empty()) {
     verify_pass(p, pass);
   }
-  p.row.passes_run = pass;
+  p.row.passes_run = ran ? pass : std::max<uint32_t>(1, p.own_passes_run);  // the passes that ran
 }
 
 // The saved memory released, then the window closed: other threads' work goes on from here.
