@@ -22,10 +22,11 @@ interpolated linearly to its nodes' footprint; the median and quartiles of node 
 spent replaying, the sum of replay_ms), replayed_kinds (replayed rows by kind: "graphs=G nodes=N stream=S"),
 graph_work:node / graph_work:graph (a control that relaunches the first graph launch's work alone, in that
 --graph-profiling mode, in node mode with --kernel-name KERNEL when KERNEL is given: "SKIP COUNT expected", its
---launch-skip and --launch-count in the selection's units and the replayed_kinds it should then give), A missing report counts as
-empty."""
+--launch-skip and --launch-count in the selection's units and the replayed_kinds it should then give; "0 0 none"
+when no such selection can be given). A missing report counts as empty."""
 import collections
 import csv
+import re
 import statistics
 import sys
 
@@ -105,26 +106,38 @@ def is_node(row):
     return row.get("graph_node", "") != ""
 
 
+def named(row, kernel):
+    """The row's kernel matches --kernel-name `kernel` (a search, as the launcher's; "" matches all)."""
+    return re.search(kernel, row["kernel"]) is not None
+
+
 def first_graph_work(rows, graph, mode, kernel):
-    """The first graph launch's work: in graph mode its row, in node mode its kernel nodes whose names hold
-    `kernel`. A graph row names only its first kernels, so graph mode takes no filter."""
+    """The first graph launch's work: in graph mode its row, in node mode the kernel nodes `kernel` names of the
+    first graph launch that has such nodes. A graph row names only its first kernels, so graph mode takes no
+    filter."""
     if mode == "graph":
         if kernel:
             raise SystemExit("csv_figure.py: graph_work:graph takes no KERNEL (a graph row names only its first)")
         return graph[:1]
-    first = next((r["graph_launch"] for r in rows if is_node(r)), None)
-    return [r for r in rows if is_node(r) and r["graph_launch"] == first and kernel in r["kernel"]]
+    matching = [r for r in rows if is_node(r) and named(r, kernel)]
+    return [r for r in matching if r["graph_launch"] == matching[0]["graph_launch"]] if matching else []
 
 
 def graph_work(rows, graph, mode, kernel):
     """--launch-skip and --launch-count that select the first graph launch's work alone, counted as the launcher's
     selection counts: each stream launch that matches the filter is one, and each graph launch (graph mode) or
-    matching kernel node (node mode). No stream launch lies inside a graph launch's work, so none is selected."""
+    matching kernel node (node mode); in node mode a graph launch replayed whole (node mode could not run it) is
+    one too, so with a filter, which its row cannot be matched against, no selection is given after one. No stream
+    launch lies inside a graph launch's work, so none is selected. "0 0 none" when there is no such work."""
     work = first_graph_work(rows, graph, mode, kernel)
     if not work:
         return "0 0 none"
     first = int(work[0]["launch"])
-    skip = sum(int(r["launch"]) < first and kernel in r["kernel"] for r in rows if r not in graph and not is_node(r))
+    before = [r for r in rows if int(r["launch"]) < first]
+    whole = [r for r in before if r in graph and mode == "node" and r.get("graph_mode", "") != "node"]
+    if whole and kernel:
+        return "0 0 none"
+    skip = len(whole) + sum(named(r, kernel) for r in before if r not in graph and not is_node(r))
     graphs, nodes = (len(work), 0) if mode == "graph" else (0, len(work))
     return f"{skip} {len(work)} graphs={graphs} nodes={nodes} stream=0"
 
@@ -200,9 +213,11 @@ def figure(rows, what, kernel=""):
     if what == "node_same_footprint":
         return node_same_footprint(replayed)
     if what == "replayed_kinds":
-        graphs = sum(r in graph for r in replayed)
-        kernel_nodes = sum(r.get("graph_node", "") != "" for r in replayed)
-        return f"graphs={graphs} nodes={kernel_nodes} stream={len(replayed) - graphs - kernel_nodes}"
+        # A graph launch whose kernel nodes were replayed (graph_mode "node") was not relaunched itself.
+        own = [r for r in replayed if r in graph and r.get("graph_mode", "") == "node"]
+        graphs = sum(r in graph for r in replayed) - len(own)
+        kernel_nodes = sum(is_node(r) for r in replayed)
+        return f"graphs={graphs} nodes={kernel_nodes} stream={len(replayed) - len(own) - graphs - kernel_nodes}"
     if what in ("graph_work:node", "graph_work:graph"):
         return graph_work(rows, graph, what.split(":")[1], kernel)
     if what == "replay_s":

@@ -71,7 +71,7 @@ resnet_plain() {
 
 # median_of X...: the median of the numbers given.
 median_of() {
-  python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@" 2>&1
+  python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@" 2>/dev/null
 }
 
 # at_most_2pc_over A B: A <= 1.02 B (a cost against another, with 2 % for the measurement); false when either is
@@ -138,6 +138,11 @@ graph_program_mode() {
   local control_kernel=${KREPLAY_CONTROL_KERNEL:-} skip count expected relaunched
   [[ $mode == graph ]] && control_kernel=""  # a graph row names only its first kernels: no filter to match it by
   read -r skip count expected < <(csv_figure "$work/$name.host.csv" "graph_work:$mode" "$control_kernel")
+  if [[ ${count:-0} == 0 ]]; then
+    # --launch-count 0 would mean no limit: every launch after the skip relaunched without restores.
+    verdict "$name: a control can be chosen from the host tier's report ($work/$name.host.csv)" false
+    return
+  fi
   local control_args=(--launch-skip "$skip" --launch-count "$count")
   [[ -n $control_kernel ]] && control_args+=(--kernel-name "$control_kernel")
   control=$(KREPLAY_PROG_TWIN_MB=$twin_mb run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
@@ -145,8 +150,6 @@ graph_program_mode() {
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
   relaunched=$(csv_figure "$work/$name.control.csv" replayed_kinds)
-  # In node mode the graph launches' own rows are not what was relaunched: only nodes and stream launches count.
-  [[ $mode == node ]] && relaunched="graphs=0 ${relaunched#graphs=* }"
   verdict "$name: the control relaunched the graphs' work (${control_args[*]}): $relaunched, expected $expected" \
     test "$relaunched" = "$expected"
   [[ -n $control ]] || row "INFO $name control's log ends: $(tail -4 "$work/$name.control.log" | cut -c1-300 | tr '\n' '|')"
@@ -340,10 +343,14 @@ if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
             KREPLAY_INJECT_COPY_METHOD=$method run "$work/$name.log" "$launcher" --graph-profiling graph --passes 3 \
             --tier device --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
       verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+      verdict "$name: the copy batches moved by the $method method" \
+        grep -q "copy batches by the $method method" "$work/$name.log"
       graph_takes+=("$(csv_figure "$work/$name.csv" graph_extra)")
       twin_takes+=("$(csv_figure "$work/$name.csv" twin_extra)")
       row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms"
-      python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" 3 2>&1 | sed "s/^/INFO $name: /" | tee -a "$summary"
+      python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" 3 >"$work/$name.split.txt" 2>&1
+      verdict "$name: restore_split.py paired the log's restores with the report's rows" test $? = 0
+      sed "s/^/INFO $name: /" "$work/$name.split.txt" | tee -a "$summary"
     done
     graph_median=$(median_of "${graph_takes[@]}")
     twin_median=$(median_of "${twin_takes[@]}")
