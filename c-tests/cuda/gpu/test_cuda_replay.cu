@@ -569,7 +569,7 @@ void batch_copies_are_exact(int device, test_case& t) {
     std::vector<piece> pieces;
     size_t span;
   };
-  std::vector<layout> layouts(3);
+  std::vector<layout> layouts(4);
   layouts[0].name = "4,096 x 64 KiB and odd pieces";
   size_t offset = 0;
   for (size_t i = 0; i < 4096; ++i, offset += 64u << 10) {
@@ -593,6 +593,15 @@ void batch_copies_are_exact(int device, test_case& t) {
   layouts[2].pieces.push_back({(64u << 20) + 4, (64u << 20) + 4, 13});
   layouts[2].pieces.push_back({(64u << 20) + 257, (64u << 20) + 259, 100000});
   layouts[2].span = (64u << 20) + (256u << 10);
+  // Within the device the kernel takes copies below 32 MiB: eight 4 MiB pieces by the kernel while a 40 MiB one
+  // goes to the copy engines, with an odd piece; over the link the 4 MiB pieces go to the engines.
+  layouts[3].name = "8 x 4 MiB, 40 MiB and an odd piece";
+  for (size_t i = 0; i < 8; ++i) {
+    layouts[3].pieces.push_back({i * (4u << 20), i * (4u << 20), 4u << 20});
+  }
+  layouts[3].pieces.push_back({32u << 20, 32u << 20, 40u << 20});
+  layouts[3].pieces.push_back({(72u << 20) + 4, (72u << 20) + 4, 13});
+  layouts[3].span = (72u << 20) + (256u << 10);
 
   kreplay_copy_t bad{nullptr, nullptr, 1};
   t.expect(ops.copy_batch(ops.user_data, kreplay_agent_t{0}, &bad, 1) == KREPLAY_STATUS_INVALID_ARGUMENT,
