@@ -983,31 +983,40 @@ void kernel_nodes_are_counted_each_relaunch_a_range_of_its_own() {
   fill_buffer();
 }
 
-// A kernel node's last pass refused by the driver while counted: the pass is ended, its values dropped, the node
-// not replayed and the rest of the graph not run by kreplay; the memory before the graph is put back, so the
-// program's own launch of the graph computes exactly what it would without kreplay.
-void a_kernel_node_s_counted_last_pass_that_fails_drops_its_values() {
+// One launch of node_step's graph in node mode, counted by a source that needs three passes, with kreplay's launch
+// number `refused` refused by the driver. The source's calls go to `calls`; true when the program's own launch
+// left the graph's exact result.
+bool node_step_with_a_refused_launch(int refused, std::vector<std::string>* calls) {
   CUgraphNode scale = nullptr;
   const CUgraph graph = node_step(&scale);
   const std::vector<int> after = after_one_launch(graph);
   fill_buffer();
   clear_runs();
-  std::vector<std::string> calls;
   std::map<std::string, std::string> options = node_mode;
   options["KREPLAY_REPLAY_CACHE_CONTROL"] = "none";
   g_launches = 0;
-  g_refused_launch = 3;  // the first kernel node's third pass, whose memory the next nodes would read
+  g_refused_launch = refused;
   with_replayer(
       options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
-      std::make_unique<recording_source>(&calls, 3));
+      std::make_unique<recording_source>(calls, 3));
   g_refused_launch = 0;
+  const bool exact = std::equal(after.begin(), after.end(), g_buffer);
+  fill_buffer();
+  return exact;
+}
+
+// A kernel node's last pass refused by the driver while counted: the pass is ended, its values dropped, the node
+// not replayed and the rest of the graph not run by kreplay; the memory before the graph is put back, so the
+// program's own launch of the graph computes exactly what it would without kreplay.
+void a_kernel_node_s_counted_last_pass_that_fails_drops_its_values() {
+  std::vector<std::string> calls;
+  CHECK(node_step_with_a_refused_launch(3, &calls));  // the first kernel node's third pass
   std::vector<std::string> expected = {"configure"};
   for (int i = 0; i < 3; ++i) {
     expected.insert(expected.end(), {"begin_pass", "begin_range", "end_range", "end_pass"});
   }
   CHECK(calls == expected);  // no collect, and nothing for the nodes after it
   CHECK(g_launches == 3);
-  CHECK(std::equal(after.begin(), after.end(), g_buffer));
   const std::vector<std::string> rows = report_rows();
   CHECK(rows.size() == 2);
   CHECK(rows.size() == 2 && rows[0].find("\"node mode: the kernel node's launch failed\"") != std::string::npos);
@@ -1015,28 +1024,14 @@ void a_kernel_node_s_counted_last_pass_that_fails_drops_its_values() {
   CHECK(rows.size() == 2 && rows[0].find(",0,\"node mode") != std::string::npos);  // not replayed
   CHECK(rows.size() == 2 && rows[0].find("\"stopped: pass 3 did not run\"") != std::string::npos);
   CHECK(rows.size() == 2 && rows[1].find("failed, the rest not run") != std::string::npos);
-  fill_buffer();
 }
 
 // A kernel node's middle pass refused: the counting stops, the memory before the node comes back, and its last pass
 // runs from there, so the nodes after it read what the graph computes; the row gives the two passes that ran.
 void a_kernel_node_s_refused_middle_pass_leaves_the_graph_exact() {
-  CUgraphNode scale = nullptr;
-  const CUgraph graph = node_step(&scale);
-  const std::vector<int> after = after_one_launch(graph);
-  fill_buffer();
-  clear_runs();
   std::vector<std::string> calls;
-  std::map<std::string, std::string> options = node_mode;
-  options["KREPLAY_REPLAY_CACHE_CONTROL"] = "none";
-  g_launches = 0;
-  g_refused_launch = 2;  // the first kernel node's second pass
-  with_replayer(
-      options, [&](replayer& r) { program_launch(r, instantiate(r, graph)); },
-      std::make_unique<recording_source>(&calls, 3));
-  g_refused_launch = 0;
+  CHECK(node_step_with_a_refused_launch(2, &calls));  // the first kernel node's second pass
   CHECK(g_launches == 3 + 3 + 3);  // every node's three passes were tried
-  CHECK(std::equal(after.begin(), after.end(), g_buffer));
   CHECK(std::count(calls.begin(), calls.end(), "collect") == 2);  // the two nodes after it counted
   const std::vector<std::string> rows = report_rows();
   CHECK(rows.size() == 4);
@@ -1044,7 +1039,6 @@ void a_kernel_node_s_refused_middle_pass_leaves_the_graph_exact() {
   CHECK(rows.size() == 4 && rows[0].find(",3,2,") != std::string::npos);  // asked 3, two ran
   CHECK(rows.size() == 4 && rows[0].find("\"stopped: pass 2 did not run\"") != std::string::npos);
   CHECK(rows.size() == 4 && rows[1].find(",3,3,") != std::string::npos && rows[2].find(",3,3,") != std::string::npos);
-  fill_buffer();
 }
 
 // A kernel node with a cluster shape set on it is relaunched with cuLaunchKernelEx and that shape.
