@@ -12,7 +12,8 @@
 # Steps, chosen with KREPLAY_GPU_STEPS (comma-separated; default all, in this order):
 #   test   kreplay_cuda_test (correctness, every visible GPU at once), then kreplay_cuda_window_test (the replay
 #          window on GPU 0: a copy from a second thread fenced, and the window's cost), appended to test.log
-#   ops    kreplay_cuda_ops_bench (copy_batch candidates, digest throughput and self-test; GPU 0)
+#   ops    kreplay_cuda_ops_bench (copy_batch candidates, digest throughput and self-test; GPU 0), with the
+#          arguments in KREPLAY_OPS_ARGS (e.g. "--no-digests --copy-layout 96:2048")
 #   bench  the CUPTI probe, then kreplay_cuda_bench with the arguments given here (every visible GPU at once
 #          unless --devices says otherwise): all rows but CUPTI's OPT_TRANSFER ones, then those in a second
 #          process (KREPLAY_CUPTI_TRANSFER_ROWS=0 leaves them out), their CSV rows appended to the first's; then
@@ -92,7 +93,7 @@ if [[ $steps == *,test,* ]]; then
 fi
 
 if [[ $steps == *,ops,* ]]; then
-  # shellcheck disable=SC2086  # KREPLAY_OPS_ARGS: more arguments for the bench (e.g. --copy-layout 96:2048), split on purpose
+  # shellcheck disable=SC2086  # KREPLAY_OPS_ARGS is split on purpose
   timeout 300 "$bin/kreplay_cuda_ops_bench" --csv /tmp/kreplay-cuda-ops.csv ${KREPLAY_OPS_ARGS:-} 2>&1 | tee "$out/ops.log"
   rc=${PIPESTATUS[0]}
   echo "ops bench exit status: $rc"

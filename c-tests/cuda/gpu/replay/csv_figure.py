@@ -94,16 +94,16 @@ def node_same_footprint(replayed):
     return f"{len(ratios)} kernels: {quartiles(ratios)}" if len(ratios) >= 2 else "none"
 
 
+def is_node(row):
+    return row.get("graph_node", "") != ""
+
+
 def twin_rows(rows, graph):
     """The stream launch right after each graph launch (torch_prog.py's KREPLAY_PROG_TWIN_MB kernel), or none
     unless every graph launch has one and all were replayed."""
     after = {int(r["launch"]) + 1 for r in graph}
-    twin = [r for r in rows if int(r["launch"]) in after and r not in graph and r.get("graph_node", "") == ""]
+    twin = [r for r in rows if int(r["launch"]) in after and r not in graph and not is_node(r)]
     return twin if graph and len(twin) == len(graph) and all(r["replayed"] == "1" for r in twin) else []
-
-
-def is_node(row):
-    return row.get("graph_node", "") != ""
 
 
 def named(row, kernel):
@@ -134,7 +134,7 @@ def graph_work(rows, graph, mode, kernel):
         return "0 0 none"
     first = int(work[0]["launch"])
     before = [r for r in rows if int(r["launch"]) < first]
-    whole = [r for r in before if r in graph and mode == "node" and r.get("graph_mode", "") != "node"]
+    whole = [r for r in before if r in graph and r.get("graph_mode", "") != "node"] if mode == "node" else []
     if whole and kernel:
         return "0 0 none"
     skip = len(whole) + sum(named(r, kernel) for r in before if r not in graph and not is_node(r))
@@ -144,7 +144,7 @@ def graph_work(rows, graph, mode, kernel):
 
 def figure(rows, what, kernel=""):
     graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
-    nodes = [r for r in rows if r.get("graph_node", "") != ""]
+    nodes = [r for r in rows if is_node(r)]
     replayed = [r for r in rows if r["replayed"] == "1"]
     declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
     if what == "rows":

@@ -202,7 +202,7 @@ bool replayer::run_node_passes(pending_t& n) {
   if (ran && n.row.reason.empty()) {
     verify_pass(n, last);
   }
-  n.row.passes_run = ran ? last : std::max<uint32_t>(1, n.own_passes_run);  // the passes that ran
+  n.row.passes_run = n.passes_that_ran(ran);
   if (n.saved->account(n.row) && n.row.write_set_misses > 0) {
     // Its last pass (what the next nodes read) is exact: the full check restored what the write set missed.
     const bool differed = n.row.verify.rfind("differs", 0) == 0;

@@ -3,7 +3,6 @@
 // counters whose k passes are all the launch gets (N = k), its range begins at the entry and ends at the exit.
 // If a relaunch fails, the memory is the saved one again and the program's launch computes what it would have
 // without kreplay.
-#include <algorithm>
 #include <cstring>
 
 #include "callback_data.hpp"
@@ -180,7 +179,7 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
     if (p.row.reason.empty()) {
       p.row.reason = "the program's launch failed: CUresult " + std::to_string(static_cast<int>(result_of(data)));
     }
-    p.row.passes_run = std::max<uint32_t>(1, p.own_passes_run);  // the passes that ran
+    p.row.passes_run = p.passes_that_ran(false);
     return;
   }
   p.timer.stop(p.launch.stream);
@@ -199,7 +198,7 @@ void replayer::finish_program_pass(pending_t& p, const CUpti_CallbackData& data)
   if (p.row.reason.empty()) {
     verify_pass(p, pass);
   }
-  p.row.passes_run = ran ? pass : std::max<uint32_t>(1, p.own_passes_run);  // the passes that ran
+  p.row.passes_run = p.passes_that_ran(ran);
 }
 
 // The saved memory released, then the window closed: other threads' work goes on from here.

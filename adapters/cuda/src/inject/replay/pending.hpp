@@ -3,6 +3,7 @@
 #ifndef KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP
 #define KREPLAY_CUDA_INJECT_REPLAY_PENDING_HPP
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct replayer::pending_t {
   bool cupti_replaying = false;    // --backend cupti-kernel-replay: a range started, CUPTI runs the passes
   bool in_range = false;           // --replay-mode range: handed to its thread's range at the exit
   uint32_t own_passes_run = 0;     // the passes kreplay ran at the entry (the program's launch is the last)
+  // The passes that ran, for the row, once the last pass (own_passes_run + 1) has run or failed.
+  uint32_t passes_that_ran(bool last_ran) const { return last_ran ? own_passes_run + 1 : std::max(1u, own_passes_run); }
   uint32_t passes = 0;             // the launch's passes: --passes, or more when its counters need more
   uint32_t counted_passes = 0;     // passes 1 to counted_passes carry counters (0: none)
   std::unique_ptr<counter_session> counting;  // its counters, while they are still being gathered
