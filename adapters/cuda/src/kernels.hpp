@@ -19,6 +19,12 @@ struct copy_chunk {
 };
 constexpr size_t kCopyChunkBytes = 256u << 10;
 
+// copy_batch's automatic method hands copies of at least this size to cudaMemcpyAsync, smaller ones to the kernel:
+// over the link (page-locked host staging) from 1 MiB, within the device (device storage) from 32 MiB
+// (runtime_ops/copy.cpp; README.md beside this folder, "copy_batch", has the measurements).
+constexpr size_t kDmaCopyBytes = 1u << 20;
+constexpr size_t kDmaCopyBytesOnDevice = 32u << 20;
+
 // Copies every chunk (device addresses: device memory, or host memory the device can address). Asynchronous on
 // `stream`.
 cudaError_t launch_gather(const copy_chunk* chunks, size_t count, int sm_count, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "guard.hpp"
+#include "kernels.hpp"
 #include "log.hpp"
 #include "ops_table.hpp"
 
@@ -46,6 +47,26 @@ kreplay_status_t forward(void* user_data, Args... args) {
                                                   : KREPLAY_STATUS_DEVICE_ERROR;
 }
 
+// At KREPLAY_INJECT_LOG=info, a batch's copies by size against the thresholds of copy_batch's automatic method:
+// where a restore's time goes depends on how its bytes fall into runs.
+void log_batch(const kreplay_copy_t* copies, size_t count) {
+  constexpr size_t kLink = detail::kDmaCopyBytes;
+  constexpr size_t kDevice = detail::kDmaCopyBytesOnDevice;
+  size_t n[3] = {0, 0, 0};
+  size_t bytes[3] = {0, 0, 0};
+  for (size_t i = 0; i < count; ++i) {
+    if (copies[i].bytes != 0) {
+      const int size_class = copies[i].bytes < kLink ? 0 : copies[i].bytes < kDevice ? 1 : 2;
+      ++n[size_class];
+      bytes[size_class] += copies[i].bytes;
+    }
+  }
+  log(KREPLAY_LOG_INFO,
+      "copy batch: %zu copies, %zu bytes; below 1 MiB %zu (%zu bytes), 1 to 32 MiB %zu (%zu bytes), from 32 MiB "
+      "%zu (%zu bytes)",
+      n[0] + n[1] + n[2], bytes[0] + bytes[1] + bytes[2], n[0], bytes[0], n[1], bytes[1], n[2], bytes[2]);
+}
+
 // The ops kreplay calls (ops_table.hpp); user_data is a state_t.
 struct injection_ops {
   static kreplay_status_t copy(void* user_data, void* dst, const void* src, size_t bytes) {
@@ -73,6 +94,9 @@ struct injection_ops {
 
   static kreplay_status_t copy_batch(void* user_data, kreplay_agent_t agent, const kreplay_copy_t* copies,
                                      size_t count) {
+    if (copies != nullptr && log_enabled(KREPLAY_LOG_INFO)) {
+      log_batch(copies, count);
+    }
     // A failed batch is redone one copy at a time by kreplay: a base without batches costs speed, not results.
     return forward<&kreplay_device_ops_t::copy_batch>(user_data, agent, copies, count);
   }

@@ -38,11 +38,6 @@ kreplay_status_t copy_counted(counters& stats, void* dst, const void* src, size_
   return KREPLAY_STATUS_SUCCESS;
 }
 
-// The automatic method hands copies of at least this size to cudaMemcpyAsync, smaller ones to its kernel: over
-// the link (page-locked host staging) from 1 MiB, within the device (device storage) from 32 MiB.
-constexpr size_t kDmaCopyBytes = 1u << 20;
-constexpr size_t kDmaCopyBytesOnDevice = 32u << 20;
-
 // Makes `waiter`'s later work wait for what `producer` has been given so far, through `event`.
 cudaError_t wait_for(cudaStream_t waiter, cudaStream_t producer, cudaEvent_t event) {
   cudaError_t error = cudaEventRecord(event, producer);

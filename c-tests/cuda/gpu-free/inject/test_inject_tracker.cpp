@@ -1,6 +1,7 @@
 // GPU-free tests of the injection's tracker and ops (adapters/cuda/src/inject): the tracker is fed events as
 // the CUPTI layer would feed it, kreplay is configured with the injection's ops over memcpy, and "device
 // memory" is host memory. Module variables come from a real cubin nvcc made in the build (vars.cu).
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +15,7 @@
 
 #include "fakes.hpp"
 #include "injection_ops.hpp"
+#include "log.hpp"
 #include "tracker.hpp"
 #include "tracker/pairing.hpp"
 
@@ -867,6 +869,34 @@ void pairing_without_a_library_names_the_closest_one() {
         "unreadable; the closest readable library has 1 of its 2 kernels among the module's 1)");
 }
 
+// KREPLAY_INJECT_LOG=info: each copy batch is described by the sizes of its copies, in the classes of
+// copy_batch's automatic method (below 1 MiB, 1 to 32 MiB, from 32 MiB); zero-byte copies are not counted. The
+// copies themselves go through unchanged, and below info nothing is said.
+void a_copy_batch_is_described_at_info(const kreplay_device_ops_t& ops) {
+  std::vector<std::vector<unsigned char>> src;
+  std::vector<std::vector<unsigned char>> dst;
+  std::vector<kreplay_copy_t> copies;
+  for (const size_t bytes : {size_t{4096}, size_t{4096}, size_t{0}, size_t{100000}, size_t{2} << 20,
+                             size_t{33} << 20}) {
+    // At least one byte each, so that no pointer is null (memcpy's arguments must not be, even for 0 bytes).
+    src.emplace_back(bytes + 1, static_cast<unsigned char>(src.size() + 1));
+    dst.emplace_back(bytes + 1, 0);
+    copies.push_back({dst.back().data(), src.back().data(), bytes});
+  }
+  const auto copy_all = [&] {
+    CHECK_OK(ops.copy_batch(ops.user_data, kreplay_agent_t{1}, copies.data(), copies.size()));
+  };
+  set_log_level(KREPLAY_LOG_INFO);
+  const std::string said = fake::stderr_of(copy_all);
+  set_log_level(KREPLAY_LOG_WARNING);
+  CHECK(said.find("copy batch: 5 copies, 36808352 bytes; below 1 MiB 3 (108192 bytes), 1 to 32 MiB 1 (2097152 "
+                  "bytes), from 32 MiB 1 (34603008 bytes)") != std::string::npos);
+  for (size_t i = 0; i < src.size(); ++i) {
+    CHECK(std::equal(src[i].begin(), src[i].end() - 1, dst[i].begin()) && dst[i].back() == 0);
+  }
+  CHECK(fake::stderr_of(copy_all).find("copy batch") == std::string::npos);
+}
+
 }  // namespace
 
 int main() {
@@ -911,5 +941,6 @@ int main() {
   CHECK(ops.device_free_bytes != nullptr);
   CHECK_OK(ops.device_free_bytes(ops.user_data, kreplay_agent_t{1}, &free_bytes));
   CHECK_EQ(fake::kFreeBytes, free_bytes);
+  a_copy_batch_is_described_at_info(ops);
   return 0;
 }
