@@ -9,7 +9,9 @@ graph_reasons (why graph launches ran once), graph_modes (how graph launches wer
 of replayed kernel nodes, stream launches, whole graphs), twin_extra (of the stream launch right after each graph
 launch, torch_prog.py's KREPLAY_PROG_TWIN_MB kernel; none unless every one was replayed), graph_moved /
 twin_moved (their median bytes_moved, snapshot and restores, in MB), graph_footprint / twin_footprint (their median
-footprint_bytes, in MB), graph_kernel_ms (the median time of a graph launch),
+footprint_bytes, in MB), twin_pairs (for each graph launch replayed in graph mode, its extra_pass_ms over that of
+the stream kernel right after it, space-separated: pairs adjacent in time, which the machine's drift over a run
+does not separate; none unless twin_extra has its rows), graph_kernel_ms (the median time of a graph launch),
 reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
 kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and counter_pass_ms,
 the profiler's; and counter_setup_ms), uncounted (rows with metrics asked that were not counted, by what their
@@ -183,6 +185,11 @@ def figure(rows, what, kernel=""):
         column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
         values = [float(r[column]) / 2**20 for r in which]
         return f"{statistics.median(values):.1f}" if values else "none"
+    if what == "twin_pairs":
+        twin = {int(r["launch"]): r for r in twin_rows(rows, graph)}
+        whole = [g for g in graph if g["replayed"] == "1" and g.get("graph_mode", "").startswith("graph")]
+        pairs = [(g, twin[int(g["launch"]) + 1]) for g in whole if int(g["launch"]) + 1 in twin]
+        return " ".join(f"{float(g['extra_pass_ms']) / float(t['extra_pass_ms']):.4f}" for g, t in pairs) or "none"
     if what == "graph_extra":
         return median_of([r for r in graph if r["replayed"] == "1" and r.get("graph_mode", "").startswith("graph")],
                          "extra_pass_ms")

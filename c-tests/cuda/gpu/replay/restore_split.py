@@ -6,7 +6,9 @@ with KREPLAY_INJECT_LOG=info (the engine then logs each restore: bytes written, 
 The program must be single-threaded, so that restores are logged in the order of the report's replayed rows, each
 of which has PASSES - 1 of them. Printed, for the graph launches and for torch_prog.py's stream kernel after each
 (KREPLAY_PROG_TWIN_MB): the medians of a restore's time, its digest's, the rest (copies and the engine's own work),
-and the bytes written back; "regions" counts every region the restore went over (written or verified unchanged)."""
+and the bytes written back; "regions" counts every region the restore went over (written or verified unchanged);
+and how its copy batch (the one logged since the previous restore) fell into the automatic copy method's classes:
+copies below 1 MiB, from 1 to 32 MiB (both by the gather kernel within the device), from 32 MiB (copy engines)."""
 import csv
 import re
 import statistics
@@ -18,15 +20,26 @@ RESTORE = re.compile(r"restore of (\d+) bytes \((\d+) verified unchanged\) in (\
                      r"\(digest (\d+) us of (\d+) bytes")
 
 
+BATCH = re.compile(r"copy batch: (\d+) copies, \d+ bytes; below 1 MiB (\d+) \((\d+) bytes\), 1 to 32 MiB (\d+) "
+                   r"\((\d+) bytes\), from 32 MiB (\d+) \((\d+) bytes\)")
+NO_BATCH = {"copies": 0, "small": 0, "small_bytes": 0, "middle": 0, "middle_bytes": 0, "large": 0, "large_bytes": 0}
+
+
 def restores_of(log_path):
     found = []
+    batch = NO_BATCH
     with open(log_path, errors="replace") as log:
         for line in log:
+            match = BATCH.search(line)
+            if match:
+                batch = dict(zip(NO_BATCH, (int(v) for v in match.groups())))
+                continue
             match = RESTORE.search(line)
             if match:
                 written, _, regions, took, digest, _ = (int(v) for v in match.groups())
                 found.append({"us": took, "digest_us": digest, "rest_us": took - digest, "written": written,
-                              "regions": regions})
+                              "regions": regions, **batch})
+                batch = NO_BATCH
     return found
 
 
@@ -35,7 +48,10 @@ def summary(name, restores):
         return f"{name}: none"
     med = {key: statistics.median(r[key] for r in restores) for key in restores[0]}
     return (f"{name}: {len(restores)} restores, median {med['us']:.0f} us (digest {med['digest_us']:.0f}, the rest "
-            f"{med['rest_us']:.0f}), {med['written'] / 2**20:.1f} MB written back in {med['regions']:.0f} regions")
+            f"{med['rest_us']:.0f}), {med['written'] / 2**20:.1f} MB written back in {med['regions']:.0f} regions; "
+            f"copies {med['copies']:.0f}: below 1 MiB {med['small']:.0f} ({med['small_bytes'] / 2**20:.1f} MB), "
+            f"1 to 32 MiB {med['middle']:.0f} ({med['middle_bytes'] / 2**20:.1f} MB), from 32 MiB {med['large']:.0f} "
+            f"({med['large_bytes'] / 2**20:.1f} MB)")
 
 
 def main():

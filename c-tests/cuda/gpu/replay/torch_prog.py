@@ -17,7 +17,9 @@ Triton kernels, the ones inside its graphs, are the stream launches.
 KREPLAY_PROG_TWIN_MB=N (default 0), for cudagraph: a tensor of N MB allocated before the warm-up, and right after
 each graph step one launch of a kernel that rewrites it (the graph's rewritten bytes, for graph mode's cost: a
 stream launch that writes as much as the graph, over the same allocations, each next to a graph launch so that
-both see the machine in the same state; outside the checksum)."""
+both see the machine in the same state; outside the checksum). KREPLAY_PROG_TWIN_RUNS=A,B,... (MiB; in place of
+KREPLAY_PROG_TWIN_MB) makes the kernel change runs of those sizes, 1 MiB apart, and nothing else: it adds a tensor
+that is 1 on the runs and 0 between them (a stream launch whose restores copy what a graph's copy, run for run)."""
 import hashlib
 import os
 import sys
@@ -86,6 +88,16 @@ if which == "cudagraph":
     # copies a new batch into the captured inputs and launches the graph: every kernel runs inside the graph.
     twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
     twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda") if twin_mb > 0 else None
+    twin_step = 1.0
+    runs = [int(float(mib) * 2**20) // 4 for mib in os.environ.get("KREPLAY_PROG_TWIN_RUNS", "").split(",") if mib]
+    if runs:
+        gap = 2**20 // 4
+        twin = torch.zeros(sum(runs) + gap * len(runs), device="cuda")
+        twin_step = torch.zeros_like(twin)  # x + 0.0 == x: the kernel writes every byte, changes only the runs
+        at = 0
+        for floats in runs:
+            twin_step[at:at + floats] = 1.0
+            at += floats + gap
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -105,7 +117,7 @@ if which == "cudagraph":
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
         if twin is not None:
-            twin.add_(1.0)  # one elementwise kernel, every byte rewritten
+            twin.add_(twin_step)  # one elementwise kernel
             torch.cuda.synchronize()
     for i in range(int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0"))):
         x.copy_(batches[i % steps][0])
