@@ -2,6 +2,8 @@
 #include "injection_ops.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <new>
 
@@ -47,9 +49,13 @@ kreplay_status_t forward(void* user_data, Args... args) {
                                                   : KREPLAY_STATUS_DEVICE_ERROR;
 }
 
-// At KREPLAY_INJECT_LOG=info, a batch's copies by size against the thresholds of copy_batch's automatic method:
-// where a restore's time goes depends on how its bytes fall into runs.
-void log_batch(const kreplay_copy_t* copies, size_t count) {
+int64_t microseconds_since(std::chrono::steady_clock::time_point begun) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - begun).count();
+}
+
+// At KREPLAY_INJECT_LOG=info, a batch's copies by size against the thresholds of copy_batch's automatic method
+// (where a restore's time goes depends on how its bytes fall into runs), and the op's time, submission to wait.
+void log_batch(const kreplay_copy_t* copies, size_t count, int64_t us) {
   constexpr size_t kLink = detail::kDmaCopyBytes;
   constexpr size_t kDevice = detail::kDmaCopyBytesOnDevice;
   size_t n[3] = {0, 0, 0};
@@ -63,8 +69,18 @@ void log_batch(const kreplay_copy_t* copies, size_t count) {
   }
   log(KREPLAY_LOG_INFO,
       "copy batch: %zu copies, %zu bytes; below 1 MiB %zu (%zu bytes), 1 to 32 MiB %zu (%zu bytes), from 32 MiB "
-      "%zu (%zu bytes)",
-      n[0] + n[1] + n[2], bytes[0] + bytes[1] + bytes[2], n[0], bytes[0], n[1], bytes[1], n[2], bytes[2]);
+      "%zu (%zu bytes); %lld us",
+      n[0] + n[1] + n[2], bytes[0] + bytes[1] + bytes[2], n[0], bytes[0], n[1], bytes[1], n[2], bytes[2],
+      static_cast<long long>(us));
+}
+
+// At KREPLAY_INJECT_LOG=info, a digest op's jobs, bytes and time (launch, wait and the digests' way back).
+void log_digest(const kreplay_digest_job_t* jobs, size_t count, int64_t us) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < count; ++i) {
+    bytes += jobs[i].bytes;
+  }
+  log(KREPLAY_LOG_INFO, "digest: %zu jobs, %zu bytes; %lld us", count, bytes, static_cast<long long>(us));
 }
 
 // The ops kreplay calls (ops_table.hpp); user_data is a state_t.
@@ -94,11 +110,14 @@ struct injection_ops {
 
   static kreplay_status_t copy_batch(void* user_data, kreplay_agent_t agent, const kreplay_copy_t* copies,
                                      size_t count) {
-    if (copies != nullptr && log_enabled(KREPLAY_LOG_INFO)) {
-      log_batch(copies, count);
-    }
     // A failed batch is redone one copy at a time by kreplay: a base without batches costs speed, not results.
-    return forward<&kreplay_device_ops_t::copy_batch>(user_data, agent, copies, count);
+    if (copies == nullptr || !log_enabled(KREPLAY_LOG_INFO)) {
+      return forward<&kreplay_device_ops_t::copy_batch>(user_data, agent, copies, count);
+    }
+    const auto begun = std::chrono::steady_clock::now();
+    const kreplay_status_t status = forward<&kreplay_device_ops_t::copy_batch>(user_data, agent, copies, count);
+    log_batch(copies, count, microseconds_since(begun));
+    return status;
   }
 
   static kreplay_status_t device_alloc(void* user_data, kreplay_agent_t agent, size_t bytes, void** ptr_out) {
@@ -111,7 +130,13 @@ struct injection_ops {
 
   static kreplay_status_t digest(void* user_data, kreplay_agent_t agent, const kreplay_digest_job_t* jobs,
                                  size_t count, size_t block_bytes) {
-    return forward<&kreplay_device_ops_t::digest>(user_data, agent, jobs, count, block_bytes);
+    if (jobs == nullptr || !log_enabled(KREPLAY_LOG_INFO)) {
+      return forward<&kreplay_device_ops_t::digest>(user_data, agent, jobs, count, block_bytes);
+    }
+    const auto begun = std::chrono::steady_clock::now();
+    const kreplay_status_t status = forward<&kreplay_device_ops_t::digest>(user_data, agent, jobs, count, block_bytes);
+    log_digest(jobs, count, microseconds_since(begun));
+    return status;
   }
 
   static kreplay_status_t device_free_bytes(void* user_data, kreplay_agent_t agent, size_t* bytes_out) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -870,8 +871,9 @@ void pairing_without_a_library_names_the_closest_one() {
 }
 
 // KREPLAY_INJECT_LOG=info: each copy batch is described by the sizes of its copies, in the classes of
-// copy_batch's automatic method (below 1 MiB, 1 to 32 MiB, from 32 MiB); zero-byte copies are not counted. The
-// copies themselves go through unchanged, and below info nothing is said.
+// copy_batch's automatic method (below 1 MiB, 1 to 32 MiB, from 32 MiB; zero-byte copies are not counted), and its
+// time; each digest op by its jobs, bytes and time. The copies themselves go through unchanged, and below info
+// nothing is said.
 void a_copy_batch_is_described_at_info(const kreplay_device_ops_t& ops) {
   std::vector<std::vector<unsigned char>> src;
   std::vector<std::vector<unsigned char>> dst;
@@ -889,12 +891,27 @@ void a_copy_batch_is_described_at_info(const kreplay_device_ops_t& ops) {
   set_log_level(KREPLAY_LOG_INFO);
   const std::string said = fake::stderr_of(copy_all);
   set_log_level(KREPLAY_LOG_WARNING);
-  CHECK(said.find("copy batch: 5 copies, 36808352 bytes; below 1 MiB 3 (108192 bytes), 1 to 32 MiB 1 (2097152 "
-                  "bytes), from 32 MiB 1 (34603008 bytes)") != std::string::npos);
+  const std::string described = "copy batch: 5 copies, 36808352 bytes; below 1 MiB 3 (108192 bytes), 1 to 32 MiB 1 "
+                                "(2097152 bytes), from 32 MiB 1 (34603008 bytes); ";
+  const size_t at = said.find(described);
+  CHECK(at != std::string::npos);
+  CHECK(std::strtoll(said.c_str() + at + described.size(), nullptr, 10) >= 0 &&
+        said.find(" us\n", at) != std::string::npos);
   for (size_t i = 0; i < src.size(); ++i) {
     CHECK(std::equal(src[i].begin(), src[i].end() - 1, dst[i].begin()) && dst[i].back() == 0);
   }
   CHECK(fake::stderr_of(copy_all).find("copy batch") == std::string::npos);
+  // The fake base has no digest op, so the call fails; it is described all the same.
+  kreplay_digest_t digests[1]{};
+  const kreplay_digest_job_t job{src[3].data(), 100000, digests};
+  const auto digest_one = [&] {
+    CHECK(ops.digest(ops.user_data, kreplay_agent_t{1}, &job, 1, 1u << 20) == KREPLAY_STATUS_DEVICE_ERROR);
+  };
+  set_log_level(KREPLAY_LOG_INFO);
+  const std::string digested = fake::stderr_of(digest_one);
+  set_log_level(KREPLAY_LOG_WARNING);
+  CHECK(digested.find("digest: 1 jobs, 100000 bytes; ") != std::string::npos);
+  CHECK(fake::stderr_of(digest_one).find("digest:") == std::string::npos);
 }
 
 }  // namespace

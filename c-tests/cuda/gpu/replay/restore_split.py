@@ -6,9 +6,11 @@ with KREPLAY_INJECT_LOG=info (the engine then logs each restore: bytes written, 
 The program must be single-threaded, so that restores are logged in the order of the report's replayed rows, each
 of which has PASSES - 1 of them. Printed, for the graph launches and for torch_prog.py's stream kernel after each
 (KREPLAY_PROG_TWIN_MB): the medians of a restore's time, its digest's, the rest (copies and the engine's own work),
-and the bytes written back; "regions" counts every region the restore went over (written or verified unchanged);
-and how its copy batch (the one logged since the previous restore) fell into the automatic copy method's classes:
-copies below 1 MiB, from 1 to 32 MiB (both by the gather kernel within the device), from 32 MiB (copy engines)."""
+and the bytes written back; "regions" counts every region the restore went over (written or verified unchanged).
+From the injection's lines since the previous restore or snapshot: how the restore's copy batch fell into the
+automatic copy method's classes (copies below 1 MiB and from 1 to 32 MiB go to the gather kernel within the device,
+from 32 MiB to the copy engines), and the time of its device ops from submission to the end of their wait (the
+digest ops, the copy batch) and what is left of the restore without them (the engine's own work on the host)."""
 import csv
 import re
 import statistics
@@ -21,25 +23,36 @@ RESTORE = re.compile(r"restore of (\d+) bytes \((\d+) verified unchanged\) in (\
 
 
 BATCH = re.compile(r"copy batch: (\d+) copies, \d+ bytes; below 1 MiB (\d+) \((\d+) bytes\), 1 to 32 MiB (\d+) "
-                   r"\((\d+) bytes\), from 32 MiB (\d+) \((\d+) bytes\)")
-NO_BATCH = {"copies": 0, "small": 0, "small_bytes": 0, "middle": 0, "middle_bytes": 0, "large": 0, "large_bytes": 0}
+                   r"\((\d+) bytes\), from 32 MiB (\d+) \((\d+) bytes\); (\d+) us")
+NO_BATCH = {"copies": 0, "small": 0, "small_bytes": 0, "middle": 0, "middle_bytes": 0, "large": 0, "large_bytes": 0,
+            "copy_op_us": 0}
+DIGEST_OP = re.compile(r"digest: \d+ jobs, \d+ bytes; (\d+) us")
+SNAPSHOT = re.compile(r"agent 0x[0-9a-f]+: snapshot of ")
 
 
 def restores_of(log_path):
     found = []
-    batch = NO_BATCH
+    batch, digest_op_us = NO_BATCH, 0
     with open(log_path, errors="replace") as log:
         for line in log:
             match = BATCH.search(line)
             if match:
                 batch = dict(zip(NO_BATCH, (int(v) for v in match.groups())))
                 continue
+            match = DIGEST_OP.search(line)
+            if match:
+                digest_op_us += int(match.group(1))
+                continue
+            if SNAPSHOT.search(line):
+                batch, digest_op_us = NO_BATCH, 0  # the snapshot's own ops
+                continue
             match = RESTORE.search(line)
             if match:
                 written, _, regions, took, digest, _ = (int(v) for v in match.groups())
                 found.append({"us": took, "digest_us": digest, "rest_us": took - digest, "written": written,
-                              "regions": regions, **batch})
-                batch = NO_BATCH
+                              "regions": regions, **batch, "digest_op_us": digest_op_us,
+                              "engine_us": took - digest_op_us - batch["copy_op_us"]})
+                batch, digest_op_us = NO_BATCH, 0
     return found
 
 
@@ -51,7 +64,8 @@ def summary(name, restores):
             f"{med['rest_us']:.0f}), {med['written'] / 2**20:.1f} MB written back in {med['regions']:.0f} regions; "
             f"copies {med['copies']:.0f}: below 1 MiB {med['small']:.0f} ({med['small_bytes'] / 2**20:.1f} MB), "
             f"1 to 32 MiB {med['middle']:.0f} ({med['middle_bytes'] / 2**20:.1f} MB), from 32 MiB {med['large']:.0f} "
-            f"({med['large_bytes'] / 2**20:.1f} MB)")
+            f"({med['large_bytes'] / 2**20:.1f} MB); the device ops: digest {med['digest_op_us']:.0f} us, copy batch "
+            f"{med['copy_op_us']:.0f} us, the rest of the restore {med['engine_us']:.0f} us")
 
 
 def main():
