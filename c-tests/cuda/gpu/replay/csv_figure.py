@@ -9,9 +9,10 @@ graph_reasons (why graph launches ran once), graph_modes (how graph launches wer
 of replayed kernel nodes, stream launches, whole graphs), twin_extra (of the stream launch right after each graph
 launch, torch_prog.py's KREPLAY_PROG_TWIN_MB kernel; none unless every one was replayed), graph_moved /
 twin_moved (their median bytes_moved, snapshot and restores, in MB), graph_footprint / twin_footprint (their median
-footprint_bytes, in MB), twin_pairs (for each graph launch replayed in graph mode, its extra_pass_ms over that of
-the stream kernel right after it, space-separated: pairs adjacent in time, which the machine's drift over a run
-does not separate; none unless twin_extra has its rows), graph_kernel_ms (the median time of a graph launch),
+footprint_bytes, in MB), twin_kernel_ms (the median time of that stream kernel itself), twin_pairs (for each graph
+launch replayed in graph mode, its extra_pass_ms over that of the stream kernel right after it, space-separated:
+pairs adjacent in time, which the machine's drift over a run does not separate; none unless twin_extra has its
+rows), graph_kernel_ms (the median time of a graph launch),
 reasons (why launches ran once), differs (launches whose passes differed under --verify, and up to five of their
 kernels), pass_share (over counted rows, the median extra_pass_ms, kreplay's share of a pass, and counter_pass_ms,
 the profiler's; and counter_setup_ms), uncounted (rows with metrics asked that were not counted, by what their
@@ -178,10 +179,10 @@ def figure(rows, what, kernel=""):
         return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
     if what == "stream_extra":
         return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
-    if what in ("twin_extra", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
+    if what in ("twin_extra", "twin_kernel_ms", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
         which = twin_rows(rows, graph) if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
-        if what == "twin_extra":
-            return median_of(which, "extra_pass_ms")
+        if what in ("twin_extra", "twin_kernel_ms"):
+            return median_of(which, "extra_pass_ms" if what == "twin_extra" else "kernel_ms")
         column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
         values = [float(r[column]) / 2**20 for r in which]
         return f"{statistics.median(values):.1f}" if values else "none"

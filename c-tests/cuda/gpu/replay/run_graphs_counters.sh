@@ -15,14 +15,16 @@
 #                         KREPLAY_CUDAGRAPH_MODES (default "node graph"); the cost figures: a kernel node's median
 #                         extra pass against the stream launches' (the same kernels in its warm-up steps), a whole
 #                         graph's against its own time and (graph mode) against a stream kernel right after each
-#                         graph launch whose restores copy the same runs (KREPLAY_CUDAGRAPH_TWIN_RUNS); then
-#                         (unless KREPLAY_CUDAGRAPH_COUNTED=0) the kernel nodes counted against ncu's node mode
+#                         graph launch whose restores copy the same runs (KREPLAY_CUDAGRAPH_TWIN_RUNS) and which runs
+#                         about as long (KREPLAY_CUDAGRAPH_TWIN_SPIN); then (unless KREPLAY_CUDAGRAPH_COUNTED=0) the
+#                         kernel nodes counted against ncu's node mode
 #   KREPLAY_RUN_TWIN_SPLIT (off unless 1) the torch.cuda.graph loop in graph mode on the device tier with that stream
 #                         kernel, KREPLAY_TWIN_TAKES (3) runs of 12 steps per copy method of
-#                         KREPLAY_TWIN_COPY_METHODS (automatic) and layout of KREPLAY_TWIN_LAYOUTS ("one": 87 MB
-#                         in one run, "graph": the graph's runs): the restores split into digest and the rest and
-#                         by copy sizes (restore_split.py), and each graph launch's extra pass against the stream
-#                         kernel's right after it
+#                         KREPLAY_TWIN_COPY_METHODS (automatic), layout of KREPLAY_TWIN_LAYOUTS ("graph": the
+#                         graph's runs, the default; "one": 87 MB in one run) and length of KREPLAY_TWIN_SPINS
+#                         (700: about the graph's; 0: an elementwise kernel): the restores split into device ops
+#                         and the rest and by copy sizes (restore_split.py), and each graph launch's extra pass
+#                         against the stream kernel's right after it
 #   KREPLAY_RUN_SIDE      ResNet-18, KREPLAY_SIDE_STEPS (default 1) steps, every launch, 15 metrics (with
 #                         KREPLAY_SIDE_SET=warps: the launcher's --set warps, 33 metrics of the SMs): kreplay in
 #                         kernel and range mode, --backend cupti-kernel-replay and ncu, each timed whole, the
@@ -77,6 +79,17 @@ resnet_plain() {
 # (KREPLAY_PROG_TWIN_RUNS) for graph mode's cost against a stream launch whose restores copy the same.
 graph_runs=34$(printf ',5.875%.0s' {1..8})$(printf ',0.25%.0s' {1..4})
 
+# same_length NAME REPORT SPIN: the own times of the graph launches and of the stream kernels after them; with SPIN
+# (multiply-adds per element, KREPLAY_PROG_TWIN_SPIN) above 0 the kernel is meant to run as long as a graph launch,
+# and a verdict checks that it does within a quarter.
+same_length() {
+  local graph_ms twin_ms
+  graph_ms=$(csv_figure "$2" graph_kernel_ms) twin_ms=$(csv_figure "$2" twin_kernel_ms)
+  row "INFO $1: own time, graph launch $graph_ms ms, stream kernel $twin_ms ms"
+  [[ $3 == 0 ]] || verdict "$1: the stream kernel runs about as long as a graph launch ($twin_ms against $graph_ms ms, within a quarter)" \
+    python3 -c 'import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(not 0.8 <= r <= 1.25)' "$twin_ms" "$graph_ms"
+}
+
 # median_of X...: the median of the numbers given.
 median_of() {
   python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@" 2>/dev/null
@@ -113,13 +126,15 @@ graph_program_mode() {
   local sum tier csv graphs replayed control
   # KREPLAY_GRAPH_TWIN_MB: graph mode's programs also rewrite that many MB with one stream kernel (torch_prog.py),
   # in the runs of KREPLAY_GRAPH_TWIN_RUNS where it is set.
-  local twin_mb=0 twin_runs=
-  [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0} twin_runs=${KREPLAY_GRAPH_TWIN_RUNS:-}
+  local twin_mb=0 twin_runs= twin_spin=0
+  [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0} twin_runs=${KREPLAY_GRAPH_TWIN_RUNS:-} \
+    twin_spin=${KREPLAY_GRAPH_TWIN_SPIN:-0}
   for tier in ${KREPLAY_GRAPH_TIERS:-host device}; do
     local verify=()
     [[ $tier == host ]] && verify=(--verify)
     csv=$work/$name.$tier.csv
-    sum=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs run "$work/$name.$tier.log" "$launcher" \
+    sum=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin \
+          run "$work/$name.$tier.log" "$launcher" \
           --graph-profiling "$mode" --passes 3 \
           --tier "$tier" "${verify[@]}" --progress 10 -o "$csv" -- "$@")
     verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
@@ -134,6 +149,7 @@ graph_program_mode() {
     if [[ $twin_mb != 0 ]]; then
       local pairs pair_median
       pairs=$(csv_figure "$csv" twin_pairs)
+      same_length "$name, $tier tier" "$csv" "$twin_spin"
       pair_median=$(median_of $pairs)
       row "INFO $name, $tier tier: a graph launch / the stream kernel (runs of MiB: ${twin_runs:-$twin_mb in one}): bytes moved (snapshot and restores) $(csv_figure "$csv" graph_moved) / $(csv_figure "$csv" twin_moved) MB, footprint $(csv_figure "$csv" graph_footprint) / $(csv_figure "$csv" twin_footprint) MB; median extra pass $(csv_figure "$csv" graph_extra) / $(csv_figure "$csv" twin_extra) ms; each graph launch's over the stream kernel's right after it: $pairs"
       verdict "$name, $tier tier: the whole graph's extra pass at most that of a stream launch right after it whose restores copy what the graph's copy (median of the pairs ${pair_median:-none}, 2 % allowed), own kernel times left out" \
@@ -162,7 +178,7 @@ graph_program_mode() {
   fi
   local control_args=(--launch-skip "$skip" --launch-count "$count")
   [[ -n $control_kernel ]] && control_args+=(--kernel-name "$control_kernel")
-  control=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+  control=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
             --debug-no-restore --progress 10 "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
@@ -337,41 +353,48 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # the graph is not run again between passes); the elementwise and optimizer kernels change the result.
   # (--exclude would not do: node mode runs a graph that holds an excluded kernel once.)
   # In graph mode, after each graph step, a stream kernel whose restores copy the runs a graph launch's copy
-  # (KREPLAY_CUDAGRAPH_TWIN_RUNS, default $graph_runs; empty: KREPLAY_CUDAGRAPH_TWIN_MB, default 87, in one run), for
-  # graph mode's cost against a stream launch in one process.
+  # (KREPLAY_CUDAGRAPH_TWIN_RUNS, default $graph_runs; empty: KREPLAY_CUDAGRAPH_TWIN_MB, default 87, in one run) and
+  # which runs about as long as a graph launch (KREPLAY_CUDAGRAPH_TWIN_SPIN, default 700 multiply-adds per element;
+  # 0: an elementwise kernel of 0.08 ms), for graph mode's cost against a stream launch in one process: the same
+  # footprint, the same copies, the same length (docs/results/2026-12-04-h200-c.md has the figures of each twin).
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
     KREPLAY_GRAPH_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} KREPLAY_GRAPH_TWIN_RUNS=${KREPLAY_CUDAGRAPH_TWIN_RUNS-$graph_runs} \
+    KREPLAY_GRAPH_TWIN_SPIN=${KREPLAY_CUDAGRAPH_TWIN_SPIN:-700} \
     KREPLAY_CONTROL_KERNEL=elementwise graph_program cudagraph \
     python3 "$src/torch_prog.py" cudagraph
 fi
 if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
-  # Graph mode's device-tier restores against the 87 MB stream kernel's, KREPLAY_TWIN_TAKES (default 3) runs per
-  # copy method of KREPLAY_TWIN_COPY_METHODS (default "automatic"; KREPLAY_INJECT_COPY_METHOD), each of
-  # KREPLAY_TWIN_STEPS graph steps (default 12) and KREPLAY_TWIN_PASSES passes (default 3), for each of the stream
-  # kernel's layouts in KREPLAY_TWIN_LAYOUTS (default "one": 87 MB in one run; "graph": the runs the graph's
-  # restores copy, measured on the H200 with this section's batch log, 2026-12-04 (c): one of 34 MiB, eight making
-  # 47 MiB, four small; or a comma list of MiB, torch_prog.py's KREPLAY_PROG_TWIN_RUNS): each run's median extra
-  # passes, its restores split into digest and the rest (restore_split.py), and over the runs of each method and
-  # layout the median of each graph launch's extra pass over the stream kernel's right after it. Medians of whole runs
-  # compared badly: one run's moved by up to 15 % from run to run on this machine, and within a run the first
-  # launches cost up to 40 % more than the last (2026-12-04 (b)); a pair runs within a millisecond.
+  # Graph mode's device-tier restores against a stream kernel's, KREPLAY_TWIN_TAKES (default 3) runs of
+  # KREPLAY_TWIN_STEPS graph steps (default 12) and KREPLAY_TWIN_PASSES passes (default 3) for each copy method of
+  # KREPLAY_TWIN_COPY_METHODS (default "automatic"; KREPLAY_INJECT_COPY_METHOD), stream kernel layout of
+  # KREPLAY_TWIN_LAYOUTS (default "graph": the runs the graph's restores copy, $graph_runs; "one": 87 MB in one run;
+  # or a comma list of MiB) and length of KREPLAY_TWIN_SPINS (default 700 multiply-adds per element: about as long
+  # as a graph launch; 0: an elementwise kernel). Each run's median extra passes, its restores split into device
+  # ops and the engine's host work and by copy sizes (restore_split.py), and over the runs of each the median of
+  # each graph launch's extra pass over the stream kernel's right after it: whole-run medians compared badly (one
+  # run's moved by up to 15 % from run to run, and within a run the first launches cost up to 40 % more than the
+  # last, 2026-12-04 (b)), while a pair runs within a millisecond.
   twin_steps=${KREPLAY_TWIN_STEPS:-12}
   plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS="$twin_steps" KREPLAY_PROG_EAGER_STEPS=2 \
           python3 "$src/torch_prog.py" cudagraph)
-  for method_layout in $(for m in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do
-                           for l in ${KREPLAY_TWIN_LAYOUTS:-one}; do echo "$m.$l"; done; done); do
-    method=${method_layout%%.*} layout=${method_layout#*.}
+  for method_layout in $(for m in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do for l in ${KREPLAY_TWIN_LAYOUTS:-graph}; do
+                           for k in ${KREPLAY_TWIN_SPINS:-700}; do echo "$m.$l.spin$k"; done; done; done); do
+    method=${method_layout%%.*} layout=${method_layout#*.} twin_spin=${method_layout##*.spin}
+    layout=${layout%.spin*}
     case $layout in
       one) twin_runs= ;;
       graph) twin_runs=$graph_runs ;;
-      *) twin_runs=$layout method_layout=$method.runs$(echo "$layout" | tr -c '0-9\n' _) ;;
+      *) twin_runs=$layout ;;
     esac
-    row "INFO twin_split.$method_layout: the stream kernel's runs (MiB): ${twin_runs:-87 in one}"
+    method_layout=$method.$(echo "$layout" | tr -c 'a-z0-9\n' _)
+    [[ $twin_spin != 0 ]] && method_layout+=.spin$twin_spin
+    row "INFO twin_split.$method_layout: the stream kernel's runs (MiB): ${twin_runs:-87 in one}; multiply-adds per element: $twin_spin"
     graph_takes=() twin_takes=() pairs=()
     for take in $(seq "${KREPLAY_TWIN_TAKES:-3}"); do
       name=twin_split.$method_layout.$take
       sum=$(KREPLAY_PROG_STEPS=$twin_steps KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
-            KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_INJECT_COPY_METHOD=$method run "$work/$name.log" \
+            KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin KREPLAY_INJECT_COPY_METHOD=$method \
+            run "$work/$name.log" \
             "$launcher" --graph-profiling graph --passes "${KREPLAY_TWIN_PASSES:-3}" --tier device --progress 10 \
             -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
       verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
@@ -380,6 +403,7 @@ if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
       graph_takes+=("$(csv_figure "$work/$name.csv" graph_extra)")
       twin_takes+=("$(csv_figure "$work/$name.csv" twin_extra)")
       pairs+=($(csv_figure "$work/$name.csv" twin_pairs))
+      same_length "$name" "$work/$name.csv" "$twin_spin"
       row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms; each graph launch's over the stream kernel's after it: $(csv_figure "$work/$name.csv" twin_pairs)"
       python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" "${KREPLAY_TWIN_PASSES:-3}" \
         >"$work/$name.split.txt" 2>&1

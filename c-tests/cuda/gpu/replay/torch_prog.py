@@ -19,7 +19,10 @@ each graph step one launch of a kernel that rewrites it (the graph's rewritten b
 stream launch that writes as much as the graph, over the same allocations, each next to a graph launch so that
 both see the machine in the same state; outside the checksum). KREPLAY_PROG_TWIN_RUNS=A,B,... (MiB; in place of
 KREPLAY_PROG_TWIN_MB) makes the kernel change runs of those sizes, 1 MiB apart, and nothing else: it adds a tensor
-that is 1 on the runs and 0 between them (a stream launch whose restores copy what a graph's copy, run for run)."""
+that is 1 on the runs and 0 between them (a stream launch whose restores copy what a graph's copy, run for run).
+KREPLAY_PROG_TWIN_SPIN=K (default 0) makes that one launch a Triton kernel that also works K multiply-adds per
+element before it stores the same sum, so that it runs about as long as a graph launch (K = 700: about 0.6 ms on
+an H200) while it changes the same bytes."""
 import hashlib
 import os
 import sys
@@ -82,11 +85,39 @@ def step():
     optimizer.step()
 
 
+spin_kernel = None
+
+
+def spin_add(x, step, spin):
+    """x += step in one Triton kernel that first works `spin` multiply-adds per element (KREPLAY_PROG_TWIN_SPIN)."""
+    global spin_kernel
+    import triton
+    import triton.language as tl
+
+    if spin_kernel is None:
+        @triton.jit
+        def kernel(x_ptr, step_ptr, n, spin, block: tl.constexpr):
+            offsets = tl.program_id(0) * block + tl.arange(0, block)
+            mask = offsets < n
+            x = tl.load(x_ptr + offsets, mask=mask)
+            busy = x
+            for _ in range(spin):
+                busy = busy * 0.999999 + 1e-6
+            # busy is never NaN, so this adds 0.0, but the compiler cannot drop the loop.
+            total = x + tl.load(step_ptr + offsets, mask=mask) + tl.where(busy != busy, 1.0, 0.0)
+            tl.store(x_ptr + offsets, total, mask=mask)
+
+        spin_kernel = kernel
+    n = x.numel()
+    spin_kernel[(triton.cdiv(n, 1024),)](x, step, n, spin, block=1024)
+
+
 torch.cuda.synchronize()
 if which == "cudagraph":
     # Warm up on a side stream (the optimizer makes its state there), capture one whole step, then each step
     # copies a new batch into the captured inputs and launches the graph: every kernel runs inside the graph.
     twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
+    twin_spin = int(os.environ.get("KREPLAY_PROG_TWIN_SPIN", "0"))
     twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda") if twin_mb > 0 else None
     twin_step = 1.0
     runs = [int(float(mib) * 2**20) // 4 for mib in os.environ.get("KREPLAY_PROG_TWIN_RUNS", "").split(",") if mib]
@@ -98,6 +129,10 @@ if which == "cudagraph":
         for floats in runs:
             twin_step[at:at + floats] = 1.0
             at += floats + gap
+    if twin is not None and twin_spin > 0:
+        if not torch.is_tensor(twin_step):
+            twin_step = torch.ones_like(twin)
+        spin_add(twin, twin_step, twin_spin)  # compiled here, before the steps
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -117,7 +152,10 @@ if which == "cudagraph":
         torch.cuda.synchronize()
         print(f"STEP_MS {i} {(time.perf_counter() - start) * 1e3:.3f}", flush=True)
         if twin is not None:
-            twin.add_(twin_step)  # one elementwise kernel
+            if twin_spin > 0:
+                spin_add(twin, twin_step, twin_spin)
+            else:
+                twin.add_(twin_step)  # one elementwise kernel
             torch.cuda.synchronize()
     for i in range(int(os.environ.get("KREPLAY_PROG_EAGER_STEPS", "0"))):
         x.copy_(batches[i % steps][0])
