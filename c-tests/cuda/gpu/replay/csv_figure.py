@@ -109,6 +109,14 @@ def twin_rows(rows, graph):
     return twin if graph and len(twin) == len(graph) and all(r["replayed"] == "1" for r in twin) else []
 
 
+def twin_pairs(rows, graph):
+    """Each graph launch replayed whole, its extra_pass_ms over that of the stream kernel right after it."""
+    twin = {int(r["launch"]): r for r in twin_rows(rows, graph)}
+    whole = [g for g in graph if g["replayed"] == "1" and g.get("graph_mode", "").startswith("graph")]
+    pairs = [(g, twin[int(g["launch"]) + 1]) for g in whole if int(g["launch"]) + 1 in twin]
+    return " ".join(f"{float(g['extra_pass_ms']) / float(t['extra_pass_ms']):.4f}" for g, t in pairs) or "none"
+
+
 def named(row, kernel):
     """The row's kernel matches --kernel-name `kernel` (a search, as the launcher's; "" matches all)."""
     return re.search(kernel, row["kernel"]) is not None
@@ -181,16 +189,14 @@ def figure(rows, what, kernel=""):
         return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
     if what in ("twin_extra", "twin_kernel_ms", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
         which = twin_rows(rows, graph) if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
-        if what in ("twin_extra", "twin_kernel_ms"):
-            return median_of(which, "extra_pass_ms" if what == "twin_extra" else "kernel_ms")
+        timed = {"twin_extra": "extra_pass_ms", "twin_kernel_ms": "kernel_ms"}
+        if what in timed:
+            return median_of(which, timed[what])
         column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
         values = [float(r[column]) / 2**20 for r in which]
         return f"{statistics.median(values):.1f}" if values else "none"
     if what == "twin_pairs":
-        twin = {int(r["launch"]): r for r in twin_rows(rows, graph)}
-        whole = [g for g in graph if g["replayed"] == "1" and g.get("graph_mode", "").startswith("graph")]
-        pairs = [(g, twin[int(g["launch"]) + 1]) for g in whole if int(g["launch"]) + 1 in twin]
-        return " ".join(f"{float(g['extra_pass_ms']) / float(t['extra_pass_ms']):.4f}" for g, t in pairs) or "none"
+        return twin_pairs(rows, graph)
     if what == "graph_extra":
         return median_of([r for r in graph if r["replayed"] == "1" and r.get("graph_mode", "").startswith("graph")],
                          "extra_pass_ms")
