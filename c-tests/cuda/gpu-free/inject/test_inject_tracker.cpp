@@ -874,12 +874,16 @@ void pairing_without_a_library_names_the_closest_one() {
 // copy_batch's automatic method (below 1 MiB, 1 to 32 MiB, from 32 MiB; zero-byte copies are not counted), and its
 // time; each digest op by its jobs, bytes and time. The copies themselves go through unchanged, and below info
 // nothing is said.
-void a_copy_batch_is_described_at_info(const kreplay_device_ops_t& ops) {
+const kreplay_device_ops_t* g_ops = nullptr;  // the injection's ops over the fakes, made in main
+
+void copy_batches_and_digests_are_described_at_info() {
+  const kreplay_device_ops_t& ops = *g_ops;
   std::vector<std::vector<unsigned char>> src;
   std::vector<std::vector<unsigned char>> dst;
   std::vector<kreplay_copy_t> copies;
-  for (const size_t bytes : {size_t{4096}, size_t{4096}, size_t{0}, size_t{100000}, size_t{2} << 20,
-                             size_t{33} << 20}) {
+  // Each threshold itself belongs to the class above it.
+  for (const size_t bytes : {size_t{4096}, size_t{4096}, size_t{0}, size_t{100000}, size_t{1} << 20, size_t{2} << 20,
+                             size_t{32} << 20}) {
     // At least one byte each, so that no pointer is null (memcpy's arguments must not be, even for 0 bytes).
     src.emplace_back(bytes + 1, static_cast<unsigned char>(src.size() + 1));
     dst.emplace_back(bytes + 1, 0);
@@ -891,12 +895,14 @@ void a_copy_batch_is_described_at_info(const kreplay_device_ops_t& ops) {
   set_log_level(KREPLAY_LOG_INFO);
   const std::string said = fake::stderr_of(copy_all);
   set_log_level(KREPLAY_LOG_WARNING);
-  const std::string described = "copy batch: 5 copies, 36808352 bytes; below 1 MiB 3 (108192 bytes), 1 to 32 MiB 1 "
-                                "(2097152 bytes), from 32 MiB 1 (34603008 bytes); ";
+  const std::string described = "copy batch: 6 copies, 36808352 bytes; below 1 MiB 3 (108192 bytes), 1 to 32 MiB 2 "
+                                "(3145728 bytes), from 32 MiB 1 (33554432 bytes); ";
   const size_t at = said.find(described);
   CHECK(at != std::string::npos);
-  CHECK(std::strtoll(said.c_str() + at + described.size(), nullptr, 10) >= 0 &&
-        said.find(" us\n", at) != std::string::npos);
+  const char* time = said.c_str() + at + described.size();
+  char* end = nullptr;
+  const long long us = std::strtoll(time, &end, 10);
+  CHECK(end != time && us >= 0 && std::string(end).rfind(" us\n", 0) == 0);
   for (size_t i = 0; i < src.size(); ++i) {
     CHECK(std::equal(src[i].begin(), src[i].end() - 1, dst[i].begin()) && dst[i].back() == 0);
   }
@@ -958,6 +964,7 @@ int main() {
   CHECK(ops.device_free_bytes != nullptr);
   CHECK_OK(ops.device_free_bytes(ops.user_data, kreplay_agent_t{1}, &free_bytes));
   CHECK_EQ(fake::kFreeBytes, free_bytes);
-  a_copy_batch_is_described_at_info(ops);
+  g_ops = &ops;
+  RUN_TEST(copy_batches_and_digests_are_described_at_info);
   return 0;
 }
