@@ -56,13 +56,12 @@ int64_t microseconds_since(std::chrono::steady_clock::time_point begun) {
 // At KREPLAY_INJECT_LOG=info, a batch's copies by size against the thresholds of copy_batch's automatic method
 // (where a restore's time goes depends on how its bytes fall into runs), and the op's time, submission to wait.
 void log_batch(const kreplay_copy_t* copies, size_t count, int64_t us) {
-  constexpr size_t kLink = detail::kDmaCopyBytes;
-  constexpr size_t kDevice = detail::kDmaCopyBytesOnDevice;
   size_t n[3] = {0, 0, 0};
   size_t bytes[3] = {0, 0, 0};
   for (size_t i = 0; i < count; ++i) {
     if (copies[i].bytes != 0) {
-      const int size_class = copies[i].bytes < kLink ? 0 : copies[i].bytes < kDevice ? 1 : 2;
+      const size_t b = copies[i].bytes;
+      const int size_class = b < detail::kDmaCopyBytes ? 0 : b < detail::kDmaCopyBytesOnDevice ? 1 : 2;
       ++n[size_class];
       bytes[size_class] += copies[i].bytes;
     }
