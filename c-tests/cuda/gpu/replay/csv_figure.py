@@ -109,11 +109,15 @@ def twin_rows(rows, graph):
     return twin if graph and len(twin) == len(graph) and all(r["replayed"] == "1" for r in twin) else []
 
 
+def replayed_whole(graph):
+    """The graph launches replayed as one window (graph mode, or node mode's fallback to it)."""
+    return [g for g in graph if g["replayed"] == "1" and g.get("graph_mode", "").startswith("graph")]
+
+
 def twin_pairs(rows, graph):
     """Each graph launch replayed whole, its extra_pass_ms over that of the stream kernel right after it."""
     twin = {int(r["launch"]): r for r in twin_rows(rows, graph)}
-    whole = [g for g in graph if g["replayed"] == "1" and g.get("graph_mode", "").startswith("graph")]
-    pairs = [(g, twin[int(g["launch"]) + 1]) for g in whole if int(g["launch"]) + 1 in twin]
+    pairs = [(g, twin[int(g["launch"]) + 1]) for g in replayed_whole(graph) if int(g["launch"]) + 1 in twin]
     return " ".join(f"{float(g['extra_pass_ms']) / float(t['extra_pass_ms']):.4f}" for g, t in pairs) or "none"
 
 
@@ -198,8 +202,7 @@ def figure(rows, what, kernel=""):
     if what == "twin_pairs":
         return twin_pairs(rows, graph)
     if what == "graph_extra":
-        return median_of([r for r in graph if r["replayed"] == "1" and r.get("graph_mode", "").startswith("graph")],
-                         "extra_pass_ms")
+        return median_of(replayed_whole(graph), "extra_pass_ms")
     if what == "graph_kernel_ms":
         return median_of([r for r in graph if r["replayed"] == "1"], "kernel_ms")
     if what == "reasons":

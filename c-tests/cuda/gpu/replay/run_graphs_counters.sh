@@ -90,6 +90,46 @@ same_length() {
     python3 -c 'import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(not 0.8 <= r <= 1.25)' "$twin_ms" "$graph_ms"
 }
 
+# twin_split_case METHOD LAYOUT SPIN: KREPLAY_RUN_TWIN_SPLIT's runs for one copy method, stream kernel layout
+# ("one", "graph" or a comma list of MiB) and length (multiply-adds per element), against the plain run's $plain.
+twin_split_case() {
+  local method=$1 layout=$2 twin_spin=$3 twin_runs label take name sum pairs_now pair_median what
+  local graph_takes=() twin_takes=() pairs=()
+  case $layout in
+    one) twin_runs= ;;
+    graph) twin_runs=$graph_runs ;;
+    *) twin_runs=$layout ;;
+  esac
+  label=twin_split.$method.$(echo "$layout" | tr -c 'a-z0-9\n' _)
+  [[ $twin_spin != 0 ]] && label+=.spin$twin_spin
+  row "INFO $label: the stream kernel's runs (MiB): ${twin_runs:-87 in one}; multiply-adds per element: $twin_spin"
+  for take in $(seq "${KREPLAY_TWIN_TAKES:-3}"); do
+    name=$label.$take
+    sum=$(KREPLAY_PROG_STEPS=$twin_steps KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
+          KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin KREPLAY_INJECT_COPY_METHOD=$method \
+          run "$work/$name.log" "$launcher" --graph-profiling graph --passes "${KREPLAY_TWIN_PASSES:-3}" \
+          --tier device --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
+    verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+    verdict "$name: the copy batches moved by the $method method" \
+      grep -q "copy batches by the $method method" "$work/$name.log"
+    graph_takes+=("$(csv_figure "$work/$name.csv" graph_extra)")
+    twin_takes+=("$(csv_figure "$work/$name.csv" twin_extra)")
+    pairs_now=$(csv_figure "$work/$name.csv" twin_pairs)
+    pairs+=($pairs_now)
+    same_length "$name" "$work/$name.csv" "$twin_spin"
+    row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms; each graph launch's over the stream kernel's after it: $pairs_now"
+    python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" "${KREPLAY_TWIN_PASSES:-3}" \
+      >"$work/$name.split.txt" 2>&1
+    verdict "$name: restore_split.py paired the log's restores with the report's rows" test $? = 0
+    sed "s/^/INFO $name: /" "$work/$name.split.txt" | tee -a "$summary"
+  done
+  row "INFO $label: over ${#graph_takes[@]} runs, the median of the runs' median extra passes: graph launch $(median_of "${graph_takes[@]}") ms, stream kernel $(median_of "${twin_takes[@]}") ms"
+  pair_median=$(median_of "${pairs[@]}")
+  what="$label: over ${#graph_takes[@]} runs, ${#pairs[@]} graph launches, each one's extra pass over"
+  what+=" the stream kernel's right after it: median ${pair_median:-none} (quartiles $(quartiles_of "${pairs[@]}"))"
+  verdict "$what, at most 1.02" at_most_2pc_over "$pair_median" 1
+}
+
 # median_of X...: the median of the numbers given.
 median_of() {
   python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' "$@" 2>/dev/null
@@ -376,43 +416,12 @@ if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
   twin_steps=${KREPLAY_TWIN_STEPS:-12}
   plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS="$twin_steps" KREPLAY_PROG_EAGER_STEPS=2 \
           python3 "$src/torch_prog.py" cudagraph)
-  for method_layout in $(for m in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do for l in ${KREPLAY_TWIN_LAYOUTS:-graph}; do
-                           for k in ${KREPLAY_TWIN_SPINS:-700}; do echo "$m.$l.spin$k"; done; done; done); do
-    method=${method_layout%%.*} layout=${method_layout#*.} twin_spin=${method_layout##*.spin}
-    layout=${layout%.spin*}
-    case $layout in
-      one) twin_runs= ;;
-      graph) twin_runs=$graph_runs ;;
-      *) twin_runs=$layout ;;
-    esac
-    method_layout=$method.$(echo "$layout" | tr -c 'a-z0-9\n' _)
-    [[ $twin_spin != 0 ]] && method_layout+=.spin$twin_spin
-    row "INFO twin_split.$method_layout: the stream kernel's runs (MiB): ${twin_runs:-87 in one}; multiply-adds per element: $twin_spin"
-    graph_takes=() twin_takes=() pairs=()
-    for take in $(seq "${KREPLAY_TWIN_TAKES:-3}"); do
-      name=twin_split.$method_layout.$take
-      sum=$(KREPLAY_PROG_STEPS=$twin_steps KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
-            KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin KREPLAY_INJECT_COPY_METHOD=$method \
-            run "$work/$name.log" "$launcher" --graph-profiling graph --passes "${KREPLAY_TWIN_PASSES:-3}" \
-            --tier device --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
-      verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
-      verdict "$name: the copy batches moved by the $method method" \
-        grep -q "copy batches by the $method method" "$work/$name.log"
-      graph_takes+=("$(csv_figure "$work/$name.csv" graph_extra)")
-      twin_takes+=("$(csv_figure "$work/$name.csv" twin_extra)")
-      pairs+=($(csv_figure "$work/$name.csv" twin_pairs))
-      same_length "$name" "$work/$name.csv" "$twin_spin"
-      row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms; each graph launch's over the stream kernel's after it: $(csv_figure "$work/$name.csv" twin_pairs)"
-      python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" "${KREPLAY_TWIN_PASSES:-3}" \
-        >"$work/$name.split.txt" 2>&1
-      verdict "$name: restore_split.py paired the log's restores with the report's rows" test $? = 0
-      sed "s/^/INFO $name: /" "$work/$name.split.txt" | tee -a "$summary"
+  for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do
+    for layout in ${KREPLAY_TWIN_LAYOUTS:-graph}; do
+      for twin_spin in ${KREPLAY_TWIN_SPINS:-700}; do
+        twin_split_case "$method" "$layout" "$twin_spin"
+      done
     done
-    row "INFO twin_split.$method_layout: over ${#graph_takes[@]} runs, the median of the runs' median extra passes: graph launch $(median_of "${graph_takes[@]}") ms, stream kernel $(median_of "${twin_takes[@]}") ms"
-    pair_median=$(median_of "${pairs[@]}")
-    what="twin_split.$method_layout: over ${#graph_takes[@]} runs, ${#pairs[@]} graph launches, each one's extra pass over"
-    what+=" the stream kernel's right after it: median ${pair_median:-none} (quartiles $(quartiles_of "${pairs[@]}"))"
-    verdict "$what, at most 1.02" at_most_2pc_over "$pair_median" 1
   done
 fi
 if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 && ${KREPLAY_CUDAGRAPH_COUNTED:-1} != 0 ]]; then

@@ -23,6 +23,7 @@ that is 1 on the runs and 0 between them (a stream launch whose restores copy wh
 KREPLAY_PROG_TWIN_SPIN=K (default 0) makes that one launch a Triton kernel that also works K multiply-adds per
 element before it stores the same sum, so that it runs about as long as a graph launch (K = 700: 0.66 ms on
 an H200) while it changes the same bytes."""
+import functools
 import hashlib
 import os
 import sys
@@ -85,31 +86,31 @@ def step():
     optimizer.step()
 
 
-spin_kernel = None
+@functools.cache
+def spin_kernel():
+    """The Triton kernel of spin_add, made on first use (only KREPLAY_PROG_TWIN_SPIN needs Triton)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(x_ptr, step_ptr, n, spin, block: tl.constexpr):
+        offsets = tl.program_id(0) * block + tl.arange(0, block)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        busy = x
+        for _ in range(spin):
+            busy = busy * 0.999999 + 1e-6
+        # busy is never NaN, so this adds 0.0, but the compiler cannot drop the loop.
+        total = x + tl.load(step_ptr + offsets, mask=mask) + tl.where(busy != busy, 1.0, 0.0)
+        tl.store(x_ptr + offsets, total, mask=mask)
+
+    return kernel
 
 
 def spin_add(x, step, spin):
     """x += step in one Triton kernel that first works `spin` multiply-adds per element (KREPLAY_PROG_TWIN_SPIN)."""
-    global spin_kernel
-    import triton
-    import triton.language as tl
-
-    if spin_kernel is None:
-        @triton.jit
-        def kernel(x_ptr, step_ptr, n, spin, block: tl.constexpr):
-            offsets = tl.program_id(0) * block + tl.arange(0, block)
-            mask = offsets < n
-            x = tl.load(x_ptr + offsets, mask=mask)
-            busy = x
-            for _ in range(spin):
-                busy = busy * 0.999999 + 1e-6
-            # busy is never NaN, so this adds 0.0, but the compiler cannot drop the loop.
-            total = x + tl.load(step_ptr + offsets, mask=mask) + tl.where(busy != busy, 1.0, 0.0)
-            tl.store(x_ptr + offsets, total, mask=mask)
-
-        spin_kernel = kernel
-    n = x.numel()
-    spin_kernel[(triton.cdiv(n, 1024),)](x, step, n, spin, block=1024)
+    blocks = -(-x.numel() // 1024)
+    spin_kernel()[(blocks,)](x, step, x.numel(), spin, block=1024)
 
 
 torch.cuda.synchronize()
@@ -118,9 +119,9 @@ if which == "cudagraph":
     # copies a new batch into the captured inputs and launches the graph: every kernel runs inside the graph.
     twin_mb = int(os.environ.get("KREPLAY_PROG_TWIN_MB", "0"))
     twin_spin = int(os.environ.get("KREPLAY_PROG_TWIN_SPIN", "0"))
-    twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda") if twin_mb > 0 else None
-    twin_step = 1.0
     runs = [int(float(mib) * 2**20) // 4 for mib in os.environ.get("KREPLAY_PROG_TWIN_RUNS", "").split(",") if mib]
+    twin = torch.zeros(twin_mb * 2**20 // 4, device="cuda") if twin_mb > 0 and not runs else None
+    twin_step = 1.0
     if runs:
         gap = 2**20 // 4
         twin = torch.zeros(sum(runs) + gap * len(runs), device="cuda")
