@@ -69,6 +69,13 @@ class GraphWork(unittest.TestCase):
         rows = [graph_row(0, "0.3", mode="graph: a conditional node")] + self.rows()[1:]
         self.assertEqual(csv_figure.figure(rows, "graph_work:node", "elementwise"), "0 0 none")
 
+    def test_node_mode_selects_a_graph_launch_it_replayed_whole(self):
+        # Every graph launch replayed whole (a conditional node): the control relaunches the first, counted as one.
+        rows = [row(0, "a"), graph_row(1, "0.3", mode="graph: a conditional node"), row(2, "b"),
+                graph_row(3, "0.3", mode="graph: a conditional node")]
+        self.assertEqual(csv_figure.figure(rows, "graph_work:node"), "1 1 graphs=1 nodes=0 stream=0")
+        self.assertEqual(csv_figure.figure(rows, "graph_work:node", "a"), "0 0 none")
+
     def test_replayed_kinds_leave_out_graph_launches_replayed_node_by_node(self):
         self.assertEqual(csv_figure.figure(self.rows(), "replayed_kinds"), "graphs=0 nodes=3 stream=5")
 

@@ -127,15 +127,20 @@ def named(row, kernel):
 
 
 def first_graph_work(rows, graph, mode, kernel):
-    """The first graph launch's work: in graph mode its row, in node mode the kernel nodes `kernel` names of the
-    first graph launch that has such nodes. A graph row names only its first kernels, so graph mode takes no
-    filter."""
+    """The first graph launch's work: in graph mode its row; in node mode the kernel nodes `kernel` names of the
+    first graph launch that has such nodes or, without a filter, the row of a graph launch node mode replayed whole
+    (it could not run it node by node), whichever comes first. A graph row names only its first kernels, so graph
+    mode takes no filter and no filter selects a graph row."""
     if mode == "graph":
         if kernel:
             raise SystemExit("csv_figure.py: graph_work:graph takes no KERNEL (a graph row names only its first)")
         return graph[:1]
-    matching = [r for r in rows if is_node(r) and named(r, kernel)]
-    return [r for r in matching if r["graph_launch"] == matching[0]["graph_launch"]] if matching else []
+    for r in rows:
+        if is_node(r) and named(r, kernel):
+            return [n for n in rows if is_node(n) and named(n, kernel) and n["graph_launch"] == r["graph_launch"]]
+        if not kernel and r in graph and r.get("graph_mode", "") != "node":
+            return [r]
+    return []
 
 
 def graph_work(rows, graph, mode, kernel):
@@ -153,8 +158,8 @@ def graph_work(rows, graph, mode, kernel):
     if whole and kernel:
         return "0 0 none"
     skip = len(whole) + sum(named(r, kernel) for r in before if r not in graph and not is_node(r))
-    graphs, nodes = (len(work), 0) if mode == "graph" else (0, len(work))
-    return f"{skip} {len(work)} graphs={graphs} nodes={nodes} stream=0"
+    nodes = sum(is_node(r) for r in work)
+    return f"{skip} {len(work)} graphs={len(work) - nodes} nodes={nodes} stream=0"
 
 
 def figure(rows, what, kernel=""):
