@@ -18,8 +18,9 @@
 #                         graph launch whose restores copy the same runs (KREPLAY_CUDAGRAPH_TWIN_RUNS) and which runs
 #                         about as long (KREPLAY_CUDAGRAPH_TWIN_SPIN); then (unless KREPLAY_CUDAGRAPH_COUNTED=0) the
 #                         kernel nodes counted against ncu's node mode
-#   KREPLAY_RUN_TWIN_SPLIT (off unless 1) the torch.cuda.graph loop in graph mode on the device tier with that stream
-#                         kernel, KREPLAY_TWIN_TAKES (3) runs of 12 steps per copy method of
+#   KREPLAY_RUN_TWIN_SPLIT (off unless 1) the torch.cuda.graph loop in graph mode with that stream kernel, on each
+#                         tier of KREPLAY_TWIN_TIERS (device), at KREPLAY_TWIN_PASSES (9) passes,
+#                         KREPLAY_TWIN_TAKES (3) runs of 12 steps per copy method of
 #                         KREPLAY_TWIN_COPY_METHODS (automatic), layout of KREPLAY_TWIN_LAYOUTS ("graph": the
 #                         graph's runs, the default; "one": 87 MB in one run) and length of KREPLAY_TWIN_SPINS
 #                         (700: about the graph's; 0: an elementwise kernel): the restores split into device ops
@@ -37,10 +38,11 @@
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first,
 #                         with KREPLAY_XLA_TRACE=1, a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
-#   --verify and on the device tier, each checksum equal to the plain run's, no graph launch left run-once; the
-#   no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the --graph-profiling modes each runs
-#   (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them); KREPLAY_GRAPH_TIERS (default "host device") the
-#   tiers (the control needs host).
+#   --verify and on the device tier (graph mode's at KREPLAY_GRAPH_DEVICE_PASSES, default 3; the cudagraph
+#   section's at KREPLAY_CUDAGRAPH_COST_PASSES, default 9), each checksum equal to the plain run's, no graph launch
+#   left run-once; the no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the
+#   --graph-profiling modes each runs (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them);
+#   KREPLAY_GRAPH_TIERS (default "host device") the tiers (the control needs host).
 #   KREPLAY_RUN_COUNTERS  ResNet-18, 1 step, the first KREPLAY_COUNTER_LAUNCHES (default 60) launches: kreplay's
 #                         --metrics against ncu (--replay-mode kernel --cache-control all --clock-control none) on
 #                         the same launches and metrics (counters_compare.py), and the checksum equal to the plain
@@ -90,25 +92,26 @@ same_length() {
     python3 -c 'import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(not 0.8 <= r <= 1.25)' "$twin_ms" "$graph_ms"
 }
 
-# twin_split_case METHOD LAYOUT SPIN: KREPLAY_RUN_TWIN_SPLIT's runs for one copy method, stream kernel layout
-# ("one", "graph" or a comma list of MiB) and length (multiply-adds per element), against the plain run's $plain.
+# twin_split_case TIER METHOD LAYOUT SPIN: KREPLAY_RUN_TWIN_SPLIT's runs on one tier for one copy method, stream
+# kernel layout ("one", "graph" or a comma list of MiB) and length (multiply-adds per element), at $twin_passes
+# passes, against the plain run's $plain.
 twin_split_case() {
-  local method=$1 layout=$2 twin_spin=$3 twin_runs label take name sum pairs_now pair_median what
+  local tier=$1 method=$2 layout=$3 twin_spin=$4 twin_runs label take name sum pairs_now pair_median what
   local graph_takes=() twin_takes=() pairs=()
   case $layout in
     one) twin_runs= ;;
     graph) twin_runs=$graph_runs ;;
     *) twin_runs=$layout ;;
   esac
-  label=twin_split.$method.$(echo "$layout" | tr -c 'a-z0-9\n' _)
+  label=twin_split.$tier.$method.$(echo "$layout" | tr -c 'a-z0-9\n' _)
   [[ $twin_spin != 0 ]] && label+=.spin$twin_spin
-  row "INFO $label: the stream kernel's runs (MiB): ${twin_runs:-87 in one}; multiply-adds per element: $twin_spin"
+  row "INFO $label: $twin_passes passes; the stream kernel's runs (MiB): ${twin_runs:-87 in one}; multiply-adds per element: $twin_spin"
   for take in $(seq "${KREPLAY_TWIN_TAKES:-3}"); do
     name=$label.$take
     sum=$(KREPLAY_PROG_STEPS=$twin_steps KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_PROG_TWIN_MB=87 KREPLAY_INJECT_LOG=info \
           KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin KREPLAY_INJECT_COPY_METHOD=$method \
-          run "$work/$name.log" "$launcher" --graph-profiling graph --passes "${KREPLAY_TWIN_PASSES:-3}" \
-          --tier device --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
+          run "$work/$name.log" "$launcher" --graph-profiling graph --passes "$twin_passes" \
+          --tier "$tier" --progress 10 -o "$work/$name.csv" -- python3 "$src/torch_prog.py" cudagraph)
     verdict "$name: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
     verdict "$name: the copy batches moved by the $method method" \
       grep -q "copy batches by the $method method" "$work/$name.log"
@@ -118,7 +121,7 @@ twin_split_case() {
     pairs+=($pairs_now)
     same_length "$name" "$work/$name.csv" "$twin_spin"
     row "INFO $name: median extra pass, graph launch ${graph_takes[-1]} ms, stream kernel ${twin_takes[-1]} ms; each graph launch's over the stream kernel's after it: $pairs_now"
-    python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" "${KREPLAY_TWIN_PASSES:-3}" \
+    python3 "$src/restore_split.py" "$work/$name.csv" "$work/$name.log" "$twin_passes" \
       >"$work/$name.split.txt" 2>&1
     verdict "$name: restore_split.py paired the log's restores with the report's rows" test $? = 0
     sed "s/^/INFO $name: /" "$work/$name.split.txt" | tee -a "$summary"
@@ -170,13 +173,15 @@ graph_program_mode() {
   [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0} twin_runs=${KREPLAY_GRAPH_TWIN_RUNS:-} \
     twin_spin=${KREPLAY_GRAPH_TWIN_SPIN:-0}
   for tier in ${KREPLAY_GRAPH_TIERS:-host device}; do
-    local verify=()
+    # The host tier with --verify at 3 passes; graph mode's device tier at KREPLAY_GRAPH_DEVICE_PASSES (3).
+    local verify=() passes=3
     [[ $tier == host ]] && verify=(--verify)
+    [[ $tier == device && $mode == graph ]] && passes=${KREPLAY_GRAPH_DEVICE_PASSES:-3}
     csv=$work/$name.$tier.csv
     sum=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin \
-          run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+          run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes "$passes" \
           --tier "$tier" "${verify[@]}" --progress 10 -o "$csv" -- "$@")
-    verdict "$name, $tier tier, 3 passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
+    verdict "$name, $tier tier, $passes passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
     graphs=$(csv_figure "$csv" graphs)
     replayed=$(csv_figure "$csv" graphs_replayed)
     verdict "$name, $tier tier: $replayed of $graphs graph launches replayed (run once: $(csv_figure "$csv" graph_reasons))" \
@@ -191,7 +196,7 @@ graph_program_mode() {
       same_length "$name, $tier tier" "$csv" "$twin_spin"
       pair_median=$(median_of $pairs)
       row "INFO $name, $tier tier: a graph launch / the stream kernel (runs of MiB: ${twin_runs:-$twin_mb in one}): bytes moved (snapshot and restores) $(csv_figure "$csv" graph_moved) / $(csv_figure "$csv" twin_moved) MB, footprint $(csv_figure "$csv" graph_footprint) / $(csv_figure "$csv" twin_footprint) MB; median extra pass $(csv_figure "$csv" graph_extra) / $(csv_figure "$csv" twin_extra) ms; each graph launch's over the stream kernel's right after it: $pairs"
-      verdict "$name, $tier tier: the whole graph's extra pass at most that of the stream kernel right after it (median of the pairs ${pair_median:-none}, 2 % allowed), own kernel times left out" \
+      verdict "$name, $tier tier, $passes passes: the whole graph's extra pass at most that of the stream kernel right after it (median of the pairs ${pair_median:-none}, 2 % allowed), own kernel times left out" \
         at_most_2pc_over "$pair_median" 1
     fi
     [[ $mode == node ]] && row "INFO $name, $tier tier, the same kernels: $(csv_figure "$csv" node_ratio)"
@@ -396,30 +401,38 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # which runs about as long as a graph launch (KREPLAY_CUDAGRAPH_TWIN_SPIN, default 700 multiply-adds per element;
   # 0: an elementwise kernel of 0.08 ms), for graph mode's cost against a stream launch in one process: the same
   # footprint, the same copies, the same length (docs/results/2026-12-04-h200-c.md has the figures of each twin).
+  # Graph mode's device tier runs KREPLAY_CUDAGRAPH_COST_PASSES (default 9) passes, so that most of its restores
+  # are the partial ones an extra pass adds (the twin split below says why).
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
+    KREPLAY_GRAPH_DEVICE_PASSES=${KREPLAY_CUDAGRAPH_COST_PASSES:-9} \
     KREPLAY_GRAPH_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} KREPLAY_GRAPH_TWIN_RUNS=${KREPLAY_CUDAGRAPH_TWIN_RUNS-$graph_runs} \
     KREPLAY_GRAPH_TWIN_SPIN=${KREPLAY_CUDAGRAPH_TWIN_SPIN:-700} \
     KREPLAY_CONTROL_KERNEL=elementwise graph_program cudagraph \
     python3 "$src/torch_prog.py" cudagraph
 fi
 if [[ ${KREPLAY_RUN_TWIN_SPLIT:-0} != 0 ]]; then
-  # Graph mode's device-tier restores against a stream kernel's, KREPLAY_TWIN_TAKES (default 3) runs of
-  # KREPLAY_TWIN_STEPS graph steps (default 12) and KREPLAY_TWIN_PASSES passes (default 3) for each copy method of
-  # KREPLAY_TWIN_COPY_METHODS (default "automatic"; KREPLAY_INJECT_COPY_METHOD), stream kernel layout of
-  # KREPLAY_TWIN_LAYOUTS (default "graph": the runs the graph's restores copy, $graph_runs; "one": 87 MB in one run;
-  # or a comma list of MiB) and length of KREPLAY_TWIN_SPINS (default 700 multiply-adds per element: about as long
-  # as a graph launch; 0: an elementwise kernel). Each run's median extra passes, its restores split into device
-  # ops and the engine's host work and by copy sizes (restore_split.py), and over the runs of each the median of
-  # each graph launch's extra pass over the stream kernel's right after it: whole-run medians compared badly (one
-  # run's moved by up to 15 % from run to run, and within a run the first launches cost up to 40 % more than the
-  # last, 2026-12-04 (b)), while a pair runs within a millisecond.
-  twin_steps=${KREPLAY_TWIN_STEPS:-12}
+  # Graph mode's restores against a stream kernel's, on each tier of KREPLAY_TWIN_TIERS (default "device"),
+  # KREPLAY_TWIN_TAKES (default 3) runs of KREPLAY_TWIN_STEPS graph steps (default 12) at KREPLAY_TWIN_PASSES
+  # passes (default 9), for each copy method of KREPLAY_TWIN_COPY_METHODS (default "automatic";
+  # KREPLAY_INJECT_COPY_METHOD), stream kernel layout of KREPLAY_TWIN_LAYOUTS (default "graph": the runs the graph's
+  # restores copy, $graph_runs; "one": 87 MB in one run; or a comma list of MiB) and length of KREPLAY_TWIN_SPINS
+  # (default 700 multiply-adds per element: about as long as a graph launch; 0: an elementwise kernel). Each run's
+  # median extra passes, its restores split into device ops and the engine's host work and by copy sizes
+  # (restore_split.py), and over the runs of each the median of each graph launch's extra pass over the stream
+  # kernel's right after it: whole-run medians compared badly (one run's moved by up to 15 % from run to run, and
+  # within a run the first launches cost up to 40 % more than the last, 2026-12-04 (b)), while a pair runs within a
+  # millisecond. Why 9 passes: with a learned write set the first and the last restore of a window digest the whole
+  # footprint and the others only the write set, so an extra pass adds one of those partial restores; at 3 passes
+  # both restores are the full ones, which every window pays once whatever its passes (2026-12-04 (d)).
+  twin_steps=${KREPLAY_TWIN_STEPS:-12} twin_passes=${KREPLAY_TWIN_PASSES:-9}
   plain=$(run "$work/twin_split.plain.log" env KREPLAY_PROG_STEPS="$twin_steps" KREPLAY_PROG_EAGER_STEPS=2 \
           python3 "$src/torch_prog.py" cudagraph)
-  for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do
-    for layout in ${KREPLAY_TWIN_LAYOUTS:-graph}; do
-      for twin_spin in ${KREPLAY_TWIN_SPINS:-700}; do
-        twin_split_case "$method" "$layout" "$twin_spin"
+  for tier in ${KREPLAY_TWIN_TIERS:-device}; do
+    for method in ${KREPLAY_TWIN_COPY_METHODS:-automatic}; do
+      for layout in ${KREPLAY_TWIN_LAYOUTS:-graph}; do
+        for twin_spin in ${KREPLAY_TWIN_SPINS:-700}; do
+          twin_split_case "$tier" "$method" "$layout" "$twin_spin"
+        done
       done
     done
   done
