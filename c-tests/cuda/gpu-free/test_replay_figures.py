@@ -76,6 +76,12 @@ class GraphWork(unittest.TestCase):
         self.assertEqual(csv_figure.figure(rows, "graph_work:node"), "1 1 graphs=1 nodes=0 stream=0")
         self.assertEqual(csv_figure.figure(rows, "graph_work:node", "a"), "0 0 none")
 
+    def test_node_mode_passes_over_a_graph_launch_run_once(self):
+        # A graph launch run once (here: its executable not seen instantiated) is neither the work nor counted.
+        rows = [row(0, "a"), row(1, "graph: (executable not seen)", replayed="0", reason="run once")] + \
+            self.rows()[2:]
+        self.assertEqual(csv_figure.figure(rows, "graph_work:node"), "3 3 graphs=0 nodes=3 stream=0")
+
     def test_replayed_kinds_leave_out_graph_launches_replayed_node_by_node(self):
         self.assertEqual(csv_figure.figure(self.rows(), "replayed_kinds"), "graphs=0 nodes=3 stream=5")
 

@@ -135,10 +135,11 @@ def first_graph_work(rows, graph, mode, kernel):
         if kernel:
             raise SystemExit("csv_figure.py: graph_work:graph takes no KERNEL (a graph row names only its first)")
         return graph[:1]
+    whole = replayed_whole(graph)
     for r in rows:
         if is_node(r) and named(r, kernel):
             return [n for n in rows if is_node(n) and named(n, kernel) and n["graph_launch"] == r["graph_launch"]]
-        if not kernel and r in graph and r.get("graph_mode", "") != "node":
+        if not kernel and r in whole:
             return [r]
     return []
 
@@ -154,7 +155,7 @@ def graph_work(rows, graph, mode, kernel):
         return "0 0 none"
     first = int(work[0]["launch"])
     before = [r for r in rows if int(r["launch"]) < first]
-    whole = [r for r in before if r in graph and r.get("graph_mode", "") != "node"] if mode == "node" else []
+    whole = [r for r in replayed_whole(graph) if int(r["launch"]) < first] if mode == "node" else []
     if whole and kernel:
         return "0 0 none"
     skip = len(whole) + sum(named(r, kernel) for r in before if r not in graph and not is_node(r))

@@ -38,8 +38,8 @@
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first,
 #                         with KREPLAY_XLA_TRACE=1, a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
-#   --verify and on the device tier (graph mode's at KREPLAY_GRAPH_DEVICE_PASSES, default 3; the cudagraph
-#   section's at KREPLAY_CUDAGRAPH_COST_PASSES, default 9), each checksum equal to the plain run's, no graph launch
+#   --verify and on the device tier (graph mode's at KREPLAY_GRAPH_DEVICE_PASSES, default 3, which the cudagraph
+#   section sets to KREPLAY_CUDAGRAPH_COST_PASSES, default 9), each checksum equal to the plain run's, no graph launch
 #   left run-once; the no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the
 #   --graph-profiling modes each runs (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them);
 #   KREPLAY_GRAPH_TIERS (default "host device") the tiers (the control needs host).
@@ -206,7 +206,8 @@ graph_program_mode() {
   done
   [[ -f $work/$name.host.csv ]] && row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
   # The control relaunches the first graph launch's work alone, without restores: in graph mode the launch, in
-  # node mode its kernel nodes, only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel
+  # node mode its kernel nodes (or, without KREPLAY_CONTROL_KERNEL, a graph launch node mode replayed whole, when
+  # that comes first), only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel
   # nodes spin for ever when relaunched without restores, the memset node before them not run again; a whole graph
   # runs its memsets). A kernel filter makes --launch-skip and --launch-count count only the launches it matches,
   # so both come from the first tier's report in those units (csv_figure.py graph_work), and the control's own
