@@ -206,12 +206,12 @@ graph_program_mode() {
   done
   [[ -f $work/$name.host.csv ]] && row "INFO $name --verify: launches whose passes differed: $(csv_figure "$work/$name.host.csv" differs)"
   # The control relaunches the first graph launch's work alone, without restores: in graph mode the launch, in
-  # node mode its kernel nodes (or, without KREPLAY_CONTROL_KERNEL, a graph launch node mode replayed whole, when
-  # that comes first), only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel
+  # node mode its kernel nodes, only those whose name holds KREPLAY_CONTROL_KERNEL where it is set (some kernel
   # nodes spin for ever when relaunched without restores, the memset node before them not run again; a whole graph
-  # runs its memsets). A kernel filter makes --launch-skip and --launch-count count only the launches it matches,
-  # so both come from the first tier's report in those units (csv_figure.py graph_work), and the control's own
-  # report shows what it relaunched: the graph's work and no stream launch.
+  # runs its memsets), or, without a filter, a graph launch node mode replayed whole when that comes first. A
+  # kernel filter makes --launch-skip and --launch-count count only the launches it matches, so both come from the
+  # first tier's report in those units (csv_figure.py graph_work), and the control's own report shows what it
+  # relaunched: the graph's work and no stream launch.
   local control_kernel=${KREPLAY_CONTROL_KERNEL:-} skip count expected relaunched
   local tiers=(${KREPLAY_GRAPH_TIERS:-host device})
   [[ $mode == graph ]] && control_kernel=""  # a graph row names only its first kernels: no filter to match it by
