@@ -163,89 +163,110 @@ def graph_work(rows, graph, mode, kernel):
     return f"{skip} {len(work)} graphs={len(work) - nodes} nodes={nodes} stream=0"
 
 
+class Report:
+    """A report's rows and the kinds of rows its figures are taken over."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
+        self.nodes = [r for r in rows if is_node(r)]
+        self.replayed = [r for r in rows if r["replayed"] == "1"]
+        self.declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
+
+
+def replayed_of(rows):
+    return [r for r in rows if r["replayed"] == "1"]
+
+
+def graph_modes(graph):
+    counts = collections.Counter(r.get("graph_mode", "")[:100] or "(run once)" for r in graph)
+    return "; ".join(f"{n} x {mode}" for mode, n in sorted(counts.items())) or "none"
+
+
+def median_mb(rows, column):
+    values = [float(r[column]) / 2**20 for r in rows]
+    return f"{statistics.median(values):.1f}" if values else "none"
+
+
+def reasons(rows):
+    return "; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none"
+
+
+def differs(rows):
+    names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
+    return f"{len(names)} " + "; ".join(sorted(set(names))[:5])
+
+
+def pass_share(replayed):
+    counted = [r for r in replayed if r.get("counters", "x") == ""]
+    setup = median_of(counted, "counter_setup_ms") if counted and "counter_setup_ms" in counted[0] else "none"
+    return (f"{len(counted)} counted rows, median ms per pass (range mode: per launch of a pass): kreplay "
+            f"{median_of(counted, 'extra_pass_ms')}, "
+            f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
+
+
+def uncounted(rows):
+    first, counts = {}, collections.Counter()
+    for r in rows:
+        if r["replayed"] == "1" and r.get("counters", "x") == "":
+            continue
+        why = (r.get("counters", "") or r["reason"])[:150]
+        counts[why] += 1
+        first.setdefault(why, r["launch"])
+    return "; ".join(f"{n} x {why} (first: launch {first[why]})" for why, n in counts.most_common()) or "none"
+
+
+def replayed_kinds(replayed, graph):
+    # A graph launch whose kernel nodes were replayed (graph_mode "node") was not relaunched itself.
+    own = [r for r in replayed if r in graph and r.get("graph_mode", "") == "node"]
+    graphs = sum(r in graph for r in replayed) - len(own)
+    kernel_nodes = sum(is_node(r) for r in replayed)
+    return f"graphs={graphs} nodes={kernel_nodes} stream={len(replayed) - len(own) - graphs - kernel_nodes}"
+
+
+# Each figure of a Report, by the name the scripts ask for (the module's docstring says what each is).
+FIGURES = {
+    "rows": lambda rep: len(rep.rows),
+    "replayed": lambda rep: len(rep.replayed),
+    "max_footprint": lambda rep: max([int(r["footprint_bytes"]) for r in rep.rows] or [0]),
+    "declined": lambda rep: len(rep.declined),
+    "declined_other": lambda rep: sum("HOST_BUDGET" not in r["reason"] for r in rep.declined),
+    "graphs": lambda rep: len(rep.graph),
+    "graphs_replayed": lambda rep: len(replayed_of(rep.graph)),
+    "first_graph": lambda rep: min([int(r["launch"]) for r in rep.graph] or [0]),
+    "graph_reasons": lambda rep: "; ".join(sorted({r["reason"] for r in rep.graph if r["replayed"] != "1"})) or "none",
+    "graph_modes": lambda rep: graph_modes(rep.graph),
+    "nodes": lambda rep: len(rep.nodes),
+    "nodes_replayed": lambda rep: len(replayed_of(rep.nodes)),
+    "node_extra": lambda rep: median_of(replayed_of(rep.nodes), "extra_pass_ms"),
+    "stream_extra": lambda rep: median_of([r for r in rep.replayed if not r.get("graph_mode", "")], "extra_pass_ms"),
+    "twin_extra": lambda rep: median_of(twin_rows(rep.rows, rep.graph), "extra_pass_ms"),
+    "twin_kernel_ms": lambda rep: median_of(twin_rows(rep.rows, rep.graph), "kernel_ms"),
+    "twin_moved": lambda rep: median_mb(twin_rows(rep.rows, rep.graph), "bytes_moved"),
+    "twin_footprint": lambda rep: median_mb(twin_rows(rep.rows, rep.graph), "footprint_bytes"),
+    "graph_moved": lambda rep: median_mb(replayed_of(rep.graph), "bytes_moved"),
+    "graph_footprint": lambda rep: median_mb(replayed_of(rep.graph), "footprint_bytes"),
+    "twin_pairs": lambda rep: twin_pairs(rep.rows, rep.graph),
+    "graph_extra": lambda rep: median_of(replayed_whole(rep.graph), "extra_pass_ms"),
+    "graph_kernel_ms": lambda rep: median_of(replayed_of(rep.graph), "kernel_ms"),
+    "reasons": lambda rep: reasons(rep.rows),
+    "differs": lambda rep: differs(rep.rows),
+    "pass_share": lambda rep: pass_share(rep.replayed),
+    "uncounted": lambda rep: uncounted(rep.rows),
+    "node_ratio": lambda rep: node_ratio(rep.replayed),
+    "node_same_footprint": lambda rep: node_same_footprint(rep.replayed),
+    "replayed_kinds": lambda rep: replayed_kinds(rep.replayed, rep.graph),
+    "graph_work:node": lambda rep, kernel: graph_work(rep.rows, rep.graph, "node", kernel),
+    "graph_work:graph": lambda rep, kernel: graph_work(rep.rows, rep.graph, "graph", kernel),
+    "replay_s": lambda rep: f"{sum(float(r['replay_ms']) for r in rep.rows) / 1000:.1f}",
+}
+
+
 def figure(rows, what, kernel=""):
-    graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
-    nodes = [r for r in rows if is_node(r)]
-    replayed = [r for r in rows if r["replayed"] == "1"]
-    declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
-    if what == "rows":
-        return len(rows)
-    if what == "replayed":
-        return sum(r["replayed"] == "1" for r in rows)
-    if what == "max_footprint":
-        return max([int(r["footprint_bytes"]) for r in rows] or [0])
-    if what == "declined":
-        return len(declined)
-    if what == "declined_other":
-        return sum("HOST_BUDGET" not in r["reason"] for r in declined)
-    if what == "graphs":
-        return len(graph)
-    if what == "graphs_replayed":
-        return sum(r["replayed"] == "1" for r in graph)
-    if what == "first_graph":
-        return min([int(r["launch"]) for r in graph] or [0])
-    if what == "graph_reasons":
-        return "; ".join(sorted({r["reason"] for r in graph if r["replayed"] != "1"})) or "none"
-    if what == "graph_modes":
-        counts = collections.Counter(r.get("graph_mode", "")[:100] or "(run once)" for r in graph)
-        return "; ".join(f"{n} x {mode}" for mode, n in sorted(counts.items())) or "none"
-    if what == "nodes":
-        return len(nodes)
-    if what == "nodes_replayed":
-        return sum(r["replayed"] == "1" for r in nodes)
-    if what == "node_extra":
-        return median_of([r for r in nodes if r["replayed"] == "1"], "extra_pass_ms")
-    if what == "stream_extra":
-        return median_of([r for r in replayed if not r.get("graph_mode", "")], "extra_pass_ms")
-    if what in ("twin_extra", "twin_kernel_ms", "twin_moved", "twin_footprint", "graph_moved", "graph_footprint"):
-        which = twin_rows(rows, graph) if what.startswith("twin") else [r for r in graph if r["replayed"] == "1"]
-        timed = {"twin_extra": "extra_pass_ms", "twin_kernel_ms": "kernel_ms"}
-        if what in timed:
-            return median_of(which, timed[what])
-        column = "bytes_moved" if what.endswith("moved") else "footprint_bytes"
-        values = [float(r[column]) / 2**20 for r in which]
-        return f"{statistics.median(values):.1f}" if values else "none"
-    if what == "twin_pairs":
-        return twin_pairs(rows, graph)
-    if what == "graph_extra":
-        return median_of(replayed_whole(graph), "extra_pass_ms")
-    if what == "graph_kernel_ms":
-        return median_of([r for r in graph if r["replayed"] == "1"], "kernel_ms")
-    if what == "reasons":
-        return "; ".join(sorted({r["reason"][:80] for r in rows if r["replayed"] != "1"}))[:400] or "none"
-    if what == "differs":
-        names = [r["kernel"][:60] for r in rows if r["verify"].startswith("differs")]
-        return f"{len(names)} " + "; ".join(sorted(set(names))[:5])
-    if what == "pass_share":
-        counted = [r for r in replayed if r.get("counters", "x") == ""]
-        setup = median_of(counted, "counter_setup_ms") if counted and "counter_setup_ms" in counted[0] else "none"
-        return (f"{len(counted)} counted rows, median ms per pass (range mode: per launch of a pass): kreplay "
-                f"{median_of(counted, 'extra_pass_ms')}, "
-                f"profiler {median_of(counted, 'counter_pass_ms')}; the counting's set-up per launch {setup}")
-    if what == "uncounted":
-        first, counts = {}, collections.Counter()
-        for r in rows:
-            if r["replayed"] == "1" and r.get("counters", "x") == "":
-                continue
-            why = (r.get("counters", "") or r["reason"])[:150]
-            counts[why] += 1
-            first.setdefault(why, r["launch"])
-        return "; ".join(f"{n} x {why} (first: launch {first[why]})" for why, n in counts.most_common()) or "none"
-    if what == "node_ratio":
-        return node_ratio(replayed)
-    if what == "node_same_footprint":
-        return node_same_footprint(replayed)
-    if what == "replayed_kinds":
-        # A graph launch whose kernel nodes were replayed (graph_mode "node") was not relaunched itself.
-        own = [r for r in replayed if r in graph and r.get("graph_mode", "") == "node"]
-        graphs = sum(r in graph for r in replayed) - len(own)
-        kernel_nodes = sum(is_node(r) for r in replayed)
-        return f"graphs={graphs} nodes={kernel_nodes} stream={len(replayed) - len(own) - graphs - kernel_nodes}"
-    if what in ("graph_work:node", "graph_work:graph"):
-        return graph_work(rows, graph, what.split(":")[1], kernel)
-    if what == "replay_s":
-        return f"{sum(float(r['replay_ms']) for r in rows) / 1000:.1f}"
-    raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
+    if what not in FIGURES:
+        raise SystemExit(f"csv_figure.py: unknown figure {what!r}")
+    report = Report(rows)
+    return FIGURES[what](report, kernel) if what.startswith("graph_work:") else FIGURES[what](report)
 
 
 if __name__ == "__main__":
