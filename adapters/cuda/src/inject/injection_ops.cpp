@@ -59,12 +59,13 @@ void log_batch(const kreplay_copy_t* copies, size_t count, int64_t us) {
   size_t n[3] = {0, 0, 0};
   size_t bytes[3] = {0, 0, 0};
   for (size_t i = 0; i < count; ++i) {
-    if (copies[i].bytes != 0) {
-      const size_t b = copies[i].bytes;
-      const int size_class = b < detail::kDmaCopyBytes ? 0 : b < detail::kDmaCopyBytesOnDevice ? 1 : 2;
-      ++n[size_class];
-      bytes[size_class] += copies[i].bytes;
+    const size_t b = copies[i].bytes;
+    if (b == 0) {
+      continue;
     }
+    const int size_class = b < detail::kDmaCopyBytes ? 0 : b < detail::kDmaCopyBytesOnDevice ? 1 : 2;
+    ++n[size_class];
+    bytes[size_class] += b;
   }
   log(KREPLAY_LOG_INFO,
       "copy batch: %zu copies, %zu bytes; below 1 MiB %zu (%zu bytes), 1 to 32 MiB %zu (%zu bytes), from 32 MiB "
