@@ -38,8 +38,8 @@
 #   KREPLAY_RUN_XLA       jax_prealloc.py with XLA's command buffers on (its default), preallocation off; first,
 #                         with KREPLAY_XLA_TRACE=1, a run under KREPLAY_INJECT_LOG=trace
 #   For each: the plain run's checksum; every launch (stream and graph) replayed at 3 passes on the host tier with
-#   --verify and on the device tier (graph mode's at KREPLAY_GRAPH_DEVICE_PASSES, default 3, which the cudagraph
-#   section sets to KREPLAY_CUDAGRAPH_COST_PASSES, default 9), each checksum equal to the plain run's, no graph launch
+#   --verify and on the device tier (at KREPLAY_GRAPH_DEVICE_PASSES, default 3, which the cudagraph section sets
+#   to KREPLAY_CUDAGRAPH_COST_PASSES, default 9), each checksum equal to the plain run's, no graph launch
 #   left run-once; the no-restore control differs. KREPLAY_GRAPH_MODES (default "node") lists the
 #   --graph-profiling modes each runs (KREPLAY_COMPILED_MODES, KREPLAY_XLA_MODES: for one of them);
 #   KREPLAY_GRAPH_TIERS (default "host device") the tiers (the control needs host).
@@ -172,14 +172,15 @@ graph_program_mode() {
   local twin_mb=0 twin_runs= twin_spin=0
   [[ $mode == graph ]] && twin_mb=${KREPLAY_GRAPH_TWIN_MB:-0} twin_runs=${KREPLAY_GRAPH_TWIN_RUNS:-} \
     twin_spin=${KREPLAY_GRAPH_TWIN_SPIN:-0}
+  # For every run of this mode, the control's too.
+  local -x KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin
   for tier in ${KREPLAY_GRAPH_TIERS:-host device}; do
-    # The host tier with --verify at 3 passes; graph mode's device tier at KREPLAY_GRAPH_DEVICE_PASSES (3).
+    # The host tier with --verify at 3 passes; the device tier at KREPLAY_GRAPH_DEVICE_PASSES (3).
     local verify=() passes=3
     [[ $tier == host ]] && verify=(--verify)
-    [[ $tier == device && $mode == graph ]] && passes=${KREPLAY_GRAPH_DEVICE_PASSES:-3}
+    [[ $tier == device ]] && passes=${KREPLAY_GRAPH_DEVICE_PASSES:-3}
     csv=$work/$name.$tier.csv
-    sum=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin \
-          run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes "$passes" \
+    sum=$(run "$work/$name.$tier.log" "$launcher" --graph-profiling "$mode" --passes "$passes" \
           --tier "$tier" "${verify[@]}" --progress 10 -o "$csv" -- "$@")
     verdict "$name, $tier tier, $passes passes: checksum ${sum:-none} == $plain" test -n "$sum" -a "$sum" = "$plain"
     graphs=$(csv_figure "$csv" graphs)
@@ -223,7 +224,7 @@ graph_program_mode() {
   fi
   local control_args=(--launch-skip "$skip" --launch-count "$count")
   [[ -n $control_kernel ]] && control_args+=(--kernel-name "$control_kernel")
-  control=$(KREPLAY_PROG_TWIN_MB=$twin_mb KREPLAY_PROG_TWIN_RUNS=$twin_runs KREPLAY_PROG_TWIN_SPIN=$twin_spin run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
+  control=$(run_timeout=180 run "$work/$name.control.log" "$launcher" --graph-profiling "$mode" --passes 3 \
             --debug-no-restore --progress 10 "${control_args[@]}" -o "$work/$name.control.csv" -- "$@")
   verdict "$name: control, relaunched without restore: checksum ${control:-none} != $plain" \
     test -n "$control" -a "$control" != "$plain"
@@ -402,8 +403,8 @@ if [[ ${KREPLAY_RUN_CUDAGRAPH:-1} != 0 ]]; then
   # which runs about as long as a graph launch (KREPLAY_CUDAGRAPH_TWIN_SPIN, default 700 multiply-adds per element;
   # 0: an elementwise kernel of 0.08 ms), for graph mode's cost against a stream launch in one process: the same
   # footprint, the same copies, the same length (docs/results/2026-12-04-h200-c.md has the figures of each twin).
-  # Graph mode's device tier runs KREPLAY_CUDAGRAPH_COST_PASSES (default 9) passes, so that most of its restores
-  # are the partial ones an extra pass adds (the twin split below says why).
+  # The device tier runs KREPLAY_CUDAGRAPH_COST_PASSES (default 9) passes in both modes, so that most of its
+  # restores are the partial ones an extra pass adds (the twin split below says why).
   KREPLAY_PROG_STEPS=4 KREPLAY_PROG_EAGER_STEPS=2 KREPLAY_GRAPH_MODES=${KREPLAY_CUDAGRAPH_MODES:-node graph} \
     KREPLAY_GRAPH_DEVICE_PASSES=${KREPLAY_CUDAGRAPH_COST_PASSES:-9} \
     KREPLAY_GRAPH_TWIN_MB=${KREPLAY_CUDAGRAPH_TWIN_MB:-87} KREPLAY_GRAPH_TWIN_RUNS=${KREPLAY_CUDAGRAPH_TWIN_RUNS-$graph_runs} \
