@@ -163,6 +163,10 @@ def graph_work(rows, graph, mode, kernel):
     return f"{skip} {len(work)} graphs={len(work) - nodes} nodes={nodes} stream=0"
 
 
+def replayed_of(rows):
+    return [r for r in rows if r["replayed"] == "1"]
+
+
 class Report:
     """A report's rows and the kinds of rows its figures are taken over."""
 
@@ -170,12 +174,8 @@ class Report:
         self.rows = rows
         self.graph = [r for r in rows if r["kernel"].startswith(("graph:", "(graph launch)"))]
         self.nodes = [r for r in rows if is_node(r)]
-        self.replayed = [r for r in rows if r["replayed"] == "1"]
+        self.replayed = replayed_of(rows)
         self.declined = [r for r in rows if r["reason"].startswith(("snapshot declined", "window declined"))]
-
-
-def replayed_of(rows):
-    return [r for r in rows if r["replayed"] == "1"]
 
 
 def graph_modes(graph):
